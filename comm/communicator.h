@@ -1,0 +1,61 @@
+// Communicator: the collectives a data-parallel trainer needs, independent of backend.
+// MpiCommunicator (CPU, Open MPI) and NcclCommunicator (GPU) implement it. comm/ knows
+// nothing of models: it moves typed buffers.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/stream.h"
+#include "core/tensor.h"
+
+namespace dtrain {
+
+enum class ReduceOp { kSum, kAvg };  // kAvg: the sum divided by size()
+
+// A collective in flight. wait() returns when the result may be used by the caller's compute
+// stream (host-blocking on MPI; stream-ordered, without blocking the host, on NCCL); it throws
+// dtrain::Error if the collective failed or timed out. test() never blocks.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+  virtual bool test() = 0;
+};
+using WorkHandle = std::shared_ptr<Work>;
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual int local_rank() const = 0;   // rank among the processes on this node
+  virtual int local_size() const = 0;
+  virtual std::string backend() const = 0;  // "mpi" or "nccl"
+  // The stream the collectives run on; callers make it wait on the compute stream first.
+  virtual Stream& stream() = 0;
+
+  // Asynchronous collectives: they return at once; buffers must stay alive until wait().
+  // Every rank must issue the same collectives in the same order.
+  virtual WorkHandle allreduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) = 0;
+  virtual WorkHandle broadcast_async(void* buf, int64_t count, DType dtype, int root) = 0;
+  virtual WorkHandle allgather_async(const void* send, void* recv, int64_t count_per_rank, DType dtype) = 0;
+  virtual WorkHandle barrier_async() = 0;
+
+  // Blocking forms.
+  void allreduce(void* buf, int64_t count, DType dtype, ReduceOp op) { allreduce_async(buf, count, dtype, op)->wait(); }
+  void broadcast(void* buf, int64_t count, DType dtype, int root) { broadcast_async(buf, count, dtype, root)->wait(); }
+  void allgather(const void* send, void* recv, int64_t count_per_rank, DType dtype) {
+    allgather_async(send, recv, count_per_rank, dtype)->wait();
+  }
+  void barrier() { barrier_async()->wait(); }
+
+  // Tensor conveniences (in place, whole tensor).
+  void allreduce(Tensor& t, ReduceOp op) { allreduce(t.raw(), t.numel(), t.dtype(), op); }
+  void broadcast(Tensor& t, int root) { broadcast(t.raw(), t.numel(), t.dtype(), root); }
+};
+
+}  // namespace dtrain

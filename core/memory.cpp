@@ -1,0 +1,75 @@
+#include "core/memory.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "core/error.h"
+#ifdef DTRAIN_WITH_CUDA
+#include "core/cuda/cuda_backend.h"
+#endif
+
+namespace dtrain {
+
+namespace {
+constexpr size_t kHostAlignment = 64;  // a cache line; also what AVX-512 loads like
+
+[[noreturn]] void no_cuda() { throw Error("this dtrain binary was built without CUDA"); }
+}  // namespace
+
+void* device_alloc(Device device, size_t bytes) {
+  if (bytes == 0) return nullptr;
+  if (device.is_cpu()) {
+    size_t rounded = (bytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
+    void* p = std::aligned_alloc(kHostAlignment, rounded);
+    if (!p) throw Error(fmt::format("out of host memory allocating {} bytes", bytes));
+    return p;
+  }
+#ifdef DTRAIN_WITH_CUDA
+  return cuda::alloc(bytes, device.index);
+#else
+  no_cuda();
+#endif
+}
+
+void device_free(Device device, void* ptr, size_t bytes) {
+  if (!ptr) return;
+  if (device.is_cpu()) {
+    std::free(ptr);
+    return;
+  }
+#ifdef DTRAIN_WITH_CUDA
+  cuda::free(ptr, bytes, device.index);
+#else
+  (void)bytes;
+  no_cuda();
+#endif
+}
+
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+  if (bytes == 0 || dst == src) return;
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+#ifdef DTRAIN_WITH_CUDA
+  cuda::copy(dst, dst_device.is_cuda(), src, src_device.is_cuda(), bytes);
+#else
+  no_cuda();
+#endif
+}
+
+void zero_bytes(void* dst, Device device, size_t bytes) {
+  if (bytes == 0) return;
+  if (device.is_cpu()) {
+    std::memset(dst, 0, bytes);
+    return;
+  }
+#ifdef DTRAIN_WITH_CUDA
+  cuda::zero(dst, bytes);
+#else
+  no_cuda();
+#endif
+}
+
+}  // namespace dtrain

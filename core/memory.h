@@ -1,0 +1,21 @@
+// Raw device memory: allocation and copies between host and devices. The only place that
+// knows which allocator backs which device (CPU: aligned host memory; CUDA: the caching
+// allocator in core/cuda/allocator.h).
+#pragma once
+
+#include <cstddef>
+
+#include "core/device.h"
+
+namespace dtrain {
+
+void* device_alloc(Device device, size_t bytes);
+void device_free(Device device, void* ptr, size_t bytes);
+
+// Copies bytes between any two devices; returns when the destination holds the data.
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+
+// Sets bytes to zero on the device.
+void zero_bytes(void* dst, Device device, size_t bytes);
+
+}  // namespace dtrain

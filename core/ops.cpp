@@ -1,0 +1,46 @@
+#include "core/ops.h"
+
+#include <cblas.h>
+
+#include "core/error.h"
+#include "core/kernels.h"
+#ifdef DTRAIN_WITH_CUDA
+#include "core/cuda/cuda_backend.h"
+#endif
+
+namespace dtrain {
+
+void gemm(Device device, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          const float* b, float beta, float* c) {
+  if (m == 0 || n == 0) return;
+  const int64_t lda = trans_a ? m : k, ldb = trans_b ? k : n, ldc = n;
+  if (device.is_cpu()) {
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
+                static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+    return;
+  }
+#ifdef DTRAIN_WITH_CUDA
+  cuda::gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+#else
+  throw Error("this dtrain binary was built without CUDA");
+#endif
+}
+
+void fill(Tensor& t, float value) { launch(t.device(), t.numel(), kernels::Fill{t.data(), value}); }
+
+void scale(Tensor& t, float alpha) { launch(t.device(), t.numel(), kernels::Scale{t.data(), alpha}); }
+
+void axpy(Tensor& y, const Tensor& x, float alpha) {
+  DTRAIN_CHECK(x.numel() == y.numel() && x.device() == y.device(), "axpy of {} into {}", shape_str(x.shape()),
+               shape_str(y.shape()));
+  launch(y.device(), y.numel(), kernels::Axpy{y.data(), x.data(), alpha});
+}
+
+void set_allow_tf32([[maybe_unused]] bool allow) {
+#ifdef DTRAIN_WITH_CUDA
+  cuda::set_allow_tf32(allow);
+#endif
+}
+
+}  // namespace dtrain

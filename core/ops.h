@@ -1,0 +1,23 @@
+// Tensor-level math that every layer needs: GEMM (OpenBLAS on CPU, cuBLAS on CUDA) and a few
+// elementwise helpers over launch().
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace dtrain {
+
+// Row-major C[m,n] = alpha * op(A) * op(B) + beta * C, all contiguous on `device`.
+// op(A) is [m,k] (A stored [k,m] when trans_a); op(B) is [k,n] (B stored [n,k] when trans_b).
+void gemm(Device device, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          const float* b, float beta, float* c);
+
+void fill(Tensor& t, float value);
+void scale(Tensor& t, float alpha);            // t *= alpha
+void axpy(Tensor& y, const Tensor& x, float alpha);  // y += alpha * x
+
+// Whether cuBLAS may use TF32 tensor cores for float32 GEMM (off by default, as in PyTorch).
+void set_allow_tf32(bool allow);
+
+}  // namespace dtrain
