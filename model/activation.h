@@ -1,0 +1,48 @@
+// Stateless shape-preserving layers: ReLU, Flatten, Dropout.
+#pragma once
+
+#include <cstdint>
+
+#include "model/module.h"
+
+namespace dtrain {
+
+class ReLU : public Module {
+ public:
+  Tensor forward(const Tensor& input) override;
+  Tensor backward(const Tensor& grad_output, bool need_input_grad = true) override;
+  std::string describe() const override { return "ReLU()"; }
+
+ private:
+  Tensor output_, grad_input_;
+};
+
+// [B, d1, d2, ...] -> [B, d1*d2*...]; a view, no copy.
+class Flatten : public Module {
+ public:
+  Tensor forward(const Tensor& input) override;
+  Tensor backward(const Tensor& grad_output, bool need_input_grad = true) override;
+  std::string describe() const override { return "Flatten()"; }
+
+ private:
+  Shape input_shape_;
+};
+
+// Inverted dropout: zeroes with probability p in training, scales survivors by 1/(1-p);
+// identity in evaluation. The mask comes from a counter-based hash of (seed, call, index).
+class Dropout : public Module {
+ public:
+  Dropout(float p, uint64_t seed);
+  Tensor forward(const Tensor& input) override;
+  Tensor backward(const Tensor& grad_output, bool need_input_grad = true) override;
+  std::string describe() const override;
+
+ private:
+  float p_;
+  uint64_t seed_;
+  uint64_t counter_ = 0;
+  bool masked_ = false;  // whether the last forward applied a mask
+  Tensor output_, mask_, grad_input_;
+};
+
+}  // namespace dtrain

@@ -1,0 +1,104 @@
+#include "model/conv.h"
+
+#include "core/error.h"
+#include "core/ops.h"
+
+namespace dtrain {
+
+static kernels::ConvGeometry geometry(const Tensor& x, int64_t k, int64_t stride, int64_t pad) {
+  DTRAIN_CHECK(x.ndim() == 4, "expected NCHW input, got {}", shape_str(x.shape()));
+  kernels::ConvGeometry g{x.dim(1), x.dim(2), x.dim(3), k, k, stride, pad, 0, 0};
+  g.oh = (g.h + 2 * pad - k) / stride + 1;
+  g.ow = (g.w + 2 * pad - k) / stride + 1;
+  DTRAIN_CHECK(g.oh > 0 && g.ow > 0, "kernel {} too large for input {}", k, shape_str(x.shape()));
+  return g;
+}
+
+Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding,
+               Device device, InitRng& rng)
+    : in_c_(in_channels), out_c_(out_channels), k_(kernel), stride_(stride), pad_(padding) {
+  DTRAIN_CHECK(kernel > 0 && stride > 0 && padding >= 0, "Conv2d kernel {} stride {} padding {}", kernel, stride,
+               padding);
+  const int64_t fan_in = in_c_ * k_ * k_;
+  weight_ = {"weight", Tensor::empty({out_c_, in_c_, k_, k_}, device), Tensor::zeros({out_c_, in_c_, k_, k_}, device)};
+  bias_ = {"bias", Tensor::empty({out_c_}, device), Tensor::zeros({out_c_}, device)};
+  uniform_init(weight_.value, fan_in_bound(fan_in), rng);
+  uniform_init(bias_.value, fan_in_bound(fan_in), rng);
+}
+
+Tensor Conv2d::forward(const Tensor& input) {
+  geom_ = geometry(input, k_, stride_, pad_);
+  DTRAIN_CHECK(geom_.c == in_c_, "Conv2d expects {} channels, got {}", in_c_, geom_.c);
+  const Device dev = weight_.value.device();
+  const int64_t batch = input.dim(0), plane = geom_.oh * geom_.ow, rows = in_c_ * k_ * k_;
+  input_ = input;
+  ensure_tensor(output_, {batch, out_c_, geom_.oh, geom_.ow}, dev);
+  ensure_tensor(cols_, {batch, rows, plane}, dev);
+  for (int64_t n = 0; n < batch; ++n) {
+    float* col = cols_.data() + n * rows * plane;
+    launch(dev, rows * plane, kernels::Im2col{col, input.data() + n * in_c_ * geom_.h * geom_.w, geom_});
+    gemm(dev, false, false, out_c_, plane, rows, 1.f, weight_.value.data(), col, 0.f,
+         output_.data() + n * out_c_ * plane);
+  }
+  launch(dev, output_.numel(), kernels::ChannelBiasAdd{output_.data(), bias_.value.data(), out_c_, plane});
+  return output_;
+}
+
+Tensor Conv2d::backward(const Tensor& grad_output, bool need_input_grad) {
+  const Device dev = weight_.value.device();
+  const int64_t batch = input_.dim(0), plane = geom_.oh * geom_.ow, rows = in_c_ * k_ * k_;
+  launch(dev, out_c_, kernels::ChannelSumAccumulate{bias_.grad.data(), grad_output.data(), batch, out_c_, plane});
+  grad_ready(bias_);
+  for (int64_t n = 0; n < batch; ++n) {  // dW += dY[n] cols[n]^T
+    gemm(dev, false, true, out_c_, rows, plane, 1.f, grad_output.data() + n * out_c_ * plane,
+         cols_.data() + n * rows * plane, 1.f, weight_.grad.data());
+  }
+  grad_ready(weight_);
+  if (!need_input_grad) return {};
+  ensure_tensor(grad_input_, input_.shape(), dev);
+  grad_input_.zero_();
+  // The columns are no longer needed: reuse them for dcols = W^T dY[n].
+  for (int64_t n = 0; n < batch; ++n) {
+    float* col = cols_.data() + n * rows * plane;
+    gemm(dev, true, false, rows, plane, out_c_, 1.f, weight_.value.data(), grad_output.data() + n * out_c_ * plane,
+         0.f, col);
+    launch(dev, in_c_ * geom_.h * geom_.w,
+           kernels::Col2imAccumulate{grad_input_.data() + n * in_c_ * geom_.h * geom_.w, col, geom_});
+  }
+  return grad_input_;
+}
+
+std::string Conv2d::describe() const {
+  return fmt::format("Conv2d({}, {}, kernel={}, stride={}, padding={})", in_c_, out_c_, k_, stride_, pad_);
+}
+
+MaxPool2d::MaxPool2d(int64_t kernel, int64_t stride, int64_t padding)
+    : k_(kernel), stride_(stride > 0 ? stride : kernel), pad_(padding) {
+  DTRAIN_CHECK(kernel > 0 && padding >= 0 && 2 * padding <= kernel, "MaxPool2d kernel {} padding {}", kernel,
+               padding);
+}
+
+Tensor MaxPool2d::forward(const Tensor& input) {
+  geom_ = geometry(input, k_, stride_, pad_);
+  input_shape_ = input.shape();
+  const int64_t batch = input.dim(0), channels = geom_.c;
+  ensure_tensor(output_, {batch, channels, geom_.oh, geom_.ow}, input.device());
+  ensure_tensor(argmax_, output_.shape(), input.device(), DType::kI32);
+  launch(input.device(), output_.numel(),
+         kernels::MaxPoolForward{output_.data(), argmax_.data_as<int32_t>(), input.data(), geom_});
+  return output_;
+}
+
+Tensor MaxPool2d::backward(const Tensor& grad_output, bool need_input_grad) {
+  if (!need_input_grad) return {};
+  ensure_tensor(grad_input_, input_shape_, grad_output.device());
+  launch(grad_output.device(), grad_input_.numel(),
+         kernels::MaxPoolBackward{grad_input_.data(), grad_output.data(), argmax_.data_as<int32_t>(), geom_});
+  return grad_input_;
+}
+
+std::string MaxPool2d::describe() const {
+  return fmt::format("MaxPool2d(kernel={}, stride={}, padding={})", k_, stride_, pad_);
+}
+
+}  // namespace dtrain

@@ -1,0 +1,40 @@
+// Conv2d (im2col + GEMM, one GEMM per sample) and MaxPool2d, NCHW float32.
+#pragma once
+
+#include "model/init.h"
+#include "model/kernels.h"
+#include "model/module.h"
+
+namespace dtrain {
+
+class Conv2d : public Module {
+ public:
+  Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding, Device device,
+         InitRng& rng);
+  Tensor forward(const Tensor& input) override;
+  Tensor backward(const Tensor& grad_output, bool need_input_grad = true) override;
+  std::vector<Parameter*> parameters() override { return {&weight_, &bias_}; }
+  std::string describe() const override;
+
+ private:
+  int64_t in_c_, out_c_, k_, stride_, pad_;
+  Parameter weight_, bias_;  // weight [out_c, in_c, k, k]
+  kernels::ConvGeometry geom_{};
+  Tensor input_, output_, cols_, grad_input_;  // cols_: [batch, in_c*k*k, oh*ow], kept for backward
+};
+
+class MaxPool2d : public Module {
+ public:
+  explicit MaxPool2d(int64_t kernel, int64_t stride = 0, int64_t padding = 0);  // stride 0: = kernel
+  Tensor forward(const Tensor& input) override;
+  Tensor backward(const Tensor& grad_output, bool need_input_grad = true) override;
+  std::string describe() const override;
+
+ private:
+  int64_t k_, stride_, pad_;
+  kernels::ConvGeometry geom_{};
+  Shape input_shape_;
+  Tensor output_, argmax_, grad_input_;
+};
+
+}  // namespace dtrain

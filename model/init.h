@@ -1,0 +1,24 @@
+// Parameter initialisation as PyTorch does it for Linear and Conv2d: kaiming_uniform_(a=sqrt(5))
+// for weights and U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for biases, both bound = 1/sqrt(fan_in).
+// Drawn on the host from a seeded generator whose draws are identical on every platform.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace dtrain {
+
+class InitRng {
+ public:
+  explicit InitRng(uint64_t seed) : state_(seed) {}
+  float uniform(float lo, float hi);  // [lo, hi)
+
+ private:
+  uint64_t state_;
+};
+
+void uniform_init(Tensor& t, float bound, InitRng& rng);  // U(-bound, bound), any device
+float fan_in_bound(int64_t fan_in);                       // 1/sqrt(fan_in)
+
+}  // namespace dtrain

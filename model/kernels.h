@@ -1,0 +1,292 @@
+// Layer, loss and optimizer kernels as device-generic functors (see core/launch.h): the CPU
+// build runs them in a loop, the CUDA build in a kernel (instantiated in
+// model/cuda/model_kernels.cu). Each functor body is the single definition of its arithmetic.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/launch.h"
+
+namespace dtrain::kernels {
+
+// ---- Linear / elementwise ----
+
+struct BroadcastRows {  // y[r, c] = b[c]   (bias as the GEMM's initial C)
+  float* y;
+  const float* b;
+  int64_t cols;
+  DTRAIN_HD void operator()(int64_t i) const { y[i] = b[i % cols]; }
+};
+
+struct ColumnSumAccumulate {  // g[c] += sum_r x[r, c]   (bias gradient)
+  float* g;
+  const float* x;
+  int64_t rows, cols;
+  DTRAIN_HD void operator()(int64_t c) const {
+    float s = 0.f;
+    for (int64_t r = 0; r < rows; ++r) s += x[r * cols + c];
+    g[c] += s;
+  }
+};
+
+struct ReluForward {
+  float* y;
+  const float* x;
+  DTRAIN_HD void operator()(int64_t i) const { y[i] = x[i] > 0.f ? x[i] : 0.f; }
+};
+
+struct ReluBackward {  // uses the output: y > 0 exactly where x > 0
+  float* dx;
+  const float* dy;
+  const float* y;
+  DTRAIN_HD void operator()(int64_t i) const { dx[i] = y[i] > 0.f ? dy[i] : 0.f; }
+};
+
+// Counter-based hash (splitmix64): the same mask on every device for the same seed/counter.
+DTRAIN_HD inline float uniform01(uint64_t seed, uint64_t counter) {
+  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (counter + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // 24 bits -> [0, 1)
+}
+
+struct DropoutForward {  // mask holds 0 or 1/(1-p)
+  float* y;
+  float* mask;
+  const float* x;
+  float p;
+  uint64_t seed, offset;
+  DTRAIN_HD void operator()(int64_t i) const {
+    float m = uniform01(seed, offset + static_cast<uint64_t>(i)) < p ? 0.f : 1.f / (1.f - p);
+    mask[i] = m;
+    y[i] = x[i] * m;
+  }
+};
+
+struct Multiply {  // y = a * b
+  float* y;
+  const float* a;
+  const float* b;
+  DTRAIN_HD void operator()(int64_t i) const { y[i] = a[i] * b[i]; }
+};
+
+// ---- Conv2d (im2col + GEMM) and MaxPool2d, NCHW ----
+
+struct ConvGeometry {
+  int64_t c, h, w;         // input channels and size
+  int64_t kh, kw, stride, pad;
+  int64_t oh, ow;          // output size
+};
+
+struct Im2col {  // col[(ci*kh + ky)*kw + kx, oy*ow + ox] = x[ci, oy*s - p + ky, ox*s - p + kx]
+  float* col;
+  const float* x;  // one sample [c, h, w]
+  ConvGeometry g;
+  DTRAIN_HD void operator()(int64_t i) const {
+    int64_t ohw = g.oh * g.ow;
+    int64_t row = i / ohw, pos = i % ohw;
+    int64_t kx = row % g.kw, ky = (row / g.kw) % g.kh, ci = row / (g.kw * g.kh);
+    int64_t iy = (pos / g.ow) * g.stride - g.pad + ky, ix = (pos % g.ow) * g.stride - g.pad + kx;
+    col[i] = (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) ? x[(ci * g.h + iy) * g.w + ix] : 0.f;
+  }
+};
+
+struct Col2imAccumulate {  // dx[ci, iy, ix] += sum of the col entries that read it (gather: no atomics)
+  float* dx;
+  const float* col;
+  ConvGeometry g;
+  DTRAIN_HD void operator()(int64_t i) const {
+    int64_t ix = i % g.w, iy = (i / g.w) % g.h, ci = i / (g.w * g.h);
+    float s = 0.f;
+    for (int64_t ky = 0; ky < g.kh; ++ky) {
+      int64_t ty = iy + g.pad - ky;
+      if (ty < 0 || ty % g.stride != 0 || ty / g.stride >= g.oh) continue;
+      for (int64_t kx = 0; kx < g.kw; ++kx) {
+        int64_t tx = ix + g.pad - kx;
+        if (tx < 0 || tx % g.stride != 0 || tx / g.stride >= g.ow) continue;
+        int64_t row = (ci * g.kh + ky) * g.kw + kx;
+        s += col[row * g.oh * g.ow + (ty / g.stride) * g.ow + tx / g.stride];
+      }
+    }
+    dx[i] += s;
+  }
+};
+
+struct ChannelBiasAdd {  // y[n, oc, p] += b[oc]
+  float* y;
+  const float* b;
+  int64_t channels, plane;
+  DTRAIN_HD void operator()(int64_t i) const { y[i] += b[(i / plane) % channels]; }
+};
+
+struct ChannelSumAccumulate {  // g[oc] += sum_{n, p} dy[n, oc, p]
+  float* g;
+  const float* dy;
+  int64_t batch, channels, plane;
+  DTRAIN_HD void operator()(int64_t oc) const {
+    float s = 0.f;
+    for (int64_t n = 0; n < batch; ++n)
+      for (int64_t p = 0; p < plane; ++p) s += dy[(n * channels + oc) * plane + p];
+    g[oc] += s;
+  }
+};
+
+struct MaxPoolForward {  // one output element; argmax is the input offset within its plane
+  float* y;
+  int32_t* argmax;
+  const float* x;
+  ConvGeometry g;  // c = planes (n * channels); kh = kw = kernel
+  DTRAIN_HD void operator()(int64_t i) const {
+    int64_t ox = i % g.ow, oy = (i / g.ow) % g.oh, plane = i / (g.ow * g.oh);
+    const float* xp = x + plane * g.h * g.w;
+    float best = -INFINITY;
+    int32_t best_at = -1;
+    for (int64_t ky = 0; ky < g.kh; ++ky) {
+      int64_t iy = oy * g.stride - g.pad + ky;
+      if (iy < 0 || iy >= g.h) continue;
+      for (int64_t kx = 0; kx < g.kw; ++kx) {
+        int64_t ix = ox * g.stride - g.pad + kx;
+        if (ix < 0 || ix >= g.w) continue;
+        float v = xp[iy * g.w + ix];
+        if (v > best || best_at < 0) {
+          best = v;
+          best_at = static_cast<int32_t>(iy * g.w + ix);
+        }
+      }
+    }
+    y[i] = best;
+    argmax[i] = best_at;
+  }
+};
+
+struct MaxPoolBackward {  // one input element gathers from the windows whose max it was
+  float* dx;
+  const float* dy;
+  const int32_t* argmax;
+  ConvGeometry g;
+  DTRAIN_HD void operator()(int64_t i) const {
+    int64_t ix = i % g.w, iy = (i / g.w) % g.h, plane = i / (g.w * g.h);
+    int32_t self = static_cast<int32_t>(iy * g.w + ix);
+    float s = 0.f;
+    for (int64_t ky = 0; ky < g.kh; ++ky) {
+      int64_t ty = iy + g.pad - ky;
+      if (ty < 0 || ty % g.stride != 0 || ty / g.stride >= g.oh) continue;
+      for (int64_t kx = 0; kx < g.kw; ++kx) {
+        int64_t tx = ix + g.pad - kx;
+        if (tx < 0 || tx % g.stride != 0 || tx / g.stride >= g.ow) continue;
+        int64_t o = (plane * g.oh + ty / g.stride) * g.ow + tx / g.stride;
+        if (argmax[o] == self) s += dy[o];
+      }
+    }
+    dx[i] = s;
+  }
+};
+
+// ---- Cross-entropy: log-softmax fused, max-subtracted for stability ----
+
+struct CrossEntropyRows {  // per row: loss_w[r] = w[y]*(-log softmax[y]), weight[r] = w[y],
+  float* grad;             // grad[r, :] = w[y] * (softmax - onehot(y))  (unscaled)
+  float* row_loss;
+  float* row_weight;
+  const float* logits;
+  const int32_t* labels;
+  const float* class_weight;  // nullptr: all ones
+  int64_t classes;
+  DTRAIN_HD void operator()(int64_t r) const {
+    const float* z = logits + r * classes;
+    float* g = grad + r * classes;
+    int32_t y = labels[r];
+    if (y < 0 || y >= classes) {  // the data layer validates labels; never index out of bounds
+      row_loss[r] = NAN;
+      row_weight[r] = 0.f;
+      for (int64_t c = 0; c < classes; ++c) g[c] = 0.f;
+      return;
+    }
+    float m = z[0];
+    for (int64_t c = 1; c < classes; ++c) m = z[c] > m ? z[c] : m;
+    float sum = 0.f;
+    for (int64_t c = 0; c < classes; ++c) sum += expf(z[c] - m);
+    float log_sum = logf(sum);
+    float w = class_weight ? class_weight[y] : 1.f;
+    for (int64_t c = 0; c < classes; ++c) g[c] = w * (expf(z[c] - m - log_sum) - (c == y ? 1.f : 0.f));
+    row_loss[r] = w * (log_sum + m - z[y]);
+    row_weight[r] = w;
+  }
+};
+
+struct CrossEntropyTotal {  // one thread: out[0] = loss (mean or sum), out[1] = grad scale
+  float* out;
+  const float* row_loss;
+  const float* row_weight;
+  int64_t rows;
+  bool mean;
+  DTRAIN_HD void operator()(int64_t) const {
+    float l = 0.f, w = 0.f;
+    for (int64_t r = 0; r < rows; ++r) {
+      l += row_loss[r];
+      w += row_weight[r];
+    }
+    float s = mean ? (w > 0.f ? 1.f / w : 0.f) : 1.f;
+    out[0] = l * s;
+    out[1] = s;
+  }
+};
+
+struct ScaleByDeviceScalar {  // y *= *s (the scale lives on the device: no host round trip)
+  float* y;
+  const float* s;
+  DTRAIN_HD void operator()(int64_t i) const { y[i] *= *s; }
+};
+
+struct ArgmaxEquals {  // hit[r] = 1 if argmax(logits[r]) == labels[r]
+  float* hit;
+  const float* logits;
+  const int32_t* labels;
+  int64_t classes;
+  DTRAIN_HD void operator()(int64_t r) const {
+    const float* z = logits + r * classes;
+    int64_t best = 0;
+    for (int64_t c = 1; c < classes; ++c) best = z[c] > z[best] ? c : best;
+    hit[r] = best == labels[r] ? 1.f : 0.f;
+  }
+};
+
+// ---- Optimizers (PyTorch's update rules) ----
+
+struct SgdUpdate {
+  float* p;
+  const float* g;
+  float* buf;  // momentum buffer (unused when momentum == 0)
+  float lr, momentum, dampening, weight_decay;
+  bool nesterov, first_step;
+  DTRAIN_HD void operator()(int64_t i) const {
+    float d = g[i] + weight_decay * p[i];
+    if (momentum != 0.f) {
+      float b = first_step ? d : momentum * buf[i] + (1.f - dampening) * d;
+      buf[i] = b;
+      d = nesterov ? d + momentum * b : b;
+    }
+    p[i] -= lr * d;
+  }
+};
+
+struct AdamWUpdate {
+  float* p;
+  const float* g;
+  float* m;
+  float* v;
+  float lr, beta1, beta2, eps, weight_decay;
+  float bias_correction1, bias_correction2;  // 1 - beta^t
+  DTRAIN_HD void operator()(int64_t i) const {
+    p[i] *= 1.f - lr * weight_decay;
+    float mi = beta1 * m[i] + (1.f - beta1) * g[i];
+    float vi = beta2 * v[i] + (1.f - beta2) * g[i] * g[i];
+    m[i] = mi;
+    v[i] = vi;
+    p[i] -= lr * (mi / bias_correction1) / (sqrtf(vi / bias_correction2) + eps);
+  }
+};
+
+}  // namespace dtrain::kernels

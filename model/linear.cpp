@@ -1,0 +1,60 @@
+#include "model/linear.h"
+
+#include "core/error.h"
+#include "core/ops.h"
+#include "model/kernels.h"
+
+namespace dtrain {
+
+Linear::Linear(int64_t in_features, int64_t out_features, Device device, InitRng& rng, bool bias)
+    : in_(in_features), out_(out_features), has_bias_(bias) {
+  weight_ = {"weight", Tensor::empty({out_, in_}, device), Tensor::zeros({out_, in_}, device)};
+  uniform_init(weight_.value, fan_in_bound(in_), rng);
+  if (has_bias_) {
+    bias_ = {"bias", Tensor::empty({out_}, device), Tensor::zeros({out_}, device)};
+    uniform_init(bias_.value, fan_in_bound(in_), rng);
+  }
+}
+
+Tensor Linear::forward(const Tensor& input) {
+  DTRAIN_CHECK(input.ndim() == 2 && input.dim(1) == in_, "Linear({}, {}) got input {}", in_, out_,
+               shape_str(input.shape()));
+  const Device dev = weight_.value.device();
+  const int64_t batch = input.dim(0);
+  input_ = input;
+  ensure_tensor(output_, {batch, out_}, dev);
+  float beta = 0.f;
+  if (has_bias_) {  // bias becomes the GEMM's C: no separate pass over the output
+    launch(dev, output_.numel(), kernels::BroadcastRows{output_.data(), bias_.value.data(), out_});
+    beta = 1.f;
+  }
+  gemm(dev, false, true, batch, out_, in_, 1.f, input.data(), weight_.value.data(), beta, output_.data());
+  return output_;
+}
+
+Tensor Linear::backward(const Tensor& grad_output, bool need_input_grad) {
+  const Device dev = weight_.value.device();
+  const int64_t batch = input_.dim(0);
+  DTRAIN_CHECK(grad_output.numel() == batch * out_, "Linear backward got {}", shape_str(grad_output.shape()));
+  // Bias first, then weight: reverse parameter order, and each hook fires before the
+  // input-gradient GEMM so its all-reduce overlaps that GEMM.
+  if (has_bias_) {
+    launch(dev, out_, kernels::ColumnSumAccumulate{bias_.grad.data(), grad_output.data(), batch, out_});
+    grad_ready(bias_);
+  }
+  gemm(dev, true, false, out_, in_, batch, 1.f, grad_output.data(), input_.data(), 1.f, weight_.grad.data());
+  grad_ready(weight_);
+  if (!need_input_grad) return {};
+  ensure_tensor(grad_input_, {batch, in_}, dev);
+  gemm(dev, false, false, batch, in_, out_, 1.f, grad_output.data(), weight_.value.data(), 0.f, grad_input_.data());
+  return grad_input_;
+}
+
+std::vector<Parameter*> Linear::parameters() {
+  if (has_bias_) return {&weight_, &bias_};
+  return {&weight_};
+}
+
+std::string Linear::describe() const { return fmt::format("Linear({}, {})", in_, out_); }
+
+}  // namespace dtrain

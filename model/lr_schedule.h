@@ -1,0 +1,21 @@
+// Learning-rate schedules, per epoch as PyTorch's StepLR and CosineAnnealingLR (closed form).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace dtrain {
+
+struct LrSchedule {
+  enum class Kind { kConstant, kStep, kCosine } kind = Kind::kConstant;
+  float base_lr = 0.01f;
+  int64_t step_size = 1;  // kStep: multiply by gamma every step_size epochs
+  float gamma = 0.1f;
+  int64_t total_epochs = 1;  // kCosine: T_max
+  float min_lr = 0.f;        // kCosine: eta_min
+
+  float lr_at(int64_t epoch) const;  // epoch counts from 0
+  static Kind parse_kind(const std::string& name);  // "none" | "step" | "cosine"
+};
+
+}  // namespace dtrain

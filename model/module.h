@@ -1,0 +1,53 @@
+// Module: the layer interface. forward() caches what backward() needs; backward() accumulates
+// parameter gradients (PyTorch semantics: += until the optimizer's zero_grad) and calls the
+// gradient-ready hook for each parameter the moment its gradient for this backward is final,
+// in backward order. DDP uses that hook to start bucket all-reduces while backward continues.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace dtrain {
+
+struct Parameter {
+  std::string name;  // "0.weight", as PyTorch's Sequential names them
+  Tensor value;
+  Tensor grad;  // same shape and device; DDP may replace it with a view into a bucket
+};
+
+using GradReadyHook = std::function<void(Parameter&)>;
+
+class Module {
+ public:
+  virtual ~Module() = default;
+
+  virtual Tensor forward(const Tensor& input) = 0;
+  // Returns the gradient of the input, or an undefined Tensor when !need_input_grad (the
+  // first layer skips that GEMM: the data needs no gradient).
+  virtual Tensor backward(const Tensor& grad_output, bool need_input_grad = true) = 0;
+
+  // Parameters in forward order. Pointers stay valid for the module's lifetime.
+  virtual std::vector<Parameter*> parameters() { return {}; }
+  // Non-trainable state that must match across replicas (none of the built-in layers has any).
+  virtual std::vector<Tensor*> buffers() { return {}; }
+
+  virtual void set_training(bool training) { training_ = training; }
+  bool training() const { return training_; }
+  virtual void set_grad_ready_hook(GradReadyHook hook) { hook_ = std::move(hook); }
+  virtual std::string describe() const = 0;  // "Linear(784, 256)"
+
+ protected:
+  void grad_ready(Parameter& p) {
+    if (hook_) hook_(p);
+  }
+  bool training_ = true;
+
+ private:
+  GradReadyHook hook_;
+};
+
+}  // namespace dtrain

@@ -1,0 +1,52 @@
+#include "model/optimizer.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "model/kernels.h"
+
+namespace dtrain {
+
+void Optimizer::zero_grad() {
+  for (Parameter* p : params_) p->grad.zero_();
+}
+
+Sgd::Sgd(std::vector<Parameter*> params, SgdOptions options) : Optimizer(std::move(params), options.lr), opt_(options) {
+  DTRAIN_CHECK(!opt_.nesterov || (opt_.momentum > 0.f && opt_.dampening == 0.f),
+               "Nesterov momentum needs momentum > 0 and dampening 0");
+  if (opt_.momentum != 0.f)
+    for (Parameter* p : params_) momentum_.push_back(Tensor::zeros(p->value.shape(), p->value.device()));
+}
+
+void Sgd::step() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Parameter& p = *params_[i];
+    float* buf = momentum_.empty() ? nullptr : momentum_[i].data();
+    launch(p.value.device(), p.value.numel(),
+           kernels::SgdUpdate{p.value.data(), p.grad.data(), buf, lr_, opt_.momentum, opt_.dampening,
+                              opt_.weight_decay, opt_.nesterov, first_step_});
+  }
+  first_step_ = false;
+}
+
+AdamW::AdamW(std::vector<Parameter*> params, AdamWOptions options)
+    : Optimizer(std::move(params), options.lr), opt_(options) {
+  for (Parameter* p : params_) {
+    m_.push_back(Tensor::zeros(p->value.shape(), p->value.device()));
+    v_.push_back(Tensor::zeros(p->value.shape(), p->value.device()));
+  }
+}
+
+void AdamW::step() {
+  ++t_;
+  const float bc1 = 1.f - std::pow(opt_.beta1, static_cast<float>(t_));
+  const float bc2 = 1.f - std::pow(opt_.beta2, static_cast<float>(t_));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Parameter& p = *params_[i];
+    launch(p.value.device(), p.value.numel(),
+           kernels::AdamWUpdate{p.value.data(), p.grad.data(), m_[i].data(), v_[i].data(), lr_, opt_.beta1,
+                                opt_.beta2, opt_.eps, opt_.weight_decay, bc1, bc2});
+  }
+}
+
+}  // namespace dtrain

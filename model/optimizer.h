@@ -1,0 +1,64 @@
+// Optimizers with PyTorch's update rules: SGD (momentum, dampening, Nesterov, weight decay)
+// and AdamW (decoupled weight decay). State lives on the parameters' device.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/module.h"
+
+namespace dtrain {
+
+class Optimizer {
+ public:
+  explicit Optimizer(std::vector<Parameter*> params, float lr) : params_(std::move(params)), lr_(lr) {}
+  virtual ~Optimizer() = default;
+  virtual void step() = 0;
+  void zero_grad();
+  void set_lr(float lr) { lr_ = lr; }
+  float lr() const { return lr_; }
+
+ protected:
+  std::vector<Parameter*> params_;
+  float lr_;
+};
+
+struct SgdOptions {
+  float lr = 0.01f;
+  float momentum = 0.f;
+  float dampening = 0.f;
+  float weight_decay = 0.f;
+  bool nesterov = false;
+};
+
+class Sgd : public Optimizer {
+ public:
+  Sgd(std::vector<Parameter*> params, SgdOptions options);
+  void step() override;
+
+ private:
+  SgdOptions opt_;
+  std::vector<Tensor> momentum_;
+  bool first_step_ = true;
+};
+
+struct AdamWOptions {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.01f;
+};
+
+class AdamW : public Optimizer {
+ public:
+  AdamW(std::vector<Parameter*> params, AdamWOptions options);
+  void step() override;
+
+ private:
+  AdamWOptions opt_;
+  std::vector<Tensor> m_, v_;
+  int64_t t_ = 0;
+};
+
+}  // namespace dtrain

@@ -1,0 +1,56 @@
+#include "model/sequential.h"
+
+#include <fmt/format.h>
+
+namespace dtrain {
+
+Sequential& Sequential::add(std::unique_ptr<Module> layer) {
+  // Children are named "<index>.<name>" once, here; names are stable for the module's life.
+  for (Parameter* p : layer->parameters()) p->name = fmt::format("{}.{}", layers_.size(), p->name);
+  layers_.push_back(std::move(layer));
+  return *this;
+}
+
+Tensor Sequential::forward(const Tensor& input) {
+  Tensor x = input;
+  for (auto& layer : layers_) x = layer->forward(x);
+  return x;
+}
+
+Tensor Sequential::backward(const Tensor& grad_output, bool need_input_grad) {
+  Tensor g = grad_output;
+  for (size_t i = layers_.size(); i-- > 0;) g = layers_[i]->backward(g, i > 0 || need_input_grad);
+  return g;
+}
+
+std::vector<Parameter*> Sequential::parameters() {
+  std::vector<Parameter*> out;
+  for (auto& layer : layers_)
+    for (Parameter* p : layer->parameters()) out.push_back(p);
+  return out;
+}
+
+std::vector<Tensor*> Sequential::buffers() {
+  std::vector<Tensor*> out;
+  for (auto& layer : layers_)
+    for (Tensor* b : layer->buffers()) out.push_back(b);
+  return out;
+}
+
+void Sequential::set_training(bool training) {
+  Module::set_training(training);
+  for (auto& layer : layers_) layer->set_training(training);
+}
+
+void Sequential::set_grad_ready_hook(GradReadyHook hook) {
+  for (auto& layer : layers_) layer->set_grad_ready_hook(hook);
+  Module::set_grad_ready_hook(std::move(hook));
+}
+
+std::string Sequential::describe() const {
+  std::string s = "Sequential(";
+  for (size_t i = 0; i < layers_.size(); ++i) s += (i ? ", " : "") + layers_[i]->describe();
+  return s + ")";
+}
+
+}  // namespace dtrain

@@ -1,0 +1,33 @@
+// Sequential: runs children in order; backward in reverse. Parameter names are prefixed with
+// the child's index ("0.weight"), as in PyTorch.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "model/module.h"
+
+namespace dtrain {
+
+class Sequential : public Module {
+ public:
+  Sequential& add(std::unique_ptr<Module> layer);
+  template <class M, class... Args>
+  Sequential& emplace(Args&&... args) {
+    return add(std::make_unique<M>(std::forward<Args>(args)...));
+  }
+
+  Tensor forward(const Tensor& input) override;
+  Tensor backward(const Tensor& grad_output, bool need_input_grad = true) override;
+  std::vector<Parameter*> parameters() override;
+  std::vector<Tensor*> buffers() override;
+  void set_training(bool training) override;
+  void set_grad_ready_hook(GradReadyHook hook) override;
+  std::string describe() const override;
+  size_t size() const { return layers_.size(); }
+
+ private:
+  std::vector<std::unique_ptr<Module>> layers_;
+};
+
+}  // namespace dtrain

@@ -1,0 +1,87 @@
+// Optimizers against PyTorch's update rules written out in double, and LR schedules.
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "model/lr_schedule.h"
+#include "model/optimizer.h"
+
+namespace dtrain {
+namespace {
+
+struct OneParam {
+  Parameter p{"w", Tensor::from_vector(std::vector<float>{1.f, -2.f, 0.5f}, {3}),
+              Tensor::zeros({3})};
+  void set_grad(std::vector<float> g) { p.grad.copy_from(Tensor::from_vector(g, {3})); }
+};
+
+const std::vector<std::vector<float>> kGrads = {{0.1f, -0.2f, 0.3f}, {0.5f, 0.1f, -0.1f}, {-0.3f, 0.2f, 0.05f}};
+
+TEST(Sgd, MomentumNesterovWeightDecayMatchPyTorchRule) {
+  for (bool nesterov : {false, true}) {
+    const double lr = 0.1, mom = 0.9, wd = 0.01;
+    OneParam w;
+    Sgd opt({&w.p}, SgdOptions{0.1f, 0.9f, 0.f, 0.01f, nesterov});
+    std::vector<double> p = {1, -2, 0.5}, buf(3);
+    for (size_t step = 0; step < kGrads.size(); ++step) {
+      w.set_grad(kGrads[step]);
+      opt.step();
+      for (int i = 0; i < 3; ++i) {
+        double d = kGrads[step][i] + wd * p[i];
+        buf[i] = step == 0 ? d : mom * buf[i] + d;
+        d = nesterov ? d + mom * buf[i] : buf[i];
+        p[i] -= lr * d;
+      }
+    }
+    std::vector<float> got = w.p.value.to_vector();
+    for (int i = 0; i < 3; ++i) EXPECT_NEAR(got[i], p[i], 1e-6) << "nesterov=" << nesterov;
+  }
+}
+
+TEST(Sgd, PlainAndZeroGrad) {
+  OneParam w;
+  Sgd opt({&w.p}, SgdOptions{0.5f});
+  w.set_grad({1.f, 1.f, 1.f});
+  opt.step();
+  EXPECT_EQ(w.p.value.to_vector(), (std::vector<float>{0.5f, -2.5f, 0.f}));
+  opt.zero_grad();
+  EXPECT_EQ(w.p.grad.to_vector(), (std::vector<float>{0.f, 0.f, 0.f}));
+}
+
+TEST(AdamW, MatchesDecoupledWeightDecayRule) {
+  const double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.1;
+  OneParam w;
+  AdamW opt({&w.p}, AdamWOptions{0.01f, 0.9f, 0.999f, 1e-8f, 0.1f});
+  std::vector<double> p = {1, -2, 0.5}, m(3), v(3);
+  for (size_t step = 0; step < kGrads.size(); ++step) {
+    w.set_grad(kGrads[step]);
+    opt.step();
+    const double t = static_cast<double>(step + 1);
+    for (int i = 0; i < 3; ++i) {
+      const double g = kGrads[step][i];
+      p[i] *= 1 - lr * wd;
+      m[i] = b1 * m[i] + (1 - b1) * g;
+      v[i] = b2 * v[i] + (1 - b2) * g * g;
+      p[i] -= lr * (m[i] / (1 - std::pow(b1, t))) / (std::sqrt(v[i] / (1 - std::pow(b2, t))) + eps);
+    }
+  }
+  std::vector<float> got = w.p.value.to_vector();
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(got[i], p[i], 1e-6);
+}
+
+TEST(LrSchedule, StepAndCosine) {
+  LrSchedule step{LrSchedule::Kind::kStep, 0.1f, 2, 0.5f};
+  EXPECT_FLOAT_EQ(step.lr_at(0), 0.1f);
+  EXPECT_FLOAT_EQ(step.lr_at(1), 0.1f);
+  EXPECT_FLOAT_EQ(step.lr_at(2), 0.05f);
+  EXPECT_FLOAT_EQ(step.lr_at(5), 0.025f);
+  LrSchedule cosine{LrSchedule::Kind::kCosine, 0.1f, 1, 0.1f, 4, 0.001f};
+  EXPECT_FLOAT_EQ(cosine.lr_at(0), 0.1f);
+  EXPECT_NEAR(cosine.lr_at(2), 0.001 + 0.099 * 0.5, 1e-7);
+  EXPECT_NEAR(cosine.lr_at(4), 0.001, 1e-7);
+  EXPECT_THROW(LrSchedule::parse_kind("linear"), UsageError);
+}
+
+}  // namespace
+}  // namespace dtrain
