@@ -3,6 +3,7 @@
 // nothing of models: it moves typed buffers.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -23,7 +24,20 @@ class Work {
   virtual ~Work() = default;
   virtual void wait() = 0;
   virtual bool test() = 0;
+
+  // Steady-clock nanoseconds (steady_now_ns()) when the backend started and finished running
+  // the collective on the host, 0 until known. Traces use them; MPI fills both.
+  int64_t started_ns() const { return started_ns_.load(std::memory_order_acquire); }
+  int64_t finished_ns() const { return finished_ns_.load(std::memory_order_acquire); }
+
+ protected:
+  std::atomic<int64_t> started_ns_{0}, finished_ns_{0};
 };
+
+inline int64_t steady_now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 using WorkHandle = std::shared_ptr<Work>;
 
 class Communicator {
