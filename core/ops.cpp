@@ -37,6 +37,11 @@ void axpy(Tensor& y, const Tensor& x, float alpha) {
   launch(y.device(), y.numel(), kernels::Axpy{y.data(), x.data(), alpha});
 }
 
+int set_cpu_threads(int threads) {
+  if (threads > 0) openblas_set_num_threads(threads);
+  return openblas_get_num_threads();
+}
+
 void set_allow_tf32([[maybe_unused]] bool allow) {
 #ifdef DTRAIN_WITH_CUDA
   cuda::set_allow_tf32(allow);

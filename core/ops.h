@@ -17,6 +17,9 @@ void fill(Tensor& t, float value);
 void scale(Tensor& t, float alpha);            // t *= alpha
 void axpy(Tensor& y, const Tensor& x, float alpha);  // y += alpha * x
 
+// Threads the CPU GEMM may use in this process (OpenBLAS); returns the number in force.
+int set_cpu_threads(int threads);
+
 // Whether cuBLAS may use TF32 tensor cores for float32 GEMM (off by default, as in PyTorch).
 void set_allow_tf32(bool allow);
 

@@ -1,0 +1,85 @@
+#include "ddp/comm_hook.h"
+
+#include <unordered_map>
+
+#include "core/error.h"
+#include "core/kernels.h"
+
+namespace dtrain {
+
+namespace {
+
+class AllreduceHook final : public CommHook {
+ public:
+  WorkHandle run(GradBucket& bucket, Communicator& comm) override {
+    return comm.allreduce_async(bucket.buffer.raw(), bucket.buffer.numel(), DType::kF32, ReduceOp::kAvg);
+  }
+  std::string name() const override { return "allreduce"; }
+};
+
+// Waits for the 16-bit all-reduce, then unpacks into the float32 bucket on the compute stream.
+class UnpackWork final : public Work {
+ public:
+  UnpackWork(WorkHandle inner, Tensor wire, Tensor bucket) : inner_(std::move(inner)), wire_(std::move(wire)),
+                                                             bucket_(std::move(bucket)) {}
+  void wait() override {
+    if (done_) return;
+    inner_->wait();
+    const uint16_t* src = wire_.data_as<uint16_t>();
+    if (wire_.dtype() == DType::kBF16)
+      launch(bucket_.device(), bucket_.numel(), kernels::UnpackBF16{bucket_.data(), src});
+    else
+      launch(bucket_.device(), bucket_.numel(), kernels::UnpackFP16{bucket_.data(), src});
+    started_ns_.store(inner_->started_ns());
+    finished_ns_.store(inner_->finished_ns());
+    done_ = true;
+  }
+  bool test() override { return done_ || inner_->test(); }
+
+ private:
+  WorkHandle inner_;
+  Tensor wire_, bucket_;
+  bool done_ = false;
+};
+
+class CompressHook final : public CommHook {
+ public:
+  explicit CompressHook(DType wire) : wire_dtype_(wire) {
+    DTRAIN_CHECK(wire == DType::kBF16 || wire == DType::kF16, "compression to {}", dtype_name(wire));
+  }
+  WorkHandle run(GradBucket& bucket, Communicator& comm) override {
+    Tensor& wire = wire_buffers_[bucket.index];  // one 16-bit buffer per bucket, reused every step
+    ensure_tensor(wire, bucket.buffer.shape(), bucket.buffer.device(), wire_dtype_);
+    // Pre-divide while packing (sum of x/N instead of sum then /N): one pass, and the 16-bit
+    // sum cannot overflow where the float32 average would not.
+    const float scale = 1.f / static_cast<float>(comm.size());
+    if (wire_dtype_ == DType::kBF16)
+      launch(wire.device(), wire.numel(), kernels::PackBF16{wire.data_as<uint16_t>(), bucket.buffer.data(), scale});
+    else
+      launch(wire.device(), wire.numel(), kernels::PackFP16{wire.data_as<uint16_t>(), bucket.buffer.data(), scale});
+    // The pack ran on the compute stream; the caller already ordered the comm stream after it.
+    comm.stream().wait(*compute_stream(wire.device()).record());
+    WorkHandle inner = comm.allreduce_async(wire.raw(), wire.numel(), wire_dtype_, ReduceOp::kSum);
+    return std::make_shared<UnpackWork>(std::move(inner), wire, bucket.buffer);
+  }
+  std::string name() const override { return wire_dtype_ == DType::kBF16 ? "bf16" : "fp16"; }
+
+ private:
+  DType wire_dtype_;
+  std::unordered_map<size_t, Tensor> wire_buffers_;
+};
+
+}  // namespace
+
+std::unique_ptr<CommHook> make_allreduce_hook() { return std::make_unique<AllreduceHook>(); }
+
+std::unique_ptr<CommHook> make_compress_hook(DType wire_dtype) { return std::make_unique<CompressHook>(wire_dtype); }
+
+std::unique_ptr<CommHook> make_comm_hook(const std::string& name) {
+  if (name == "allreduce" || name == "none") return make_allreduce_hook();
+  if (name == "bf16") return make_compress_hook(DType::kBF16);
+  if (name == "fp16") return make_compress_hook(DType::kF16);
+  throw UsageError(fmt::format("--comm-hook: expected allreduce, bf16 or fp16, got '{}'", name));
+}
+
+}  // namespace dtrain

@@ -1,0 +1,29 @@
+// Communication hooks: how a ready bucket becomes an averaged bucket. The default all-reduces
+// float32 with ReduceOp::kAvg. The compression hooks (PyTorch's bf16/fp16_compress_hook)
+// pack the bucket to 16 bits with the 1/world-size scale folded into the cast, all-reduce the
+// 16-bit words (half the bytes), and unpack into the bucket when the work is waited on.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+#include "ddp/grad_bucket.h"
+
+namespace dtrain {
+
+class CommHook {
+ public:
+  virtual ~CommHook() = default;
+  // Starts the reduction of `bucket.buffer`; after the returned work's wait() the buffer holds
+  // the average over ranks.
+  virtual WorkHandle run(GradBucket& bucket, Communicator& comm) = 0;
+  virtual std::string name() const = 0;
+};
+
+std::unique_ptr<CommHook> make_allreduce_hook();
+std::unique_ptr<CommHook> make_compress_hook(DType wire_dtype);  // kBF16 or kF16
+// "allreduce" | "bf16" | "fp16"; anything else is a UsageError naming the flag.
+std::unique_ptr<CommHook> make_comm_hook(const std::string& name);
+
+}  // namespace dtrain

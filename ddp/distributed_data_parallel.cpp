@@ -1,0 +1,110 @@
+#include "ddp/distributed_data_parallel.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace dtrain {
+
+namespace {
+
+struct ParamSignature {
+  std::vector<std::string> names, shapes;
+  std::string text;  // "name shape\n" per parameter, then buffers
+};
+
+ParamSignature signature_of(Module& module) {
+  ParamSignature s;
+  for (Parameter* p : module.parameters()) {
+    s.names.push_back(p->name);
+    s.shapes.push_back(shape_str(p->value.shape()));
+    s.text += p->name + " " + s.shapes.back() + "\n";
+  }
+  for (Tensor* b : module.buffers()) s.text += "buffer " + shape_str(b->shape()) + "\n";
+  return s;
+}
+
+ParamSignature parse_signature(const std::string& text) {
+  ParamSignature s;
+  s.text = text;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    std::string line = text.substr(start, end - start);
+    size_t space = line.find(' ');
+    s.names.push_back(line.substr(0, space));
+    s.shapes.push_back(line.substr(space + 1));
+    start = end + 1;
+  }
+  return s;
+}
+
+std::string first_difference(const ParamSignature& mine, const ParamSignature& root) {
+  const size_t n = std::min(mine.names.size(), root.names.size());
+  for (size_t i = 0; i < n; ++i) {
+    if (mine.names[i] != root.names[i])
+      return fmt::format("parameter #{} is '{}' here but '{}' on rank 0", i, mine.names[i], root.names[i]);
+    if (mine.shapes[i] != root.shapes[i])
+      return fmt::format("parameter '{}' has shape {} here but {} on rank 0", mine.names[i], mine.shapes[i],
+                         root.shapes[i]);
+  }
+  return fmt::format("{} parameters and buffers here but {} on rank 0", mine.names.size(), root.names.size());
+}
+
+}  // namespace
+
+void verify_same_model_on_all_ranks(Module& module, Communicator& comm) {
+  ParamSignature mine = signature_of(module);
+  // Broadcast rank 0's signature (length, then int32 words) and compare locally: every rank
+  // then knows whether it differs, and one all-reduce tells everyone whether anyone does.
+  int32_t len = static_cast<int32_t>(mine.text.size());
+  comm.broadcast(&len, 1, DType::kI32, 0);
+  std::vector<int32_t> words(static_cast<size_t>((len + 3) / 4), 0);
+  if (comm.rank() == 0) std::copy(mine.text.begin(), mine.text.end(), reinterpret_cast<char*>(words.data()));
+  comm.broadcast(words.data(), static_cast<int64_t>(words.size()), DType::kI32, 0);
+  const std::string root_text(reinterpret_cast<const char*>(words.data()), static_cast<size_t>(len));
+  int32_t differs = root_text != mine.text ? 1 : 0;
+  int32_t ranks_differing = differs;
+  comm.allreduce(&ranks_differing, 1, DType::kI32, ReduceOp::kSum);
+  if (differs)
+    throw Error(fmt::format("rank {} disagrees with rank 0 on the model: {}", comm.rank(),
+                            first_difference(mine, parse_signature(root_text))));
+  if (ranks_differing)
+    throw Error(fmt::format("{} rank(s) disagree with rank 0 on the model (their errors name the difference)",
+                            ranks_differing));
+}
+
+DistributedDataParallel::DistributedDataParallel(Module& module, Communicator& comm, DdpOptions options,
+                                                 Tracer* tracer, Stream* compute)
+    : module_(module), comm_(comm), tracer_(tracer) {
+  verify_same_model_on_all_ranks(module_, comm_);
+  std::vector<WorkHandle> pending;
+  for (Parameter* p : module_.parameters())
+    pending.push_back(comm_.broadcast_async(p->value.raw(), p->value.numel(), p->value.dtype(), 0));
+  for (Tensor* b : module_.buffers()) pending.push_back(comm_.broadcast_async(b->raw(), b->numel(), b->dtype(), 0));
+  for (auto& w : pending) w->wait();
+
+  ReducerOptions ro{options.first_bucket_bytes, options.bucket_cap_bytes, options.find_unused_parameters};
+  reducer_ = std::make_unique<Reducer>(module_.parameters(), comm_, make_comm_hook(options.comm_hook), ro, compute,
+                                       tracer_);
+  module_.set_grad_ready_hook([this](Parameter& p) { reducer_->mark_ready(p); });
+}
+
+DistributedDataParallel::~DistributedDataParallel() { module_.set_grad_ready_hook(nullptr); }
+
+Tensor DistributedDataParallel::forward(const Tensor& input) {
+  ScopedSpan span(tracer_, "forward");
+  return module_.forward(input);
+}
+
+void DistributedDataParallel::backward(const Tensor& grad_output) {
+  reducer_->prepare_for_backward(sync_);
+  {
+    ScopedSpan span(tracer_, "backward");
+    module_.backward(grad_output, false);
+  }
+  ScopedSpan span(tracer_, "gradient sync wait");
+  reducer_->finalize_backward();
+}
+
+}  // namespace dtrain

@@ -1,0 +1,135 @@
+#include "ddp/reducer.h"
+
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace dtrain {
+
+Reducer::Reducer(std::vector<Parameter*> params, Communicator& comm, std::unique_ptr<CommHook> hook,
+                 ReducerOptions options, Stream* compute, Tracer* tracer)
+    : params_(std::move(params)), comm_(comm), hook_(std::move(hook)), options_(options), tracer_(tracer) {
+  DTRAIN_CHECK(!params_.empty(), "DistributedDataParallel needs a module with parameters");
+  const Device device = params_.front()->value.device();
+  compute_ = compute ? compute : &compute_stream(device);
+
+  std::vector<size_t> bytes;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    DTRAIN_CHECK(params_[i]->value.device() == device, "parameter {} is on {}, the first on {}", params_[i]->name,
+                 params_[i]->value.device().str(), device.str());
+    index_of_[params_[i]] = i;
+    bytes.push_back(params_[i]->value.nbytes());
+  }
+  bucket_of_.resize(params_.size());
+  ready_.assign(params_.size(), false);
+  used_since_sync_.assign(params_.size(), false);
+
+  // Gradients become views into the bucket buffers (their current values are kept), so the
+  // all-reduce reads and writes them in place: no copy in, no copy out.
+  for (auto& members : compute_bucket_plan(bytes, options_.first_bucket_bytes, options_.bucket_cap_bytes)) {
+    GradBucket b;
+    b.index = buckets_.size();
+    b.params = std::move(members);
+    int64_t numel = 0;
+    for (size_t p : b.params) {
+      b.offsets.push_back(numel);
+      numel += params_[p]->value.numel();
+    }
+    b.buffer = Tensor::zeros({numel}, device);
+    for (size_t k = 0; k < b.params.size(); ++k) {
+      Parameter& p = *params_[b.params[k]];
+      Tensor view = b.buffer.slice(b.offsets[k], p.value.shape());
+      if (p.grad.defined()) view.copy_from(p.grad);
+      p.grad = view;
+      bucket_of_[b.params[k]] = b.index;
+    }
+    buckets_.push_back(std::move(b));
+  }
+}
+
+void Reducer::prepare_for_backward(bool sync) {
+  sync_ = sync;
+  in_backward_ = true;
+  std::fill(ready_.begin(), ready_.end(), false);
+  for (GradBucket& b : buckets_) {
+    DTRAIN_CHECK(!b.work, "backward started while bucket {} is still in flight", b.index);
+    b.pending = b.params.size();
+  }
+  next_to_launch_ = 0;
+}
+
+void Reducer::mark_ready(Parameter& param) {
+  auto it = index_of_.find(&param);
+  DTRAIN_CHECK(it != index_of_.end(), "gradient hook for '{}', which DDP does not manage", param.name);
+  const size_t i = it->second;
+  if (!in_backward_) return;  // a backward outside DDP's control (e.g. a test calling the module)
+  if (ready_[i])
+    throw Error(fmt::format("parameter '{}' produced its gradient twice in one backward; dtrain's DDP expects "
+                            "each parameter to be used once per forward",
+                            param.name));
+  ready_[i] = true;
+  used_since_sync_[i] = true;
+  if (!sync_) return;
+  GradBucket& b = buckets_[bucket_of_[i]];
+  if (--b.pending == 0) launch_ready_buckets();
+}
+
+void Reducer::launch_ready_buckets() {
+  while (next_to_launch_ < buckets_.size() && buckets_[next_to_launch_].pending == 0) {
+    launch(buckets_[next_to_launch_]);
+    ++next_to_launch_;
+    if (in_backward_) ++stats_.buckets_launched_during_backward;
+  }
+}
+
+void Reducer::launch(GradBucket& bucket) {
+  // Note [Stream ordering]
+  comm_.stream().wait(*compute_->record());
+  bucket.launched_ns = steady_now_ns();
+  bucket.work = hook_->run(bucket, comm_);
+}
+
+void Reducer::finalize_backward() {
+  in_backward_ = false;
+  if (!sync_) return;
+  std::vector<std::string> missing;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (ready_[i]) continue;
+    if (!options_.find_unused_parameters) {
+      missing.push_back(params_[i]->name);
+      continue;
+    }
+    // Unused in this step: its gradient is zero, unless no_sync steps accumulated one.
+    if (!used_since_sync_[i]) params_[i]->grad.zero_();
+    ready_[i] = true;
+    --buckets_[bucket_of_[i]].pending;
+  }
+  if (!missing.empty()) {
+    // Buckets already launched must finish before we report, so no collective is left dangling.
+    for (GradBucket& b : buckets_)
+      if (b.work) std::exchange(b.work, nullptr)->wait();
+    throw Error(fmt::format("parameter(s) {} received no gradient in this backward; pass "
+                            "--find-unused-parameters if some parameters do not take part in every step",
+                            fmt::join(missing, ", ")));
+  }
+  const int64_t before = next_to_launch_;
+  launch_ready_buckets();
+  stats_.buckets_launched_in_finalize += static_cast<int64_t>(next_to_launch_) - before;
+  DTRAIN_CHECK(next_to_launch_ == buckets_.size(), "only {} of {} buckets launched", next_to_launch_, buckets_.size());
+  for (GradBucket& b : buckets_) {
+    WorkHandle work = std::exchange(b.work, nullptr);
+    work->wait();
+    if (tracer_ && tracer_->enabled()) {
+      const int64_t start = work->started_ns() ? work->started_ns() : b.launched_ns;
+      const int64_t end = work->finished_ns() ? work->finished_ns() : steady_now_ns();
+      tracer_->add(fmt::format("allreduce bucket {} ({} KiB)", b.index, b.buffer.nbytes() / 1024), "comm", 1, start,
+                   end);
+    }
+  }
+  std::fill(used_since_sync_.begin(), used_since_sync_.end(), false);
+  ++stats_.synced_backwards;
+}
+
+}  // namespace dtrain

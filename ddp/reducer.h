@@ -1,0 +1,77 @@
+// Reducer: the trigger and completion of gradient synchronisation (PyTorch's reducer split:
+// the plan is ddp/bucket_plan.h, the state ddp/grad_bucket.h, the reduction ddp/comm_hook.h).
+//
+// Note [Launch order]: a bucket whose gradients are all ready is launched only when every
+// lower-numbered bucket has been launched, so every rank issues the same collectives in the
+// same order whatever order its gradients arrive in.
+//
+// Note [Stream ordering]: launching a bucket records an event on the compute stream and makes
+// the communication stream wait on it before the all-reduce; finalize() makes the compute
+// stream wait on each all-reduce. On CUDA no host thread blocks inside backward; on CPU the
+// events are complete when recorded and MPI's wait blocks until the comm thread is done.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/stream.h"
+#include "ddp/bucket_plan.h"
+#include "ddp/comm_hook.h"
+#include "ddp/grad_bucket.h"
+#include "ddp/trace.h"
+#include "model/module.h"
+
+namespace dtrain {
+
+struct ReducerOptions {
+  size_t first_bucket_bytes = kDefaultFirstBucketBytes;
+  size_t bucket_cap_bytes = kDefaultBucketCapBytes;
+  bool find_unused_parameters = false;
+};
+
+// What the reducer did, for tests and traces (instrumentation, not timing).
+struct ReducerStats {
+  int64_t synced_backwards = 0;
+  int64_t buckets_launched_during_backward = 0;  // from a gradient hook, before backward returned
+  int64_t buckets_launched_in_finalize = 0;
+};
+
+class Reducer {
+ public:
+  // `compute` defaults to the device's compute stream; tests pass a recording stream.
+  Reducer(std::vector<Parameter*> params, Communicator& comm, std::unique_ptr<CommHook> hook, ReducerOptions options,
+          Stream* compute = nullptr, Tracer* tracer = nullptr);
+
+  void prepare_for_backward(bool sync);  // sync == false inside no_sync: gradients only accumulate
+  void mark_ready(Parameter& param);     // the gradient-ready hook
+  void finalize_backward();              // after backward: launch the rest, wait, averaged grads
+
+  const std::vector<GradBucket>& buckets() const { return buckets_; }
+  const ReducerStats& stats() const { return stats_; }
+  const CommHook& hook() const { return *hook_; }
+
+ private:
+  void launch_ready_buckets();  // Note [Launch order]
+  void launch(GradBucket& bucket);
+
+  std::vector<Parameter*> params_;
+  Communicator& comm_;
+  std::unique_ptr<CommHook> hook_;
+  ReducerOptions options_;
+  Stream* compute_;
+  Tracer* tracer_;
+  std::vector<GradBucket> buckets_;
+  std::unordered_map<const Parameter*, size_t> index_of_;
+  std::vector<size_t> bucket_of_;            // parameter index -> bucket
+  std::vector<bool> ready_;                  // this backward
+  std::vector<bool> used_since_sync_;        // any backward since the last synced one (no_sync)
+  size_t next_to_launch_ = 0;
+  bool sync_ = true;
+  bool in_backward_ = false;
+  ReducerStats stats_;
+};
+
+}  // namespace dtrain

@@ -1,0 +1,192 @@
+#include "ddp/trainer.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <optional>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "core/device_select.h"
+#include "core/error.h"
+#include "core/ops.h"
+#include "data/data_loader.h"
+#include "data/distributed_sampler.h"
+#include "data/mnist.h"
+#include "ddp/distributed_data_parallel.h"
+#include "model/loss.h"
+#include "model/optimizer.h"
+
+namespace dtrain {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& c, std::vector<Parameter*> params) {
+  if (c.optimizer == "sgd")
+    return std::make_unique<Sgd>(std::move(params), SgdOptions{c.lr, c.momentum, 0.f, c.weight_decay, c.nesterov});
+  if (c.optimizer == "adamw") {
+    AdamWOptions o;
+    o.lr = c.lr;
+    o.weight_decay = c.weight_decay;
+    return std::make_unique<AdamW>(std::move(params), o);
+  }
+  throw UsageError(fmt::format("--optimizer: expected sgd or adamw, got '{}'", c.optimizer));
+}
+
+// Host batch -> tensors on the device (the batch itself on CPU: no copy).
+struct DeviceBatch {
+  Tensor images, labels;
+  void stage(const Batch& b, Device device) {
+    if (device.is_cpu()) {
+      images = b.images;
+      labels = b.labels;
+      return;
+    }
+    ensure_tensor(images, b.images.shape(), device);
+    ensure_tensor(labels, b.labels.shape(), device, DType::kI32);
+    images.copy_from(b.images);
+    labels.copy_from(b.labels);
+  }
+};
+
+// Loss and accuracy on this rank's shard of the test set (i = rank, rank + size, ...: no
+// padding, so every sample counts once), summed over ranks.
+std::pair<double, double> evaluate(Module& model, const Dataset& test, Communicator& comm, Device device) {
+  std::vector<int64_t> shard;
+  for (int64_t i = comm.rank(); i < test.size(); i += comm.size()) shard.push_back(i);
+  DataLoader loader(test, 1000);
+  loader.start_epoch(std::move(shard));
+  model.set_training(false);
+  CrossEntropyLoss loss_fn(Reduction::kSum);
+  Batch batch;
+  DeviceBatch staged;
+  double totals[3] = {0, 0, 0};  // loss sum, correct, count
+  while (loader.next(batch)) {
+    staged.stage(batch, device);
+    Tensor logits = model.forward(staged.images);
+    totals[0] += loss_value(loss_fn.forward(logits, staged.labels));
+    totals[1] += static_cast<double>(count_correct(logits, staged.labels));
+    totals[2] += static_cast<double>(batch.size);
+  }
+  model.set_training(true);
+  float sums[3] = {static_cast<float>(totals[0]), static_cast<float>(totals[1]), static_cast<float>(totals[2])};
+  comm.allreduce(sums, 3, DType::kF32, ReduceOp::kSum);
+  return {sums[0] / std::max(sums[2], 1.f), sums[1] / std::max(sums[2], 1.f)};
+}
+
+int default_cpu_threads(const Communicator& comm) {
+  if (std::getenv("OPENBLAS_NUM_THREADS")) return 0;  // the launcher or the user decided
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / std::max(1, comm.local_size()));
+}
+
+}  // namespace
+
+TrainResult train(const TrainConfig& c, Communicator& comm) {
+  const bool log = comm.rank() == 0 && !c.quiet;
+  const DeviceChoice choice = select_device(c.device, comm.local_rank(), comm.local_size(), c.allow_gpu_sharing);
+  const Device device = choice.device;
+  if (!choice.log_line.empty() && comm.local_rank() == 0 && !c.quiet)
+    fmt::print("rank {}: {}\n", comm.rank(), choice.log_line);
+  if (device.is_cuda()) set_allow_tf32(c.tf32);
+  const int threads = set_cpu_threads(c.threads > 0 ? c.threads : default_cpu_threads(comm));
+
+  const Normalize norm{c.norm_mean, c.norm_std};
+  auto train_set = MnistDataset::load(c.data_dir, Split::kTrain, norm, c.train_limit);
+  auto test_set = MnistDataset::load(c.data_dir, Split::kTest, norm, c.test_limit);
+
+  auto model = build_model(c.model, train_set->sample_shape(), train_set->num_classes(), device, c.seed);
+  Tracer tracer(!c.trace_path.empty());
+  DdpOptions ddp_options;
+  ddp_options.bucket_cap_bytes = static_cast<size_t>(c.bucket_cap_mb * 1024 * 1024);
+  ddp_options.find_unused_parameters = c.find_unused_parameters;
+  ddp_options.comm_hook = c.comm_hook;
+  // One process needs no gradient sync; DDP would only add a comm-thread round trip per step.
+  std::optional<DistributedDataParallel> ddp;
+  if (comm.size() > 1) ddp.emplace(*model, comm, ddp_options, &tracer);
+  auto optimizer = make_optimizer(c, model->parameters());
+  const LrSchedule schedule{c.lr_schedule, c.lr, c.lr_step_size, c.lr_gamma, c.epochs, 0.f};
+
+  if (log)
+    fmt::print("dtrain: {} on {} rank(s), device {}, {} BLAS thread(s)/rank, batch {}/rank, {} train / {} test samples\n",
+               model->describe(), comm.size(), device.str(), threads, c.batch_size, train_set->size(),
+               test_set->size());
+
+  DistributedSampler sampler(train_set->size(), comm.size(), comm.rank(), true, c.seed);
+  DataLoader loader(*train_set, c.batch_size);
+  CrossEntropyLoss loss_fn;
+  Batch batch;
+  DeviceBatch staged;
+  TrainResult result;
+  result.world_size = comm.size();
+  result.device = device.str();
+  const float micro_scale = 1.f / static_cast<float>(c.accumulate);
+
+  for (int64_t epoch = 0; epoch < c.epochs; ++epoch) {
+    sampler.set_epoch(epoch);
+    loader.start_epoch(sampler.indices());
+    optimizer->set_lr(schedule.lr_at(epoch));
+    const int64_t batches = loader.num_batches();
+    int64_t epoch_samples = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t b = 0; loader.next(batch); ++b) {
+      staged.stage(batch, device);
+      const int64_t micro = b % c.accumulate;
+      const bool step_now = micro == c.accumulate - 1 || b == batches - 1;
+      if (micro == 0) optimizer->zero_grad();
+      Tensor logits = ddp ? ddp->forward(staged.images) : model->forward(staged.images);
+      Tensor loss = loss_fn.forward(logits, staged.labels);
+      Tensor grad = loss_fn.backward();
+      if (c.accumulate > 1) scale(grad, micro_scale);  // the step sees the mean over micro-batches
+      if (!ddp) {
+        ScopedSpan span(&tracer, "backward");
+        model->backward(grad, false);
+      } else if (step_now) {
+        ddp->backward(grad);
+      } else {
+        auto guard = ddp->no_sync();
+        ddp->backward(grad);
+      }
+      if (step_now) {
+        ScopedSpan span(&tracer, "optimizer step");
+        optimizer->step();
+      }
+      epoch_samples += batch.size;
+      if (log && b % c.log_interval == 0)
+        fmt::print("Train Epoch: {} [{}/{} ({:.0f}%)] Loss: {:.6f}\n", epoch + 1, b * c.batch_size * comm.size(),
+                   train_set->size(), 100.0 * static_cast<double>(b) / static_cast<double>(batches),
+                   loss_value(loss));
+    }
+    if (device.is_cuda()) compute_stream(device).synchronize();
+    const double seconds = seconds_since(t0);
+    const int64_t global_samples = epoch_samples * comm.size();  // every rank runs the same count
+    result.train_samples += global_samples;
+    result.train_seconds += seconds;
+
+    auto [test_loss, test_acc] = evaluate(*model, *test_set, comm, device);
+    result.test_loss = test_loss;
+    result.test_accuracy = test_acc;
+    if (log) {
+      fmt::print("Test set: Average loss: {:.4f}, Accuracy: {:.0f}/{} ({:.2f}%)\n", test_loss,
+                 test_acc * static_cast<double>(test_set->size()), test_set->size(), 100.0 * test_acc);
+      fmt::print("Epoch {}: {:.1f} samples/s ({} samples in {:.2f} s on {} rank(s))\n", epoch + 1,
+                 static_cast<double>(global_samples) / seconds, global_samples, seconds, comm.size());
+    }
+  }
+  result.samples_per_second = result.train_seconds > 0 ? static_cast<double>(result.train_samples) / result.train_seconds : 0;
+
+  if (tracer.enabled()) {
+    Tracer::Overlap o = tracer.write(c.trace_path, comm);
+    result.allreduce_overlap = o.allreduce_ns > 0 ? o.overlapped_ns / o.allreduce_ns : 0.0;
+    if (log)
+      fmt::print("trace: wrote {} ({} spans on rank 0); all-reduce time overlapping backward: {:.1f}% of {:.1f} ms\n",
+                 c.trace_path, tracer.spans().size(), 100.0 * result.allreduce_overlap, o.allreduce_ns / 1e6);
+  }
+  return result;
+}
+
+}  // namespace dtrain

@@ -1,0 +1,83 @@
+// `dtrain`: the command-line trainer. `dtrain train [flags]` runs data-parallel training on
+// as many ranks as it was started with (dtrain-launch, mpirun -np N, srun, or one process).
+// Flags are parsed before MPI starts, so --help and flag errors need no MPI job.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "comm/init.h"
+#include "core/error.h"
+#include "examples/train_options.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: dtrain train [flags]    (dtrain train --help for the flags)\n"
+    "  runs on every rank it is started with: dtrain-launch -n 2 -- dtrain train --epochs 1\n";
+
+bool is_rank_zero_before_init() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "RANK"})
+    if (const char* v = std::getenv(var)) return std::string(v) == "0";
+  return true;
+}
+
+int usage_error(const std::string& message) {
+  if (is_rank_zero_before_init()) fmt::print(stderr, "dtrain: error: {}\n", message);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "-h" || args[0] == "--help") {
+    fmt::print(args.empty() ? stderr : stdout, "{}", kUsage);
+    return args.empty() ? 2 : 0;
+  }
+  if (args[0] != "train") return usage_error(fmt::format("unknown command '{}'; expected 'train'", args[0]));
+  args.erase(args.begin());
+
+  dtrain::ParsedTrain parsed;
+  try {
+    parsed = dtrain::parse_train_options(args);
+  } catch (const dtrain::UsageError& e) {
+    return usage_error(e.what());
+  }
+  if (parsed.help) {
+    if (is_rank_zero_before_init()) fmt::print("{}", parsed.help_text);
+    return 0;
+  }
+
+  dtrain::DistributedContext ctx;
+  try {
+    ctx = dtrain::init(&argc, &argv);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "dtrain: error: {}\n", e.what());
+    return 1;
+  }
+  try {
+    const dtrain::TrainConfig& c = parsed.config;
+    dtrain::TrainResult r = dtrain::train(c, *ctx.comm);
+    if (c.json && ctx.comm->rank() == 0)
+      fmt::print(
+          "{{\"dtrain\":\"{}\",\"np\":{},\"device\":\"{}\",\"model\":\"{}\",\"hidden\":\"{}\",\"batch_per_rank\":{},"
+          "\"epochs\":{},\"comm_hook\":\"{}\",\"samples_per_s\":{:.1f},\"train_s\":{:.2f},\"test_acc\":{:.4f},"
+          "\"allreduce_overlap\":{:.3f}}}\n",
+          DTRAIN_VERSION, r.world_size, r.device, c.model.name, fmt::join(c.model.hidden, ","), c.batch_size,
+          c.epochs, c.comm_hook, r.samples_per_second, r.train_seconds, r.test_accuracy, r.allreduce_overlap);
+    std::fflush(stdout);
+  } catch (const dtrain::UsageError& e) {
+    // Raised after start-up (e.g. --device cuda on a machine without one): same on every rank.
+    if (ctx.comm->rank() == 0) fmt::print(stderr, "dtrain: error: {}\n", e.what());
+    dtrain::finalize(ctx);
+    return 2;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    dtrain::abort_all(e.what(), 1);  // one line, then every peer is torn down: nobody hangs
+  }
+  dtrain::finalize(ctx);
+  return 0;
+}
