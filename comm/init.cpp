@@ -1,0 +1,76 @@
+// dtrain::init / finalize / abort_all: MPI start-up and shut-down, and the one-line fatal exit
+// that takes every peer down with it.
+#include "comm/init.h"
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+
+#include "comm/local_topology.h"
+#include "comm/mpi_check.h"
+#include "comm/mpi_communicator.h"
+
+namespace dtrain {
+
+namespace {
+
+std::atomic<int> g_world_rank{-1};  // for abort_all, which may run on any thread
+bool g_owns_mpi = false;            // init() initialised MPI, so finalize() finalises it
+
+std::string rank_for_messages() {
+  int rank = g_world_rank.load();
+  if (rank >= 0) return std::to_string(rank);
+  // Before init (or singleton failures), the launcher's variables still say who we are.
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"})
+    if (const char* v = std::getenv(name)) return v;
+  return "?";
+}
+
+}  // namespace
+
+DistributedContext init(int* argc, char*** argv) {
+  int initialized = 0;
+  MPI_CHECK(MPI_Initialized(&initialized));
+  int provided = MPI_THREAD_SINGLE;
+  if (initialized) {
+    MPI_CHECK(MPI_Query_thread(&provided));
+  } else {
+    // Blocking MPI calls poll; yielding while polling leaves the core to this rank's compute
+    // threads (Open MPI turns this on by itself only when it sees oversubscription).
+    setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);
+    MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided));
+    g_owns_mpi = true;
+  }
+  MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  if (provided < MPI_THREAD_SERIALIZED)
+    throw Error(fmt::format("MPI provides thread level {}, dtrain needs MPI_THREAD_SERIALIZED ({}) because collectives "
+                            "run on a communication thread",
+                            provided, MPI_THREAD_SERIALIZED));
+  auto comm = std::make_shared<MpiCommunicator>(MPI_COMM_WORLD);
+  g_world_rank = comm->rank();
+  check_local_topology(comm->local_rank(), comm->local_size(), process_env);
+  return DistributedContext{std::move(comm)};
+}
+
+void finalize(DistributedContext& ctx) {
+  if (auto mpi = std::dynamic_pointer_cast<MpiCommunicator>(ctx.comm)) mpi->shutdown();
+  ctx.comm.reset();
+  int finalized = 0;
+  MPI_CHECK(MPI_Finalized(&finalized));
+  if (g_owns_mpi && !finalized) MPI_CHECK(MPI_Finalize());
+  g_owns_mpi = false;
+}
+
+void abort_all(const std::string& message, int exit_code) {
+  std::fprintf(stderr, "dtrain: rank %s: %s\n", rank_for_messages().c_str(), message.c_str());
+  std::fflush(stderr);
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  // MPI_Abort may be called while the communication thread is inside a collective (the peer it
+  // waits for may be the reason we abort); Open MPI handles that, and nothing else returns.
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::exit(exit_code);
+}
+
+}  // namespace dtrain

@@ -1,0 +1,61 @@
+// MpiCommunicator: the CPU Communicator over Open MPI. Every MPI call after construction runs
+// on its one communication thread (a WorkQueue), in the order the collectives were issued, so
+// MPI_THREAD_SERIALIZED suffices and *_async calls return at once.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <mpi.h>
+
+#include "comm/communicator.h"
+#include "comm/mpi_types.h"
+#include "comm/work_queue.h"
+
+namespace dtrain {
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Duplicates `parent` (which the caller keeps), sets MPI_ERRORS_RETURN on the duplicate,
+  // finds the node-local rank/size with MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), creates the
+  // BF16/F16 ops and starts the communication thread. Call it from the thread that owns MPI
+  // with no other MPI call in flight (MPI_THREAD_SERIALIZED).
+  explicit MpiCommunicator(MPI_Comm parent);
+  // Without shutdown(): queued collectives that have not started fail, a running one finishes,
+  // and the MPI handles are left to process exit (no MPI call from a destructor).
+  ~MpiCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int local_rank() const override { return local_rank_; }
+  int local_size() const override { return local_size_; }
+  std::string backend() const override { return "mpi"; }
+  Stream& stream() override { return *stream_; }
+
+  // F32, I32, BF16, F16. kAvg divides the sum by size() (float types only: I32 throws here).
+  // count 0 returns a completed Work without touching MPI.
+  WorkHandle allreduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) override;
+  WorkHandle broadcast_async(void* buf, int64_t count, DType dtype, int root) override;
+  // recv holds size() * count_per_rank elements, rank r's block at r * count_per_rank. `send`
+  // may be this rank's own block of `recv` (then it is sent in place).
+  WorkHandle allgather_async(const void* send, void* recv, int64_t count_per_rank, DType dtype) override;
+  WorkHandle barrier_async() override;
+
+  // Runs every queued collective, stops the communication thread, then frees the duplicate
+  // communicator and the ops on the calling thread (which must be the one that owns MPI).
+  // Later collectives throw dtrain::Error. Idempotent; dtrain::finalize() calls it.
+  void shutdown();
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+  int local_rank_ = 0;
+  int local_size_ = 1;
+  std::unique_ptr<Stream> stream_;
+  HalfSumOps ops_;
+  bool shut_down_ = false;
+  WorkQueue queue_{"dtrain-mpi"};  // last: its thread stops before the members above go
+};
+
+}  // namespace dtrain
