@@ -1,0 +1,15 @@
+// The facts about this machine that shape the mpirun command: physical cores this process may
+// use, whether it runs as root, and its environment (the only non-pure part of the launcher).
+#pragma once
+
+#include "launcher/mpirun_command.h"
+
+namespace dtrain::launcher {
+
+// Physical cores (not hardware threads: mpirun binds and counts slots per core) in this
+// process's CPU affinity mask; falls back to std::thread::hardware_concurrency().
+int physical_cores();
+
+LaunchHost current_host();
+
+}  // namespace dtrain::launcher

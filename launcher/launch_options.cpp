@@ -1,0 +1,133 @@
+// Parsing of dtrain-launch's flags, --hosts lists and Open MPI hostfiles.
+#include "launcher/launch_options.h"
+
+#include <charconv>
+#include <fstream>
+#include <sstream>
+
+#include <cxxopts.hpp>
+
+#include "core/error.h"
+
+namespace dtrain::launcher {
+
+namespace {
+
+cxxopts::Options make_options() {
+  cxxopts::Options options("dtrain-launch", "Starts a dtrain job under mpirun, one rank per GPU or core.");
+  options.custom_help("-n N [OPTION...] -- PROGRAM [ARGS...]");
+  options.add_options()
+      ("n,np", "number of ranks", cxxopts::value<std::string>())
+      ("hosts", "nodes and ranks per node, e.g. h1:2,h2:2", cxxopts::value<std::string>())
+      ("hostfile", "Open MPI hostfile", cxxopts::value<std::string>())
+      ("gpus-per-node", "one rank per GPU, this many per node", cxxopts::value<std::string>())
+      ("dry-run", "print the mpirun command and exit")
+      ("mpirun", "mpirun to run", cxxopts::value<std::string>()->default_value("mpirun"))
+      ("h,help", "show this help");
+  return options;
+}
+
+int parse_positive(std::string_view text, std::string_view what) {
+  int value = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || value < 1)
+    throw UsageError(fmt::format("{}: '{}' is not a positive integer", what, text));
+  return value;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+std::string launch_usage() { return make_options().help(); }
+
+std::vector<HostSlots> parse_hosts(std::string_view spec) {
+  std::vector<HostSlots> hosts;
+  while (true) {
+    size_t comma = spec.find(',');
+    std::string_view item = spec.substr(0, comma);
+    size_t colon = item.rfind(':');
+    HostSlots host{std::string(item.substr(0, colon)), 1};
+    if (colon != std::string_view::npos) host.slots = parse_positive(item.substr(colon + 1), "--hosts slot count");
+    if (host.name.empty()) throw UsageError(fmt::format("--hosts: empty host name in '{}'", spec));
+    hosts.push_back(std::move(host));
+    if (comma == std::string_view::npos) break;
+    spec.remove_prefix(comma + 1);
+  }
+  return hosts;
+}
+
+std::vector<HostSlots> parse_hostfile(std::string_view text) {
+  std::vector<HostSlots> hosts;
+  std::istringstream in{std::string(text)};
+  std::string line;
+  while (std::getline(in, line)) {
+    std::string_view rest = trim(std::string_view(line).substr(0, line.find('#')));
+    if (rest.empty()) continue;
+    std::istringstream words{std::string(rest)};
+    HostSlots host;
+    words >> host.name;
+    for (std::string word; words >> word;) {
+      if (word.starts_with("slots=")) host.slots = parse_positive(std::string_view(word).substr(6), "hostfile slots");
+    }
+    hosts.push_back(std::move(host));
+  }
+  return hosts;
+}
+
+LaunchOptions parse_launch_args(const std::vector<std::string>& args) {
+  LaunchOptions opts;
+  // Everything after the first `--` is the program, untouched by the flag parser.
+  auto dashdash = std::find(args.begin(), args.end(), "--");
+  if (dashdash != args.end()) opts.program.assign(dashdash + 1, args.end());
+
+  std::vector<const char*> argv{"dtrain-launch"};
+  for (auto it = args.begin(); it != dashdash; ++it) argv.push_back(it->c_str());
+  cxxopts::Options options = make_options();
+  cxxopts::ParseResult result;
+  try {
+    result = options.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw UsageError(e.what());
+  }
+  if (result.count("help")) {
+    opts.help = true;
+    return opts;
+  }
+  if (!result.unmatched().empty())
+    throw UsageError(fmt::format("unexpected argument '{}' (the program to run goes after --)", result.unmatched()[0]));
+  if (!result.count("np")) throw UsageError("-n (number of ranks) is required");
+  opts.np = parse_positive(result["np"].as<std::string>(), "-n");
+  if (result.count("hosts") && result.count("hostfile")) throw UsageError("give --hosts or --hostfile, not both");
+  if (result.count("hosts")) {
+    opts.hosts_flag = result["hosts"].as<std::string>();
+    opts.hosts = parse_hosts(opts.hosts_flag);
+  }
+  if (result.count("hostfile")) {
+    opts.hostfile = result["hostfile"].as<std::string>();
+    if (opts.hostfile.empty()) throw UsageError("--hostfile: empty path");
+  }
+  if (result.count("gpus-per-node"))
+    opts.gpus_per_node = parse_positive(result["gpus-per-node"].as<std::string>(), "--gpus-per-node");
+  opts.dry_run = result.count("dry-run") > 0;
+  opts.mpirun = result["mpirun"].as<std::string>();
+  if (opts.mpirun.empty()) throw UsageError("--mpirun: empty path");
+  if (opts.program.empty()) throw UsageError("no program to run: put it after --, e.g. dtrain-launch -n 2 -- dtrain train");
+  return opts;
+}
+
+void load_hostfile(LaunchOptions& opts) {
+  if (opts.hostfile.empty()) return;
+  std::ifstream in(opts.hostfile);
+  if (!in) throw UsageError(fmt::format("--hostfile: cannot read '{}'", opts.hostfile));
+  std::stringstream text;
+  text << in.rdbuf();
+  opts.hosts = parse_hostfile(text.str());
+  if (opts.hosts.empty()) throw UsageError(fmt::format("--hostfile: '{}' names no host", opts.hostfile));
+}
+
+}  // namespace dtrain::launcher

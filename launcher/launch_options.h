@@ -1,0 +1,44 @@
+// dtrain-launch's command line: `dtrain-launch -n N [--hosts h1:2,h2:2 | --hostfile F]
+// [--gpus-per-node G] [--dry-run] [--mpirun PATH] -- program args...`, parsed into
+// LaunchOptions. Wrong flags throw dtrain::UsageError (the launcher exits 2).
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dtrain::launcher {
+
+// One node and how many ranks it takes. slots == 0: not stated (a hostfile line without slots=).
+struct HostSlots {
+  std::string name;
+  int slots = 0;
+  friend bool operator==(const HostSlots&, const HostSlots&) = default;
+};
+
+struct LaunchOptions {
+  int np = 0;
+  std::string hosts_flag;        // --hosts as given ("h1:2,h2:2"), passed to mpirun --host
+  std::string hostfile;          // --hostfile path, passed to mpirun --hostfile
+  std::vector<HostSlots> hosts;  // the nodes named by either (empty: this node only)
+  int gpus_per_node = 0;         // 0: CPU ranks, one per core
+  bool dry_run = false;
+  bool help = false;
+  std::string mpirun = "mpirun";
+  std::vector<std::string> program;  // everything after `--`
+};
+
+// Parses the arguments after argv[0]. Does not read the hostfile (see load_hostfile).
+LaunchOptions parse_launch_args(const std::vector<std::string>& args);
+
+// Reads opts.hostfile (when set) into opts.hosts; an unreadable or empty file is a UsageError.
+void load_hostfile(LaunchOptions& opts);
+
+// "h1:2,h2" -> {h1, 2}, {h2, 1} (mpirun --host semantics: no count means one slot).
+std::vector<HostSlots> parse_hosts(std::string_view spec);
+// Open MPI hostfile text: "node1 slots=4 [max_slots=..]" per line, '#' comments.
+std::vector<HostSlots> parse_hostfile(std::string_view text);
+
+std::string launch_usage();
+
+}  // namespace dtrain::launcher
