@@ -1,0 +1,266 @@
+// DistributedDataParallel at np 2 and 3: PyTorch's own DDP equivalence test (N ranks x batch B
+// == one process x batch N*B), bitwise-identical replicas, overlap of all-reduce and backward,
+// no_sync accumulation, unused parameters, mismatched models, compressed hooks.
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "comm/init.h"
+#include "core/error.h"
+#include "tests/mpi/mpi_test_env.h"
+#include "ddp/distributed_data_parallel.h"
+#include "model/linear.h"
+#include "model/loss.h"
+#include "model/models.h"
+#include "model/optimizer.h"
+
+namespace dtrain {
+namespace {
+
+Communicator& world() { return *testing::test_context().comm; }
+
+struct GlobalBatch {
+  std::vector<float> images;   // [N*B, 1, 8, 8]
+  std::vector<int32_t> labels;
+};
+
+GlobalBatch make_global_batch(int64_t rows, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> px(0.f, 1.f);
+  std::uniform_int_distribution<int> cls(0, 9);
+  GlobalBatch g;
+  g.images.resize(static_cast<size_t>(rows * 64));
+  for (float& v : g.images) v = px(gen);
+  for (int64_t i = 0; i < rows; ++i) g.labels.push_back(cls(gen));
+  return g;
+}
+
+// Rows [first, first + count) of the global batch as tensors.
+std::pair<Tensor, Tensor> rows_of(const GlobalBatch& g, int64_t first, int64_t count) {
+  Tensor x = Tensor::from_vector(std::span<const float>(g.images.data() + first * 64, static_cast<size_t>(count * 64)),
+                                 {count, 1, 8, 8});
+  Tensor y = Tensor::empty({count}, Device::cpu(), DType::kI32);
+  std::memcpy(y.raw(), g.labels.data() + first, static_cast<size_t>(count) * 4);
+  return {x, y};
+}
+
+std::vector<float> flat_params(Module& m) {
+  std::vector<float> out;
+  for (Parameter* p : m.parameters()) {
+    auto v = p->value.to_vector();
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+// True on every rank iff every rank's parameters are bit-for-bit rank 0's.
+bool replicas_bitwise_equal(Module& m) {
+  std::vector<float> mine = flat_params(m), root = mine;
+  world().broadcast(root.data(), static_cast<int64_t>(root.size()), DType::kF32, 0);
+  int32_t differ = std::memcmp(mine.data(), root.data(), mine.size() * sizeof(float)) != 0;
+  world().allreduce(&differ, 1, DType::kI32, ReduceOp::kSum);
+  return differ == 0;
+}
+
+std::unique_ptr<Optimizer> make_opt(const std::string& kind, Module& m) {
+  if (kind == "sgd") return std::make_unique<Sgd>(m.parameters(), SgdOptions{0.05f, 0.9f, 0.f, 1e-4f, false});
+  return std::make_unique<AdamW>(m.parameters(), AdamWOptions{1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f});
+}
+
+class Equivalence : public ::testing::TestWithParam<std::tuple<std::string, double>> {};
+
+TEST_P(Equivalence, NRanksBatchBEqualsOneProcessBatchNB) {
+  const auto [opt_kind, bucket_cap_mb] = GetParam();
+  const int n = world().size(), rank = world().rank();
+  const int64_t B = 4, steps = 6;
+  const ModelSpec spec{"mlp", {32, 16}};
+  auto model = build_model(spec, {1, 8, 8}, 10, Device::cpu(), 11 + rank);  // different init per rank:
+  auto reference = build_model(spec, {1, 8, 8}, 10, Device::cpu(), 11);     // DDP must broadcast rank 0's
+  DdpOptions options;
+  options.bucket_cap_bytes = static_cast<size_t>(bucket_cap_mb * 1024 * 1024);
+  options.first_bucket_bytes = std::min<size_t>(options.bucket_cap_bytes, options.first_bucket_bytes);
+  DistributedDataParallel ddp(*model, world(), options);
+  ASSERT_EQ(flat_params(*model), flat_params(*reference));
+  auto opt = make_opt(opt_kind, *model);
+  auto ref_opt = make_opt(opt_kind, *reference);
+  CrossEntropyLoss loss, ref_loss;
+
+  for (int64_t step = 0; step < steps; ++step) {
+    GlobalBatch g = make_global_batch(n * B, static_cast<uint32_t>(100 + step));
+    auto [x, y] = rows_of(g, rank * B, B);
+    opt->zero_grad();
+    loss.forward(ddp.forward(x), y);
+    ddp.backward(loss.backward());
+    opt->step();
+
+    auto [gx, gy] = rows_of(g, 0, n * B);
+    ref_opt->zero_grad();
+    ref_loss.forward(reference->forward(gx), gy);
+    reference->backward(ref_loss.backward(), false);
+    ref_opt->step();
+
+    ASSERT_TRUE(replicas_bitwise_equal(*model)) << "replicas diverged at step " << step;
+  }
+  std::vector<float> got = flat_params(*model), want = flat_params(*reference);
+  double max_rel = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    max_rel = std::max(max_rel, std::abs(got[i] - want[i]) / std::max(1e-3, static_cast<double>(std::abs(want[i]))));
+  EXPECT_LT(max_rel, 1e-5) << opt_kind << " with " << ddp.reducer().buckets().size() << " bucket(s)";
+}
+
+INSTANTIATE_TEST_SUITE_P(OptimizersAndBuckets, Equivalence,
+                         ::testing::Combine(::testing::Values("sgd", "adamw"), ::testing::Values(25.0, 0.002)));
+
+TEST(Overlap, ABucketAllReduceStartsBeforeBackwardEnds) {
+  // 784-2048-2048-10: 23 MB of gradients, so the first (1 MiB) bucket closes at 2.weight.
+  auto model = build_model(ModelSpec{"mlp", {2048, 2048}}, {1, 28, 28}, 10, Device::cpu(), 3);
+  DistributedDataParallel ddp(*model, world());
+  size_t grad_bytes = 0;
+  for (Parameter* p : model->parameters()) grad_bytes += p->grad.nbytes();
+  ASSERT_GE(grad_bytes, 16u << 20);
+  ASSERT_GE(ddp.reducer().buckets().size(), 2u);
+  Tensor x = Tensor::from_vector(std::vector<float>(8 * 784, 0.1f), {8, 1, 28, 28});
+  Tensor y = Tensor::zeros({8}, Device::cpu(), DType::kI32);
+  CrossEntropyLoss loss;
+  loss.forward(ddp.forward(x), y);
+  ddp.backward(loss.backward());
+  EXPECT_GE(ddp.reducer().stats().buckets_launched_during_backward, 1);
+  EXPECT_TRUE(replicas_bitwise_equal(*model));
+}
+
+TEST(NoSync, AccumulatedMicroBatchesEqualOneBigBatch) {
+  const int n = world().size(), rank = world().rank();
+  const int64_t B = 3, K = 4;
+  auto model = build_model(ModelSpec{"mlp", {16}}, {1, 8, 8}, 10, Device::cpu(), 5);
+  auto reference = build_model(ModelSpec{"mlp", {16}}, {1, 8, 8}, 10, Device::cpu(), 5);
+  DistributedDataParallel ddp(*model, world());
+  GlobalBatch g = make_global_batch(n * B * K, 77);
+  CrossEntropyLoss loss(Reduction::kSum), ref_loss(Reduction::kSum);
+  for (Parameter* p : model->parameters()) p->grad.zero_();
+  for (int64_t k = 0; k < K; ++k) {
+    auto [x, y] = rows_of(g, (k * n + rank) * B, B);  // micro-batch k of this rank
+    loss.forward(ddp.forward(x), y);
+    if (k < K - 1) {
+      auto guard = ddp.no_sync();
+      ddp.backward(loss.backward());
+    } else {
+      ddp.backward(loss.backward());
+    }
+  }
+  EXPECT_EQ(ddp.reducer().stats().synced_backwards, 1);
+  auto [gx, gy] = rows_of(g, 0, n * B * K);
+  for (Parameter* p : reference->parameters()) p->grad.zero_();
+  ref_loss.forward(reference->forward(gx), gy);
+  reference->backward(ref_loss.backward(), false);
+  auto params = model->parameters(), ref_params = reference->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto got = params[i]->grad.to_vector(), want = ref_params[i]->grad.to_vector();
+    for (size_t j = 0; j < got.size(); ++j)  // DDP averages: sum over ranks / n
+      ASSERT_NEAR(got[j], want[j] / n, 1e-5 * (1 + std::abs(want[j]))) << params[i]->name << "[" << j << "]";
+  }
+}
+
+// A Linear followed by a parameter that forward never uses.
+class WithUnusedParameter : public Module {
+ public:
+  WithUnusedParameter() : linear_(64, 10, Device::cpu(), rng_) {
+    unused_ = {"unused", Tensor::zeros({5}), Tensor::zeros({5})};
+  }
+  Tensor forward(const Tensor& x) override { return linear_.forward(x.view({x.dim(0), 64})); }
+  Tensor backward(const Tensor& g, bool need) override { return linear_.backward(g, need); }
+  std::vector<Parameter*> parameters() override {
+    auto p = linear_.parameters();
+    p.push_back(&unused_);
+    return p;
+  }
+  void set_grad_ready_hook(GradReadyHook hook) override { linear_.set_grad_ready_hook(std::move(hook)); }
+  std::string describe() const override { return "WithUnusedParameter"; }
+
+ private:
+  InitRng rng_{1};
+  Linear linear_;
+  Parameter unused_;
+};
+
+TEST(UnusedParameters, ErrorWithoutFlagNamesTheParameter) {
+  WithUnusedParameter model;
+  DistributedDataParallel ddp(model, world());
+  auto [x, y] = rows_of(make_global_batch(2, 1), 0, 2);
+  CrossEntropyLoss loss;
+  loss.forward(ddp.forward(x), y);
+  try {
+    ddp.backward(loss.backward());
+    FAIL() << "expected an error";
+  } catch (const dtrain::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unused received no gradient"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--find-unused-parameters"), std::string::npos) << e.what();
+  }
+}
+
+TEST(UnusedParameters, WithFlagTheyAreReadyWithZeroGradient) {
+  WithUnusedParameter model;
+  DdpOptions options;
+  options.find_unused_parameters = true;
+  DistributedDataParallel ddp(model, world(), options);
+  model.parameters()[2]->grad.copy_from(Tensor::from_vector(std::vector<float>(5, 3.f), {5}));  // stale
+  auto [x, y] = rows_of(make_global_batch(2 * world().size(), 1), 2 * world().rank(), 2);
+  CrossEntropyLoss loss;
+  loss.forward(ddp.forward(x), y);
+  ddp.backward(loss.backward());
+  EXPECT_EQ(model.parameters()[2]->grad.to_vector(), std::vector<float>(5, 0.f));
+  EXPECT_TRUE(replicas_bitwise_equal(model));
+}
+
+TEST(ModelMismatch, RanksThatDisagreeFailFastWithTheDifference) {
+  const int rank = world().rank();
+  auto model = build_model(ModelSpec{"mlp", {rank == 1 ? 32 : 16}}, {1, 8, 8}, 10, Device::cpu(), 1);
+  try {
+    DistributedDataParallel ddp(*model, world());
+    FAIL() << "expected an error on rank " << rank;
+  } catch (const dtrain::Error& e) {
+    const std::string msg = e.what();
+    if (rank == 1)
+      EXPECT_EQ(msg, "rank 1 disagrees with rank 0 on the model: parameter '1.weight' has shape [32, 64] here but "
+                     "[16, 64] on rank 0");
+    else
+      EXPECT_EQ(msg, "1 rank(s) disagree with rank 0 on the model (their errors name the difference)");
+  }
+}
+
+class Compression : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Compression, AveragedGradientsWithinHalfPrecisionOfFloat32) {
+  const int n = world().size(), rank = world().rank();
+  auto exact = build_model(ModelSpec{"mlp", {32}}, {1, 8, 8}, 10, Device::cpu(), 9);
+  auto packed = build_model(ModelSpec{"mlp", {32}}, {1, 8, 8}, 10, Device::cpu(), 9);
+  DistributedDataParallel ddp_exact(*exact, world());
+  DdpOptions options;
+  options.comm_hook = GetParam();
+  DistributedDataParallel ddp_packed(*packed, world(), options);
+  GlobalBatch g = make_global_batch(4 * n, 3);
+  auto [x, y] = rows_of(g, 4 * rank, 4);
+  CrossEntropyLoss l1, l2;
+  l1.forward(ddp_exact.forward(x), y);
+  ddp_exact.backward(l1.backward());
+  l2.forward(ddp_packed.forward(x), y);
+  ddp_packed.backward(l2.backward());
+  // bf16 keeps 8 significant bits (relative error 2^-9 per rounding), fp16 11 bits (2^-12); the
+  // pack, each partial sum and the unpack round, so allow a few units: 2e-2 and 3e-3 of the
+  // largest gradient magnitude.
+  const double tol = GetParam() == "bf16" ? 2e-2 : 3e-3;
+  auto pe = exact->parameters(), pp = packed->parameters();
+  for (size_t i = 0; i < pe.size(); ++i) {
+    auto a = pe[i]->grad.to_vector(), b = pp[i]->grad.to_vector();
+    float scale = 1e-6f;
+    for (float v : a) scale = std::max(scale, std::abs(v));
+    for (size_t j = 0; j < a.size(); ++j) ASSERT_NEAR(b[j], a[j], tol * scale) << pe[i]->name << "[" << j << "]";
+  }
+  EXPECT_TRUE(replicas_bitwise_equal(*packed));
+}
+
+INSTANTIATE_TEST_SUITE_P(Hooks, Compression, ::testing::Values("bf16", "fp16"));
+
+}  // namespace
+}  // namespace dtrain
