@@ -18,7 +18,12 @@ bool QueuedWork::test() {
   return done_;
 }
 
+void QueuedWork::mark_started() { started_ns_.store(steady_now_ns(), std::memory_order_release); }
+
 void QueuedWork::complete(std::exception_ptr error) {
+  // A job cancelled or skipped (nothing to move) never started: it starts and ends now.
+  if (started_ns_.load(std::memory_order_acquire) == 0) mark_started();
+  finished_ns_.store(steady_now_ns(), std::memory_order_release);
   {
     std::lock_guard lock(mu_);
     error_ = std::move(error);
@@ -92,6 +97,7 @@ void WorkQueue::loop() {
       }
     }
     std::exception_ptr error;
+    job.work->mark_started();
     try {
       job.run();
     } catch (...) {

@@ -18,11 +18,13 @@
 namespace dtrain {
 
 // A job's completion, shared by the queue and the caller's handle. wait() sleeps until the job
-// has run and rethrows its exception; test() only looks.
+// has run and rethrows its exception; test() only looks. started_ns()/finished_ns() are set
+// when the worker starts and finishes the job (finished before wait() returns).
 class QueuedWork final : public Work {
  public:
   void wait() override;
   bool test() override;
+  void mark_started();
   void complete(std::exception_ptr error);
 
  private:

@@ -125,7 +125,12 @@ TEST(Allreduce, SeveralInFlightWaitedInReverse) {
   works.push_back(comm.allreduce_async(c.data(), 5, DType::kI32, ReduceOp::kSum));
   works.push_back(comm.allreduce_async(avg.data(), 77, DType::kF32, ReduceOp::kAvg));
   for (auto it = works.rbegin(); it != works.rend(); ++it) (*it)->wait();
-  for (const WorkHandle& w : works) EXPECT_TRUE(w->test());
+  for (const WorkHandle& w : works) {
+    EXPECT_TRUE(w->test());
+    EXPECT_GT(w->started_ns(), 0);  // host times for traces
+    EXPECT_LE(w->started_ns(), w->finished_ns());
+  }
+  for (size_t i = 1; i < works.size(); ++i) EXPECT_LE(works[i - 1]->finished_ns(), works[i]->started_ns());
 
   int64_t bad = 0;
   for (int64_t i = 0; i < 1023; ++i) bad += a[i] != exact_sum(p, i);

@@ -71,6 +71,31 @@ TEST(WorkQueue, CompletedHandleIsDone) {
   WorkHandle done = WorkQueue::completed();
   EXPECT_TRUE(done->test());
   done->wait();
+  EXPECT_GT(done->started_ns(), 0);
+  EXPECT_LE(done->started_ns(), done->finished_ns());
+}
+
+// Traces place each collective by its host start/finish: unknown (0) until it runs, then in
+// order, and within the caller's view of submit .. wait.
+TEST(WorkQueue, StartAndFinishTimesBracketTheJob) {
+  WorkQueue queue("test-q");
+  std::promise<void> release;
+  std::shared_future<void> gate = release.get_future().share();
+  WorkHandle blocked = queue.submit([gate] { gate.wait(); });
+  const int64_t submitted = steady_now_ns();
+  WorkHandle behind = queue.submit([] {});
+  EXPECT_EQ(behind->started_ns(), 0);
+  EXPECT_EQ(behind->finished_ns(), 0);
+  release.set_value();
+  behind->wait();
+  const int64_t waited = steady_now_ns();
+  for (const WorkHandle& w : {blocked, behind}) {
+    EXPECT_GT(w->started_ns(), 0);
+    EXPECT_LE(w->started_ns(), w->finished_ns());
+    EXPECT_LE(w->finished_ns(), waited);
+  }
+  EXPECT_GE(behind->started_ns(), submitted);
+  EXPECT_LE(blocked->finished_ns(), behind->started_ns());  // FIFO on one thread
 }
 
 TEST(WorkQueue, DrainAndStopRunsEverythingQueuedThenRefusesMore) {
