@@ -1,0 +1,72 @@
+// DistributedSampler: the seeded permutation, padding/truncation and the strided rank shard.
+#include "data/distributed_sampler.h"
+
+#include <numeric>
+#include <random>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace dtrain {
+namespace {
+
+// Uniform in [0, bound) by rejection: std::uniform_int_distribution's algorithm is left to
+// each standard library, this one is fixed, so all ranks on all platforms agree.
+uint64_t uniform_below(std::mt19937_64& rng, uint64_t bound) {
+  const uint64_t threshold = (uint64_t{0} - bound) % bound;  // 2^64 mod bound: the biased low values
+  while (true) {
+    uint64_t r = rng();
+    if (r >= threshold) return r % bound;
+  }
+}
+
+}  // namespace
+
+std::vector<int64_t> seeded_permutation(int64_t n, uint64_t seed) {
+  std::vector<int64_t> p(static_cast<size_t>(n));
+  std::iota(p.begin(), p.end(), int64_t{0});
+  std::mt19937_64 rng(seed);
+  for (int64_t i = n - 1; i > 0; --i) {
+    auto j = static_cast<int64_t>(uniform_below(rng, static_cast<uint64_t>(i) + 1));
+    std::swap(p[i], p[j]);
+  }
+  return p;
+}
+
+DistributedSampler::DistributedSampler(int64_t dataset_size, int num_replicas, int rank, bool shuffle, uint64_t seed,
+                                       bool drop_last)
+    : dataset_size_(dataset_size),
+      num_replicas_(num_replicas),
+      rank_(rank),
+      shuffle_(shuffle),
+      seed_(seed),
+      drop_last_(drop_last) {
+  if (dataset_size < 0) throw Error(fmt::format("DistributedSampler: dataset size {} is negative", dataset_size));
+  if (num_replicas < 1)
+    throw Error(fmt::format("DistributedSampler: num_replicas must be >= 1, got {}", num_replicas));
+  if (rank < 0 || rank >= num_replicas)
+    throw Error(fmt::format("DistributedSampler: rank {} is out of range [0, {})", rank, num_replicas));
+  num_samples_ = drop_last ? dataset_size / num_replicas : (dataset_size + num_replicas - 1) / num_replicas;
+}
+
+std::vector<int64_t> DistributedSampler::indices() const {
+  std::vector<int64_t> out;
+  out.reserve(static_cast<size_t>(num_samples_));
+  if (num_samples_ == 0) return out;
+  std::vector<int64_t> order;
+  if (shuffle_) {
+    order = seeded_permutation(dataset_size_, seed_ + static_cast<uint64_t>(epoch_));
+  } else {
+    order.resize(static_cast<size_t>(dataset_size_));
+    std::iota(order.begin(), order.end(), int64_t{0});
+  }
+  // Position p of the padded list is order[p % N]: padding repeats the list from its start
+  // (cycling when N < R, as PyTorch does); with drop_last only p < total_size() is used.
+  const int64_t total = total_size();
+  for (int64_t p = rank_; p < total; p += num_replicas_) out.push_back(order[static_cast<size_t>(p % dataset_size_)]);
+  return out;
+}
+
+}  // namespace dtrain

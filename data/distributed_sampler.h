@@ -1,0 +1,47 @@
+// DistributedSampler: which sample indices each rank sees in an epoch, as PyTorch's
+// torch.utils.data.DistributedSampler does it. The shuffle is a Fisher-Yates over
+// std::mt19937_64 with our own unbiased draw, so every platform and standard library gives
+// every rank the same permutation.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace dtrain {
+
+class DistributedSampler {
+ public:
+  // Throws dtrain::Error unless dataset_size >= 0, num_replicas >= 1 and 0 <= rank < num_replicas.
+  DistributedSampler(int64_t dataset_size, int num_replicas, int rank, bool shuffle = true, uint64_t seed = 0,
+                     bool drop_last = false);
+
+  // The permutation of epoch e is seeded by seed + e; call before each epoch.
+  void set_epoch(int64_t epoch) { epoch_ = epoch; }
+  int64_t epoch() const { return epoch_; }
+
+  // This rank's indices for the current epoch: positions rank, rank + R, rank + 2R, ... of the
+  // (shuffled) index list, padded from its start (!drop_last) or truncated (drop_last) to
+  // total_size(). Always num_samples() long.
+  std::vector<int64_t> indices() const;
+
+  int64_t num_samples() const { return num_samples_; }  // per rank: ceil(N/R), or floor(N/R) with drop_last
+  int64_t total_size() const { return num_samples_ * num_replicas_; }
+  int64_t dataset_size() const { return dataset_size_; }
+  int num_replicas() const { return num_replicas_; }
+  int rank() const { return rank_; }
+
+ private:
+  int64_t dataset_size_;
+  int num_replicas_;
+  int rank_;
+  bool shuffle_;
+  uint64_t seed_;
+  bool drop_last_;
+  int64_t num_samples_ = 0;
+  int64_t epoch_ = 0;
+};
+
+// The permutation of [0, n) that a seeded shuffle gives (exposed for tests and reuse).
+std::vector<int64_t> seeded_permutation(int64_t n, uint64_t seed);
+
+}  // namespace dtrain

@@ -1,0 +1,235 @@
+// IDX reading and writing. The whole payload is read into memory; the size the header
+// promises is checked against what the file holds, so a cut download fails here, by name,
+// rather than as garbage pixels later.
+#include "data/idx_reader.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace dtrain {
+namespace {
+
+// One byte source over either a gzip stream or a plain file.
+class Source {
+ public:
+  virtual ~Source() = default;
+  // Reads up to n bytes; returns how many were read (0 at the end). Throws on a read error.
+  virtual size_t read(void* dst, size_t n) = 0;
+  // Why the stream ended early, if the format knows (gzip: "unexpected end of file").
+  virtual std::string early_end_reason() const { return ""; }
+};
+
+class FileSource : public Source {
+ public:
+  FileSource(std::FILE* f, const std::string& path) : f_(f), path_(path) {}
+  ~FileSource() override { std::fclose(f_); }
+  size_t read(void* dst, size_t n) override {
+    size_t got = std::fread(dst, 1, n, f_);
+    if (got < n && std::ferror(f_)) throw Error(fmt::format("{}: read error: {}", path_, std::strerror(errno)));
+    return got;
+  }
+
+ private:
+  std::FILE* f_;
+  std::string path_;
+};
+
+// gzerror()'s message, less the "<path>: " zlib puts in front (our errors name the file already).
+std::string gz_message(gzFile f, const std::string& path, int* errnum) {
+  std::string msg = gzerror(f, errnum);
+  if (msg.starts_with(path + ": ")) msg.erase(0, path.size() + 2);
+  return msg;
+}
+
+class GzipSource : public Source {
+ public:
+  GzipSource(gzFile f, const std::string& path) : f_(f), path_(path) {
+    gzbuffer(f_, 1 << 18);  // large reads: the image file is ~26 MB compressed
+  }
+  ~GzipSource() override { gzclose(f_); }
+  size_t read(void* dst, size_t n) override {
+    size_t total = 0;
+    auto* out = static_cast<char*>(dst);
+    while (total < n && !ended_) {
+      unsigned chunk = static_cast<unsigned>(std::min<size_t>(n - total, 1u << 30));
+      int got = gzread(f_, out + total, chunk);
+      if (got < 0) {
+        int errnum = 0;
+        std::string msg = gz_message(f_, path_, &errnum);
+        // A cut-off stream is a truncated file, reported by the caller with the sizes.
+        if (errnum == Z_BUF_ERROR) {
+          reason_ = msg;
+          ended_ = true;
+          break;
+        }
+        if (errnum == Z_ERRNO) throw Error(fmt::format("{}: read error: {}", path_, std::strerror(errno)));
+        throw Error(fmt::format("{}: corrupt gzip data: {}", path_, msg));
+      }
+      if (got == 0) {
+        ended_ = true;
+        int errnum = 0;
+        std::string msg = gz_message(f_, path_, &errnum);
+        if (errnum == Z_BUF_ERROR) reason_ = msg;
+        break;
+      }
+      total += static_cast<size_t>(got);
+    }
+    return total;
+  }
+  std::string early_end_reason() const override { return reason_.empty() ? "" : "gzip: " + reason_; }
+
+ private:
+  gzFile f_;
+  std::string path_;
+  bool ended_ = false;
+  std::string reason_;
+};
+
+std::unique_ptr<Source> open_source(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw Error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  unsigned char magic[2] = {0, 0};
+  size_t got = std::fread(magic, 1, 2, f);
+  if (got == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
+    std::fclose(f);
+    gzFile gz = gzopen(path.c_str(), "rb");
+    if (!gz) throw Error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+    return std::make_unique<GzipSource>(gz, path);
+  }
+  std::rewind(f);
+  return std::make_unique<FileSource>(f, path);
+}
+
+// Reads exactly n bytes or throws "truncated: expected <n> bytes of <what>, got <m>".
+void read_exact(Source& src, const std::string& path, void* dst, size_t n, const char* what) {
+  size_t got = src.read(dst, n);
+  if (got == n) return;
+  std::string reason = src.early_end_reason();
+  throw Error(fmt::format("{}: truncated: expected {} bytes of {}, got {}{}", path, n, what, got,
+                          reason.empty() ? "" : " (" + reason + ")"));
+}
+
+const char* type_name(uint8_t code) {
+  switch (code) {
+    case 0x08: return "unsigned byte";
+    case 0x09: return "signed byte";
+    case 0x0B: return "int16";
+    case 0x0C: return "int32";
+    case 0x0D: return "float32";
+    case 0x0E: return "float64";
+    default: return "unknown";
+  }
+}
+
+const char* payload_name(size_t ndim) {
+  if (ndim == 1) return "label data";
+  if (ndim == 3) return "image data";
+  return "data";
+}
+
+// Largest payload accepted (1 TiB): a header beyond this is corrupt, not a real data set.
+constexpr int64_t kMaxPayload = int64_t{1} << 40;
+
+}  // namespace
+
+IdxArray read_idx(const std::string& path) {
+  std::unique_ptr<Source> src = open_source(path);
+
+  uint8_t header[4];
+  read_exact(*src, path, header, 4, "IDX header");
+  if (header[0] != 0 || header[1] != 0)
+    throw Error(fmt::format("{}: not an IDX file (magic {:02x} {:02x} {:02x} {:02x}, expected 00 00 08 <ndim>)", path,
+                            header[0], header[1], header[2], header[3]));
+  if (header[2] != 0x08)
+    throw Error(fmt::format("{}: unsupported IDX element type 0x{:02x} ({}); only unsigned byte (0x08) is supported",
+                            path, header[2], type_name(header[2])));
+  size_t ndim = header[3];
+  if (ndim < 1 || ndim > 4) throw Error(fmt::format("{}: unsupported IDX rank {} (expected 1 to 4)", path, ndim));
+
+  uint8_t raw_dims[16];
+  read_exact(*src, path, raw_dims, 4 * ndim, "IDX dimensions");
+  IdxArray out;
+  int64_t total = 1;
+  for (size_t i = 0; i < ndim; ++i) {
+    const uint8_t* p = raw_dims + 4 * i;
+    int64_t d = (int64_t{p[0]} << 24) | (int64_t{p[1]} << 16) | (int64_t{p[2]} << 8) | int64_t{p[3]};
+    if (d == 0) throw Error(fmt::format("{}: dimension {} of the IDX header is zero", path, i));
+    if (total > kMaxPayload / d) throw Error(fmt::format("{}: IDX header dimensions are implausibly large", path));
+    total *= d;
+    out.dims.push_back(d);
+  }
+
+  // Grow while reading so a corrupt header that claims terabytes fails on the data, not on a
+  // huge allocation.
+  const size_t expected = static_cast<size_t>(total);
+  const char* what = payload_name(ndim);
+  size_t have = 0;
+  out.data.resize(std::min<size_t>(expected, size_t{64} << 20));
+  while (true) {
+    size_t got = src->read(out.data.data() + have, out.data.size() - have);
+    have += got;
+    if (have == expected) break;
+    if (have < out.data.size()) {
+      std::string reason = src->early_end_reason();
+      throw Error(fmt::format("{}: truncated: expected {} bytes of {}, got {}{}", path, expected, what, have,
+                              reason.empty() ? "" : " (" + reason + ")"));
+    }
+    out.data.resize(std::min(expected, out.data.size() * 2));
+  }
+  uint8_t extra[4096];
+  size_t trailing = 0;
+  for (size_t got; (got = src->read(extra, sizeof extra)) > 0;) trailing += got;
+  if (trailing > 0)
+    throw Error(fmt::format("{}: {} bytes of trailing data after the {} bytes of {} the header describes", path,
+                            trailing, expected, what));
+  return out;
+}
+
+void write_idx(const std::string& path, std::span<const int64_t> dims, std::span<const uint8_t> data, bool gzip) {
+  DTRAIN_CHECK(!dims.empty() && dims.size() <= 255, "IDX rank {} out of range", dims.size());
+  int64_t total = 1;
+  std::vector<uint8_t> bytes = {0, 0, 0x08, static_cast<uint8_t>(dims.size())};
+  for (int64_t d : dims) {
+    DTRAIN_CHECK(d >= 0 && d <= int64_t{UINT32_MAX}, "IDX dimension {} out of range", d);
+    total *= d;
+    for (int shift = 24; shift >= 0; shift -= 8) bytes.push_back(static_cast<uint8_t>((d >> shift) & 0xff));
+  }
+  DTRAIN_CHECK(static_cast<size_t>(total) == data.size(), "{} bytes for IDX dimensions of {} elements", data.size(),
+               total);
+  bytes.insert(bytes.end(), data.begin(), data.end());
+  write_bytes(path, bytes, gzip);
+}
+
+void write_bytes(const std::string& path, std::span<const uint8_t> bytes, bool gzip) {
+  if (gzip) {
+    gzFile f = gzopen(path.c_str(), "wb");
+    if (!f) throw Error(fmt::format("{}: cannot create: {}", path, std::strerror(errno)));
+    size_t done = 0;
+    bool ok = true;
+    while (ok && done < bytes.size()) {
+      unsigned chunk = static_cast<unsigned>(std::min<size_t>(bytes.size() - done, 1u << 30));
+      int wrote = gzwrite(f, bytes.data() + done, chunk);
+      ok = wrote > 0;
+      done += ok ? static_cast<size_t>(wrote) : 0;
+    }
+    if (gzclose(f) != Z_OK || !ok) throw Error(fmt::format("{}: write failed", path));
+    return;
+  }
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) throw Error(fmt::format("{}: cannot create: {}", path, std::strerror(errno)));
+  size_t wrote = bytes.empty() ? 0 : std::fwrite(bytes.data(), 1, bytes.size(), f);
+  if (std::fclose(f) != 0 || wrote != bytes.size())
+    throw Error(fmt::format("{}: write failed: {}", path, std::strerror(errno)));
+}
+
+}  // namespace dtrain

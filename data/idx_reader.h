@@ -1,0 +1,31 @@
+// IDX files (the MNIST family's format): reading, gzip-compressed or raw, with every header
+// and size check done up front, and a writer the tests use to make fixtures.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace dtrain {
+
+// An IDX array of unsigned bytes: dims[0] is the item count (e.g. {60000, 28, 28}).
+struct IdxArray {
+  std::vector<int64_t> dims;
+  std::vector<uint8_t> data;  // row-major, shape_numel(dims) bytes
+};
+
+// Reads `path`, gzip (detected by the 1f 8b magic) or raw. Throws dtrain::Error with one line
+// naming the file and the problem: missing/unreadable file, bad magic, element type other
+// than unsigned byte, ndim outside 1..4, a zero dimension, truncated data, trailing data,
+// corrupt gzip stream.
+IdxArray read_idx(const std::string& path);
+
+// Writes an unsigned-byte IDX file (gzip-compressed when `gzip`). data.size() must equal the
+// product of dims. Any dims (even ones read_idx rejects) are written, so tests can make bad files.
+void write_idx(const std::string& path, std::span<const int64_t> dims, std::span<const uint8_t> data, bool gzip);
+
+// Writes `bytes` as they are, gzip-compressed when `gzip` (tests use it for malformed files).
+void write_bytes(const std::string& path, std::span<const uint8_t> bytes, bool gzip);
+
+}  // namespace dtrain

@@ -1,0 +1,201 @@
+// IDX reading: round trips through gzip and raw files, and the one-line errors for bad files.
+#include "data/idx_reader.h"
+
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "temp_dir.h"
+
+namespace dtrain {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using testing::TempDir;
+
+std::vector<uint8_t> pattern(size_t n) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>((i * 37 + 11) % 256);
+  return v;
+}
+
+std::vector<uint8_t> file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// An IDX header for unsigned bytes of `dims`, then `payload` bytes of data.
+std::vector<uint8_t> idx_bytes(const std::vector<uint32_t>& dims, size_t payload) {
+  std::vector<uint8_t> b = {0, 0, 0x08, static_cast<uint8_t>(dims.size())};
+  for (uint32_t d : dims) {
+    for (int shift = 24; shift >= 0; shift -= 8) b.push_back(static_cast<uint8_t>(d >> shift));
+  }
+  std::vector<uint8_t> body = pattern(payload);
+  b.insert(b.end(), body.begin(), body.end());
+  return b;
+}
+
+// The message of the dtrain::Error that read_idx throws for `path` ("" when none).
+std::string read_error(const std::string& path) {
+  try {
+    read_idx(path);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(IdxReader, RoundTripsRawAndGzip) {
+  TempDir dir;
+  const std::vector<int64_t> dims = {5, 7, 3};
+  const std::vector<uint8_t> data = pattern(5 * 7 * 3);
+  for (bool gzip : {false, true}) {
+    std::string path = dir.file(gzip ? "a-idx3-ubyte.gz" : "a-idx3-ubyte");
+    write_idx(path, dims, data, gzip);
+    std::vector<uint8_t> bytes = file_bytes(path);
+    ASSERT_GE(bytes.size(), 2u);
+    EXPECT_EQ(bytes[0] == 0x1f && bytes[1] == 0x8b, gzip) << "file written in the wrong format";
+    IdxArray back = read_idx(path);
+    EXPECT_EQ(back.dims, dims);
+    EXPECT_EQ(back.data, data);
+  }
+}
+
+TEST(IdxReader, RoundTripsLabelsAndLargeImages) {
+  TempDir dir;
+  const std::vector<int64_t> label_dims = {5};
+  const std::vector<uint8_t> labels = {0, 9, 3, 3, 7};
+  write_idx(dir.file("l.gz"), label_dims, labels, true);
+  IdxArray back = read_idx(dir.file("l.gz"));
+  EXPECT_EQ(back.dims, label_dims);
+  EXPECT_EQ(back.data, labels);
+
+  // Larger than the reader's chunks, so the payload arrives over several reads.
+  const std::vector<int64_t> image_dims = {3000, 28, 28};
+  const std::vector<uint8_t> images = pattern(3000 * 28 * 28);
+  write_idx(dir.file("i.gz"), image_dims, images, true);
+  back = read_idx(dir.file("i.gz"));
+  EXPECT_EQ(back.dims, image_dims);
+  EXPECT_TRUE(back.data == images);
+}
+
+TEST(IdxReader, HeaderIsBigEndian) {
+  TempDir dir;
+  const std::vector<int64_t> dims = {2, 300};
+  write_idx(dir.file("x"), dims, pattern(600), false);
+  std::vector<uint8_t> bytes = file_bytes(dir.file("x"));
+  ASSERT_EQ(bytes.size(), 12u + 600u);
+  EXPECT_EQ(std::vector<uint8_t>(bytes.begin(), bytes.begin() + 12),
+            (std::vector<uint8_t>{0, 0, 0x08, 2, 0, 0, 0, 2, 0, 0, 0x01, 0x2c}));
+}
+
+TEST(IdxReader, TruncatedDataNamesFileAndSizes) {
+  TempDir dir;
+  for (bool gzip : {false, true}) {
+    std::string path = dir.file(gzip ? "train-images-idx3-ubyte.gz" : "train-images-idx3-ubyte");
+    write_bytes(path, idx_bytes({100, 28, 28}, 1000), gzip);
+    EXPECT_THAT(read_error(path), HasSubstr(path + ": truncated: expected 78400 bytes of image data, got 1000"));
+  }
+  std::string labels = dir.file("train-labels-idx1-ubyte");
+  write_bytes(labels, idx_bytes({60000}, 59999), false);
+  EXPECT_THAT(read_error(labels), HasSubstr(labels + ": truncated: expected 60000 bytes of label data, got 59999"));
+}
+
+TEST(IdxReader, CutGzipStreamIsTruncated) {
+  TempDir dir;
+  std::string whole = dir.file("whole.gz");
+  const std::vector<int64_t> dims = {50, 28, 28};
+  write_idx(whole, dims, pattern(50 * 28 * 28), true);
+  std::vector<uint8_t> bytes = file_bytes(whole);
+  bytes.resize(bytes.size() / 2);
+  std::string cut = dir.file("cut-images-idx3-ubyte.gz");
+  write_bytes(cut, bytes, false);
+  std::string msg = read_error(cut);
+  EXPECT_THAT(msg, HasSubstr(cut + ": truncated: expected 39200 bytes of image data, got "));
+  EXPECT_THAT(msg, HasSubstr("(gzip: unexpected end of file)"));
+}
+
+TEST(IdxReader, ShortHeaderIsTruncated) {
+  TempDir dir;
+  std::string empty = dir.file("empty");
+  write_bytes(empty, {}, false);
+  EXPECT_THAT(read_error(empty), HasSubstr(empty + ": truncated: expected 4 bytes of IDX header, got 0"));
+  std::string short_dims = dir.file("short-dims");
+  write_bytes(short_dims, std::vector<uint8_t>{0, 0, 0x08, 3, 0, 0, 0, 1}, false);
+  EXPECT_THAT(read_error(short_dims), HasSubstr(short_dims + ": truncated: expected 12 bytes of IDX dimensions, got 4"));
+}
+
+TEST(IdxReader, TrailingDataIsAnError) {
+  TempDir dir;
+  for (bool gzip : {false, true}) {
+    std::string path = dir.file(gzip ? "t.gz" : "t");
+    write_bytes(path, idx_bytes({10, 2, 2}, 40 + 3), gzip);
+    EXPECT_THAT(read_error(path), HasSubstr(path + ": 3 bytes of trailing data after the 40 bytes of image data"));
+  }
+}
+
+TEST(IdxReader, WrongMagicIsNotAnIdxFile) {
+  TempDir dir;
+  std::string png = dir.file("picture.png");
+  write_bytes(png, std::vector<uint8_t>{0x89, 'P', 'N', 'G', 0x0d, 0x0a, 0x1a, 0x0a}, false);
+  EXPECT_THAT(read_error(png), HasSubstr(png + ": not an IDX file (magic 89 50 4e 47"));
+  std::string gz = dir.file("text.gz");
+  write_bytes(gz, std::vector<uint8_t>{'h', 'e', 'l', 'l', 'o', '\n'}, true);
+  EXPECT_THAT(read_error(gz), HasSubstr(gz + ": not an IDX file"));
+}
+
+TEST(IdxReader, RejectsUnsupportedTypeRankAndZeroDims) {
+  TempDir dir;
+  std::string floats = dir.file("floats");
+  std::vector<uint8_t> b = idx_bytes({4}, 16);
+  b[2] = 0x0D;
+  write_bytes(floats, b, false);
+  EXPECT_THAT(read_error(floats), HasSubstr(floats + ": unsupported IDX element type 0x0d (float32)"));
+
+  std::string rank5 = dir.file("rank5");
+  write_bytes(rank5, idx_bytes({1, 1, 1, 1, 1}, 1), false);
+  EXPECT_THAT(read_error(rank5), HasSubstr(rank5 + ": unsupported IDX rank 5"));
+  std::string rank0 = dir.file("rank0");
+  write_bytes(rank0, idx_bytes({}, 0), false);
+  EXPECT_THAT(read_error(rank0), HasSubstr(rank0 + ": unsupported IDX rank 0"));
+
+  std::string zero = dir.file("zero");
+  write_bytes(zero, idx_bytes({10, 0, 28}, 0), false);
+  EXPECT_THAT(read_error(zero), HasSubstr(zero + ": dimension 1 of the IDX header is zero"));
+}
+
+TEST(IdxReader, HugeHeaderFailsWithoutHugeAllocation) {
+  TempDir dir;
+  std::string path = dir.file("huge");
+  write_bytes(path, idx_bytes({0xffffffffu, 0xffffffffu, 0xffffffffu}, 10), false);
+  EXPECT_THAT(read_error(path), HasSubstr(path + ": IDX header dimensions are implausibly large"));
+  write_bytes(path, idx_bytes({0xffffffffu, 16}, 10), false);
+  EXPECT_THAT(read_error(path), HasSubstr(path + ": truncated: expected 68719476720 bytes of data, got 10"));
+}
+
+TEST(IdxReader, CorruptGzipNamesFile) {
+  TempDir dir;
+  std::string path = dir.file("corrupt.gz");
+  write_idx(path, std::vector<int64_t>{1000}, pattern(1000), true);
+  std::vector<uint8_t> bytes = file_bytes(path);
+  for (size_t i = 12; i < bytes.size() - 8; ++i) bytes[i] ^= 0x5a;
+  write_bytes(path, bytes, false);
+  std::string msg = read_error(path);
+  EXPECT_THAT(msg, HasSubstr(path + ": corrupt gzip data: "));
+  EXPECT_THAT(msg, Not(HasSubstr("\n")));
+}
+
+TEST(IdxReader, MissingFileNamesIt) {
+  TempDir dir;
+  std::string path = dir.file("nope-idx3-ubyte.gz");
+  EXPECT_THAT(read_error(path), HasSubstr(path + ": cannot open: No such file or directory"));
+}
+
+}  // namespace
+}  // namespace dtrain

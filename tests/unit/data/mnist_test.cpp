@@ -1,0 +1,189 @@
+// MnistDataset: loading a split the test writes (gzip and raw), normalisation, the checks that
+// name the bad file, and, where the package is installed, the real Fashion-MNIST.
+#include "data/mnist.h"
+
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "data/idx_reader.h"
+#include "temp_dir.h"
+
+namespace dtrain {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::TempDir;
+
+constexpr int64_t kRows = 4, kCols = 3;
+
+std::vector<uint8_t> image_bytes(int64_t n) {
+  std::vector<uint8_t> v(static_cast<size_t>(n * kRows * kCols));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<uint8_t>((i * 53 + 7) % 256);
+  v[0] = 0;
+  v[1] = 255;
+  return v;
+}
+
+std::vector<uint8_t> label_bytes(int64_t n) {
+  std::vector<uint8_t> v(static_cast<size_t>(n));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<uint8_t>((i * 7) % 10);
+  return v;
+}
+
+// Writes a split of n images and `labels` labels into `dir`.
+void write_split(const TempDir& dir, const std::string& prefix, int64_t n, bool gzip, int64_t labels = -1) {
+  if (labels < 0) labels = n;
+  std::string ext = gzip ? ".gz" : "";
+  write_idx(dir.file(prefix + "-images-idx3-ubyte" + ext), std::vector<int64_t>{n, kRows, kCols}, image_bytes(n), gzip);
+  write_idx(dir.file(prefix + "-labels-idx1-ubyte" + ext), std::vector<int64_t>{labels}, label_bytes(labels), gzip);
+}
+
+std::string load_error(const std::string& dir, Split split) {
+  try {
+    MnistDataset::load(dir, split);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Mnist, LoadsGzipAndRawSplits) {
+  TempDir dir;
+  write_split(dir, "train", 20, true);
+  write_split(dir, "t10k", 6, false);
+  for (Split split : {Split::kTrain, Split::kTest}) {
+    auto ds = MnistDataset::load(dir.path().string(), split);
+    const int64_t n = split == Split::kTrain ? 20 : 6;
+    ASSERT_EQ(ds->size(), n);
+    EXPECT_EQ(ds->sample_shape(), (Shape{1, kRows, kCols}));
+    EXPECT_EQ(ds->num_classes(), 10);
+    std::vector<uint8_t> images = image_bytes(n), labels = label_bytes(n);
+    std::vector<float> out(kRows * kCols);
+    for (int64_t i = 0; i < n; ++i) {
+      EXPECT_EQ(ds->get(i, out.data()), labels[static_cast<size_t>(i)]);
+      for (int64_t p = 0; p < kRows * kCols; ++p)
+        ASSERT_FLOAT_EQ(out[static_cast<size_t>(p)], images[static_cast<size_t>(i * kRows * kCols + p)] / 255.0f);
+    }
+    std::vector<float> first(kRows * kCols);
+    ds->get(0, first.data());
+    EXPECT_EQ(first[0], 0.0f);
+    EXPECT_EQ(first[1], 1.0f);
+  }
+}
+
+TEST(Mnist, NormalisesWithMeanAndStd) {
+  TempDir dir;
+  write_split(dir, "train", 3, true);
+  auto ds = MnistDataset::load(dir.path().string(), Split::kTrain, Normalize{0.2860f, 0.3530f});
+  std::vector<uint8_t> images = image_bytes(3);
+  std::vector<float> out(kRows * kCols);
+  ds->get(2, out.data());
+  for (int64_t p = 0; p < kRows * kCols; ++p) {
+    float x = images[static_cast<size_t>(2 * kRows * kCols + p)] / 255.0f;
+    EXPECT_NEAR(out[static_cast<size_t>(p)], (x - 0.2860f) / 0.3530f, 1e-6f);
+  }
+}
+
+TEST(Mnist, LimitKeepsTheFirstSamples) {
+  TempDir dir;
+  write_split(dir, "train", 20, true);
+  auto ds = MnistDataset::load(dir.path().string(), Split::kTrain, {}, 5);
+  ASSERT_EQ(ds->size(), 5);
+  auto all = MnistDataset::load(dir.path().string(), Split::kTrain);
+  for (int64_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(ds->label(i), all->label(i));
+    EXPECT_EQ(std::vector<uint8_t>(ds->pixels(i), ds->pixels(i) + kRows * kCols),
+              std::vector<uint8_t>(all->pixels(i), all->pixels(i) + kRows * kCols));
+  }
+  EXPECT_EQ(MnistDataset::load(dir.path().string(), Split::kTrain, {}, 1000)->size(), 20);
+}
+
+TEST(Mnist, MismatchedCountsNameBothFiles) {
+  TempDir dir;
+  write_split(dir, "train", 10, true, 9);
+  EXPECT_THAT(load_error(dir.path().string(), Split::kTrain),
+              HasSubstr("train-images-idx3-ubyte.gz: 10 images, but " + dir.file("train-labels-idx1-ubyte.gz") +
+                        " has 9 labels"));
+}
+
+TEST(Mnist, LabelOutOfRangeNamesFile) {
+  TempDir dir;
+  write_split(dir, "train", 4, false);
+  write_idx(dir.file("train-labels-idx1-ubyte"), std::vector<int64_t>{4}, std::vector<uint8_t>{1, 2, 12, 3}, false);
+  EXPECT_THAT(load_error(dir.path().string(), Split::kTrain),
+              HasSubstr("train-labels-idx1-ubyte: label 12 of sample 2 is out of range [0, 10)"));
+}
+
+TEST(Mnist, WrongShapesNameFile) {
+  TempDir dir;
+  write_split(dir, "train", 4, true);
+  write_idx(dir.file("train-images-idx3-ubyte.gz"), std::vector<int64_t>{4, 12}, image_bytes(4), true);
+  EXPECT_THAT(load_error(dir.path().string(), Split::kTrain),
+              HasSubstr("train-images-idx3-ubyte.gz: expected a 3-d image array [count, rows, cols], got 2"));
+}
+
+TEST(Mnist, TruncatedImageFileNamesIt) {
+  TempDir dir;
+  write_split(dir, "t10k", 4, true);
+  std::vector<uint8_t> bytes = {0, 0, 0x08, 3, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 3, 1, 2, 3};
+  write_bytes(dir.file("t10k-images-idx3-ubyte.gz"), bytes, true);
+  EXPECT_THAT(load_error(dir.path().string(), Split::kTest),
+              HasSubstr("t10k-images-idx3-ubyte.gz: truncated: expected 48 bytes of image data, got 3"));
+}
+
+TEST(Mnist, MissingDirectoryHintsAtPackage) {
+  TempDir dir;
+  std::string missing = dir.file("no-such-dir");
+  std::string msg = load_error(missing, Split::kTrain);
+  EXPECT_THAT(msg, HasSubstr(missing + ": dataset directory not found"));
+  EXPECT_THAT(msg, HasSubstr("apt-get install dataset-fashion-mnist"));
+}
+
+TEST(Mnist, MissingFileNamesIt) {
+  TempDir dir;
+  write_split(dir, "train", 4, true);
+  std::filesystem::remove(dir.file("train-labels-idx1-ubyte.gz"));
+  EXPECT_THAT(load_error(dir.path().string(), Split::kTrain), HasSubstr("missing train-labels-idx1-ubyte.gz"));
+  EXPECT_THAT(load_error(dir.path().string(), Split::kTest), HasSubstr("missing t10k-images-idx3-ubyte.gz"));
+}
+
+TEST(Mnist, RejectsBadNormalizeAndLimit) {
+  TempDir dir;
+  write_split(dir, "train", 4, true);
+  EXPECT_THROW(MnistDataset::load(dir.path().string(), Split::kTrain, Normalize{0.5f, 0.0f}), Error);
+  EXPECT_THROW(MnistDataset::load(dir.path().string(), Split::kTrain, {}, -1), Error);
+}
+
+TEST(Mnist, RealFashionMnistTrainSet) {
+  const std::string dir = DTRAIN_FMNIST_DIR;
+  if (!std::filesystem::is_directory(dir))
+    GTEST_SKIP() << dir << " not present (apt-get install dataset-fashion-mnist)";
+  auto ds = MnistDataset::load(dir, Split::kTrain);
+  ASSERT_EQ(ds->size(), 60000);
+  EXPECT_EQ(ds->sample_shape(), (Shape{1, 28, 28}));
+  std::set<int32_t> classes;
+  std::vector<float> out(28 * 28);
+  float lo = 1.0f, hi = 0.0f;
+  for (int64_t i = 0; i < ds->size(); ++i) {
+    classes.insert(ds->get(i, out.data()));
+    for (float v : out) {
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+  }
+  EXPECT_EQ(classes.size(), 10u);
+  EXPECT_EQ(*classes.begin(), 0);
+  EXPECT_EQ(*classes.rbegin(), 9);
+  EXPECT_EQ(lo, 0.0f);
+  EXPECT_EQ(hi, 1.0f);
+  EXPECT_EQ(MnistDataset::load(dir, Split::kTest)->size(), 10000);
+}
+
+}  // namespace
+}  // namespace dtrain
