@@ -76,7 +76,10 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    dtrain::abort_all(e.what(), 1);  // one line, then every peer is torn down: nobody hangs
+    if (ctx.comm->size() > 1) dtrain::abort_all(e.what(), 1);  // one line, then every peer is torn down
+    fmt::print(stderr, "dtrain: error: {}\n", e.what());        // alone: no peer to bring down
+    dtrain::finalize(ctx);
+    return 1;
   }
   dtrain::finalize(ctx);
   return 0;

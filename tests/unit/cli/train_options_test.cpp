@@ -1,0 +1,81 @@
+// `dtrain train` flags: defaults are the seeds' job, and every wrong flag or value is a
+// one-line UsageError naming the flag.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "examples/train_options.h"
+
+namespace dtrain {
+namespace {
+
+std::string usage_error_of(std::vector<std::string> args) {
+  try {
+    parse_train_options(args);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+TEST(TrainOptions, DefaultsAreTheSeedsReferenceJob) {
+  TrainConfig c = parse_train_options({"--data", "/tmp"}).config;
+  EXPECT_EQ(c.model.name, "mlp");
+  EXPECT_EQ(c.model.hidden, (std::vector<int64_t>{256}));
+  EXPECT_EQ(c.batch_size, 64);
+  EXPECT_EQ(c.optimizer, "sgd");
+  EXPECT_FLOAT_EQ(c.lr, 0.01f);
+  EXPECT_FLOAT_EQ(c.momentum, 0.9f);
+  EXPECT_EQ(c.device, "auto");
+  EXPECT_EQ(c.epochs, 1);
+  EXPECT_DOUBLE_EQ(c.bucket_cap_mb, 25.0);
+}
+
+TEST(TrainOptions, ParsesEveryGroup) {
+  TrainConfig c = parse_train_options({"--data", "/tmp", "--model", "mlp", "--hidden", "1024,512", "--epochs", "3",
+                                       "--batch-size", "128", "--optimizer", "adamw", "--lr", "0.001",
+                                       "--weight-decay", "0.05", "--lr-schedule", "cosine", "--device", "cpu",
+                                       "--comm-hook", "bf16", "--bucket-cap-mb", "4", "--find-unused-parameters",
+                                       "--accumulate", "2", "--normalize", "0.286,0.353", "--trace", "t.json"})
+                      .config;
+  EXPECT_EQ(c.model.hidden, (std::vector<int64_t>{1024, 512}));
+  EXPECT_EQ(c.epochs, 3);
+  EXPECT_EQ(c.batch_size, 128);
+  EXPECT_EQ(c.optimizer, "adamw");
+  EXPECT_EQ(c.lr_schedule, LrSchedule::Kind::kCosine);
+  EXPECT_EQ(c.comm_hook, "bf16");
+  EXPECT_TRUE(c.find_unused_parameters);
+  EXPECT_EQ(c.accumulate, 2);
+  EXPECT_FLOAT_EQ(c.norm_mean, 0.286f);
+  EXPECT_EQ(c.trace_path, "t.json");
+}
+
+TEST(TrainOptions, WrongFlagsAndValuesAreOneLineUsageErrors) {
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--batch-size", "0"}), "--batch-size: must be at least 1, got 0");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--lr", "-0.1"}), "--lr: must be positive, got -0.1");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--model", "resnet"}), "--model: expected mlp or cnn, got 'resnet'");
+  EXPECT_EQ(usage_error_of({"--data", "/nonexistent/dir"}),
+            "--data: no such directory '/nonexistent/dir' (Debian: apt-get install dataset-fashion-mnist)");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--hidden", "256,x"}),
+            "--hidden: expected positive widths like 256 or 1024,1024, got '256,x'");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--optimizer", "lbfgs"}), "--optimizer: expected sgd or adamw, got 'lbfgs'");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--comm-hook", "int8"}),
+            "--comm-hook: expected allreduce, bf16 or fp16, got 'int8'");
+  EXPECT_NE(usage_error_of({"--data", "/tmp", "--no-such-flag"}).find("no-such-flag"), std::string::npos);
+  EXPECT_NE(usage_error_of({"--data", "/tmp", "--epochs", "two"}).find("two"), std::string::npos);
+  EXPECT_NE(usage_error_of({"--data", "/tmp", "stray"}).find("stray"), std::string::npos);
+  for (const std::string& e : {usage_error_of({"--data", "/tmp", "--epochs", "two"}),
+                               usage_error_of({"--data", "/tmp", "--no-such-flag"})})
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+}
+
+TEST(TrainOptions, HelpListsEveryFlag) {
+  ParsedTrain p = parse_train_options({"--help"});
+  ASSERT_TRUE(p.help);
+  for (const char* flag : {"--data", "--model", "--hidden", "--epochs", "--batch-size", "--lr", "--momentum",
+                           "--optimizer", "--weight-decay", "--seed", "--device", "--log-interval", "--bucket-cap-mb",
+                           "--find-unused-parameters", "--trace", "--comm-hook", "--allow-gpu-sharing", "--tf32"})
+    EXPECT_NE(p.help_text.find(flag), std::string::npos) << flag;
+}
+
+}  // namespace
+}  // namespace dtrain
