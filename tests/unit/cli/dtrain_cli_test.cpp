@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <cstdlib>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -17,6 +18,8 @@ struct CliRun {
 };
 
 CliRun run_dtrain(const std::string& args) {
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);  // CI runs as root; Open MPI refuses root without these
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   const std::string cmd = std::string(DTRAIN_BINARY_DIR) + "/examples/dtrain " + args + " 2>&1";
   CliRun r{-1, ""};
   FILE* pipe = popen(cmd.c_str(), "r");

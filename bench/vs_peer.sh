@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# dtrain against the PyTorch DDP peer (gloo, CPU), same job, same sitting, one table.
+#   bash bench/vs_peer.sh [--epochs N] [--repeat R]
+# Seed MLP on Fashion-MNIST, batch 64 per rank, SGD lr 0.01 momentum 0.9; 1 BLAS/torch thread
+# per rank (the peer's default), np 1 and 2, hidden 256 and 2048. Each figure is the median of
+# R runs. Every row also shows test accuracy: a fast wrong answer is a failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+epochs=1; repeat=3
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --epochs) epochs=$2; shift 2 ;;
+    --repeat) repeat=$2; shift 2 ;;
+    *) echo "usage: bash bench/vs_peer.sh [--epochs N] [--repeat R]" >&2; exit 2 ;;
+  esac
+done
+peer=${DTRAIN_PEER:-../shared/peers/torch_ddp_fmnist.py}
+[ -f "$peer" ] || { echo "bench: peer script not found at $peer (set DTRAIN_PEER)" >&2; exit 1; }
+if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
+  echo "bench: installing python3-torch for the peer" >&2
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-torch python3-numpy
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+build=${DTRAIN_BUILD_DIR:-build}
+[ -x "$build/examples/dtrain" ] || bash scripts/setup.sh build >/dev/null
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+run_dtrain() {  # np hidden [extra flags]
+  local np=$1 hidden=$2; shift 2
+  OPENBLAS_NUM_THREADS=1 "$build/launcher/dtrain-launch" -n "$np" -- "$build/examples/dtrain" train \
+    --epochs "$epochs" --hidden "$hidden" --batch-size 64 --lr 0.01 --momentum 0.9 --device cpu --threads 1 \
+    --quiet --json "$@" | grep '^{'
+}
+run_peer() {  # np hidden
+  /usr/bin/python3 "$peer" --np "$1" --hidden "$2" --epochs "$epochs" --batch 64 --threads 1 2>/dev/null | grep '^{'
+}
+
+for r in $(seq "$repeat"); do
+  for cfg in "1 256" "2 256" "2 2048"; do
+    set -- $cfg
+    run_peer "$1" "$2" >>"$out/peer_$1_$2"
+    run_dtrain "$1" "$2" >>"$out/dtrain_$1_$2"
+  done
+done
+run_dtrain 2 256 --trace "$out/trace256.json" >"$out/trace_2_256"
+run_dtrain 2 1024,1024 --trace "$out/trace1024.json" >"$out/trace_2_1024,1024"
+
+python3 - "$out" "$repeat" <<'PY'
+import json, statistics, sys, os
+out, repeat = sys.argv[1], int(sys.argv[2])
+def load(name):
+    rows = [json.loads(l) for l in open(os.path.join(out, name))]
+    return statistics.median(r["samples_per_s"] for r in rows), statistics.median(r["test_acc"] for r in rows)
+print(f"{'job':<22}{'peer samples/s':>16}{'dtrain samples/s':>18}{'speed-up':>10}{'peer acc':>10}{'dtrain acc':>12}")
+res = {}
+for np_, h in [(1, 256), (2, 256), (2, 2048)]:
+    p, pa = load(f"peer_{np_}_{h}"); d, da = load(f"dtrain_{np_}_{h}")
+    res[(np_, h)] = (p, d)
+    print(f"{f'np {np_}, hidden {h}':<22}{p:>16.1f}{d:>18.1f}{d / p:>9.2f}x{pa:>10.4f}{da:>12.4f}")
+p1, d1 = res[(1, 256)]; p2, d2 = res[(2, 256)]
+print(f"\nscaling efficiency (np 2 / (2 x np 1), hidden 256): peer {p2 / (2 * p1):.2f}, dtrain {d2 / (2 * d1):.2f}")
+for h in ["256", "1024,1024"]:
+    t = json.loads(open(os.path.join(out, f"trace_2_{h}")).read())
+    print(f"all-reduce time overlapping backward (np 2, hidden {h}, from --trace): {100 * t['allreduce_overlap']:.1f}%")
+print(f"(median of {repeat} run(s) each; 1 thread per rank; samples/s = training loop only, as the peer counts)")
+PY
