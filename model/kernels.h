@@ -19,17 +19,6 @@ struct BroadcastRows {  // y[r, c] = b[c]   (bias as the GEMM's initial C)
   DTRAIN_HD void operator()(int64_t i) const { y[i] = b[i % cols]; }
 };
 
-struct ColumnSumAccumulate {  // g[c] += sum_r x[r, c]   (bias gradient)
-  float* g;
-  const float* x;
-  int64_t rows, cols;
-  DTRAIN_HD void operator()(int64_t c) const {
-    float s = 0.f;
-    for (int64_t r = 0; r < rows; ++r) s += x[r * cols + c];
-    g[c] += s;
-  }
-};
-
 struct ReluForward {
   float* y;
   const float* x;

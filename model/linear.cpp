@@ -1,6 +1,7 @@
 #include "model/linear.h"
 
 #include "core/error.h"
+#include "core/kernels.h"
 #include "core/ops.h"
 #include "model/kernels.h"
 
@@ -39,7 +40,11 @@ Tensor Linear::backward(const Tensor& grad_output, bool need_input_grad) {
   // Bias first, then weight: reverse parameter order, and each hook fires before the
   // input-gradient GEMM so its all-reduce overlaps that GEMM.
   if (has_bias_) {
-    launch(dev, out_, kernels::ColumnSumAccumulate{bias_.grad.data(), grad_output.data(), batch, out_});
+    if (!ones_.defined() || ones_.numel() != batch) {
+      ones_ = Tensor::empty({batch}, dev);
+      launch(dev, batch, kernels::Fill{ones_.data(), 1.f});
+    }
+    gemm(dev, false, false, 1, out_, batch, 1.f, ones_.data(), grad_output.data(), 1.f, bias_.grad.data());
     grad_ready(bias_);
   }
   gemm(dev, true, false, out_, in_, batch, 1.f, grad_output.data(), input_.data(), 1.f, weight_.grad.data());

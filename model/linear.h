@@ -19,6 +19,7 @@ class Linear : public Module {
   bool has_bias_;
   Parameter weight_, bias_;
   Tensor input_, output_, grad_input_;
+  Tensor ones_;  // [batch] of 1: the bias gradient is the GEMM ones^T dY (fast on BLAS and cuBLAS)
 };
 
 }  // namespace dtrain

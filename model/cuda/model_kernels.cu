@@ -5,7 +5,6 @@
 
 namespace dtrain::kernels {
 DTRAIN_INSTANTIATE_LAUNCH(BroadcastRows)
-DTRAIN_INSTANTIATE_LAUNCH(ColumnSumAccumulate)
 DTRAIN_INSTANTIATE_LAUNCH(ReluForward)
 DTRAIN_INSTANTIATE_LAUNCH(ReluBackward)
 DTRAIN_INSTANTIATE_LAUNCH(DropoutForward)
