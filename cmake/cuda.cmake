@@ -10,7 +10,15 @@ if(DTRAIN_CUDA)
   endif()
   if(CMAKE_CUDA_COMPILER)
     set(CMAKE_CUDA_ARCHITECTURES "${DTRAIN_CUDA_ARCHS}")
+    # One CUDA runtime per process: the shared one (CUDA::cudart) that dtrain's libraries link.
+    # CMake's default (static) would add cudart_static too, to every executable with CUDA code.
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
     enable_language(CUDA)
+    # CMake 3.25 knows no C++20 flag for nvcc (it rejects CUDA_STANDARD 20); nvcc >= 12 has one.
+    if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+      set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    endif()
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     find_package(CUDAToolkit REQUIRED)

@@ -14,7 +14,7 @@ namespace dtrain {
 namespace {
 constexpr size_t kHostAlignment = 64;  // a cache line; also what AVX-512 loads like
 
-[[noreturn]] void no_cuda() { throw Error("this dtrain binary was built without CUDA"); }
+[[noreturn, maybe_unused]] void no_cuda() { throw Error("this dtrain binary was built without CUDA"); }
 }  // namespace
 
 void* device_alloc(Device device, size_t bytes) {

@@ -19,9 +19,28 @@ void set_device(int index);
 // "0000:3b:00.0" for logical device `index`.
 std::string pci_bus_id(int index);
 
+// Why device_count() is 0: "cudaGetDeviceCount: <CUDA's error string>", or "cudaGetDeviceCount
+// returned 0 devices"; empty when devices are visible. For skip messages and logs.
+std::string device_count_error();
+// The device this thread works on. set_device() pins the whole process: a thread that never
+// called it (the DDP communication thread, a watchdog) is moved to the pinned device on its
+// first dtrain CUDA call, since CUDA's current device is per thread and starts at 0.
+int current_device();
+// True when `ptr` is device memory (cudaMalloc'd, on any device); false for host pointers.
+bool is_device_pointer(const void* ptr);
+
 // Caching allocator (cudaMalloc only, never managed memory).
 void* alloc(size_t bytes, int device);
 void free(void* ptr, size_t bytes, int device);
+// Returns every cached (free) block to CUDA (cudaFree) on all devices; blocks in use stay.
+void release_cached();
+struct AllocatorStats {
+  size_t in_use_bytes = 0;   // handed out and not yet freed (rounded sizes)
+  size_t cached_bytes = 0;   // free blocks kept for reuse
+  int64_t device_mallocs = 0;  // calls that reached cudaMalloc
+  int64_t cache_hits = 0;      // allocations served from the cache
+};
+AllocatorStats allocator_stats(int device);
 // Stream-ordered on the compute stream; returns once the copy is complete.
 void copy(void* dst, bool dst_on_device, const void* src, bool src_on_device, size_t bytes);
 void zero(void* dst, size_t bytes);
@@ -44,5 +63,8 @@ namespace dtrain::cuda {
 // The process's compute stream (created on first use, on the current device).
 Stream& compute_stream();
 std::unique_ptr<Stream> make_stream();
+// The same for an explicit device (core/stream.h's compute_stream(Device) can pass its index).
+Stream& compute_stream(int device);
+std::unique_ptr<Stream> make_stream(int device);
 
 }  // namespace dtrain::cuda

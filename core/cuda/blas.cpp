@@ -1,0 +1,78 @@
+// GEMM through cuBLAS on the compute stream. cuBLAS is column-major and dtrain row-major: a
+// row-major matrix is its column-major transpose, so C = op(A) op(B) is computed as
+// C^T = op(B)^T op(A)^T, i.e. cuBLAS called with the operands (and m, n) swapped.
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <climits>
+#include <memory>
+#include <mutex>
+
+#include "core/cuda/cuda_backend.h"
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/cuda_stream.h"
+#include "core/cuda/device_guard.h"
+
+namespace dtrain::cuda {
+
+namespace {
+
+struct Blas {
+  cublasHandle_t handle = nullptr;
+  std::mutex mutex;  // a handle's stream and math mode are shared state
+};
+
+// One handle per device, never destroyed (cublasDestroy at exit races the runtime tear-down).
+std::array<std::atomic<Blas*>, kMaxDevices> g_blas{};
+std::mutex g_blas_mutex;
+std::atomic<bool> g_allow_tf32{false};
+
+Blas& blas_for(int device) {
+  DTRAIN_CHECK(device >= 0 && device < kMaxDevices, "CUDA device {} beyond dtrain's limit of {}", device,
+               kMaxDevices);
+  Blas* blas = g_blas[device].load(std::memory_order_acquire);
+  if (!blas) {
+    std::lock_guard lock(g_blas_mutex);
+    blas = g_blas[device].load(std::memory_order_relaxed);
+    if (!blas) {
+      DeviceGuard guard(device);
+      auto fresh = std::make_unique<Blas>();
+      CUBLAS_CHECK(cublasCreate(&fresh->handle));
+      blas = fresh.release();
+      g_blas[device].store(blas, std::memory_order_release);
+    }
+  }
+  return *blas;
+}
+
+int to_int(int64_t v, const char* what) {
+  DTRAIN_CHECK(v >= 0 && v <= INT_MAX, "cuBLAS GEMM {} = {} does not fit in int", what, v);
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  // cuBLAS rejects a leading dimension below 1 even when k == 0 and nothing is read.
+  const int im = to_int(m, "m"), in = to_int(n, "n"), ik = to_int(k, "k");
+  const int ilda = std::max(1, to_int(lda, "lda")), ildb = std::max(1, to_int(ldb, "ldb"));
+  const int ildc = std::max(1, to_int(ldc, "ldc"));
+  const int device = current_device();
+  Blas& blas = blas_for(device);
+  const cudaStream_t stream = compute_stream_handle();
+  std::lock_guard lock(blas.mutex);
+  CUBLAS_CHECK(cublasSetStream(blas.handle, stream));
+  CUBLAS_CHECK(cublasSetMathMode(blas.handle, g_allow_tf32.load(std::memory_order_relaxed)
+                                                  ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                  : CUBLAS_DEFAULT_MATH));
+  // Column-major view: C^T[n,m] = op(B)^T[n,k] * op(A)^T[k,m]. Row-major B (stored [k,n], or
+  // [n,k] when trans_b) is column-major B^T with leading dimension ldb; same for A.
+  CUBLAS_CHECK(cublasSgemm(blas.handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, in,
+                           im, ik, &alpha, b, ildb, a, ilda, &beta, c, ildc));
+}
+
+void set_allow_tf32(bool allow) { g_allow_tf32.store(allow, std::memory_order_relaxed); }
+
+}  // namespace dtrain::cuda

@@ -1,0 +1,112 @@
+// --device parsing and per-rank device selection (see device_select.h).
+#include "core/device_select.h"
+
+#include <charconv>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#ifdef DTRAIN_WITH_CUDA
+#include "core/cuda/cuda_backend.h"
+#endif
+
+namespace dtrain {
+
+namespace {
+
+enum class Kind { kAuto, kCpu, kCuda, kCudaIndex };
+
+struct Flag {
+  Kind kind;
+  int index = -1;
+};
+
+Flag parse_flag(const std::string& flag) {
+  if (flag == "auto") return {Kind::kAuto};
+  if (flag == "cpu") return {Kind::kCpu};
+  if (flag == "cuda") return {Kind::kCuda};
+  constexpr std::string_view prefix = "cuda:";
+  if (flag.size() > prefix.size() && flag.starts_with(prefix)) {
+    const char* first = flag.data() + prefix.size();
+    const char* last = flag.data() + flag.size();
+    int index = -1;
+    auto [end, ec] = std::from_chars(first, last, index);
+    // Digits only: from_chars accepts a leading '-', which is not a device.
+    if (ec == std::errc() && end == last && *first != '-' && *first != '+') return {Kind::kCudaIndex, index};
+  }
+  throw UsageError(fmt::format("--device: expected auto, cpu, cuda or cuda:N, got '{}'", flag));
+}
+
+// Why there is no GPU, for logs and errors.
+std::string no_gpu_detail(const DeviceInventory& inv) {
+  if (!inv.cuda_build) return "this dtrain binary was built without CUDA";
+  std::string detail = fmt::format("CUDA_VISIBLE_DEVICES={}", inv.visible_env);
+  if (!inv.count_error.empty()) detail += "; " + inv.count_error;
+  return detail;
+}
+
+DeviceChoice cuda_choice(int index, int local_rank, int local_size, const DeviceInventory& inv) {
+  return {Device::cuda(index), fmt::format("using cuda:{} (local rank {} of {}; CUDA_VISIBLE_DEVICES={})", index,
+                                           local_rank, local_size, inv.visible_env)};
+}
+
+}  // namespace
+
+DeviceInventory probe_devices() {
+  DeviceInventory inv;
+  const char* env = std::getenv("CUDA_VISIBLE_DEVICES");
+  inv.visible_env = env ? env : "<unset>";
+#ifdef DTRAIN_WITH_CUDA
+  inv.count = cuda::device_count();
+  if (inv.count == 0) inv.count_error = cuda::device_count_error();
+#endif
+  return inv;
+}
+
+DeviceChoice choose_device(const std::string& flag, int local_rank, int local_size, bool allow_gpu_sharing,
+                           const DeviceInventory& inv) {
+  const Flag parsed = parse_flag(flag);
+  DTRAIN_CHECK(local_rank >= 0 && local_rank < local_size, "local rank {} of {}", local_rank, local_size);
+  if (parsed.kind == Kind::kCpu) return {Device::cpu(), "using cpu (--device cpu)"};
+  if (inv.count == 0) {
+    if (parsed.kind == Kind::kAuto) {
+      return {Device::cpu(), fmt::format("no CUDA device visible; using CPU ({})", no_gpu_detail(inv))};
+    }
+    throw Error(inv.cuda_build ? fmt::format("--device {}: no CUDA device visible ({})", flag, no_gpu_detail(inv))
+                               : fmt::format("--device {}: {}", flag, no_gpu_detail(inv)));
+  }
+  if (parsed.kind == Kind::kCudaIndex) {
+    if (parsed.index >= inv.count) {
+      throw Error(fmt::format("--device {}: only {} CUDA device{} visible (CUDA_VISIBLE_DEVICES={})", flag,
+                              inv.count, inv.count == 1 ? "" : "s", inv.visible_env));
+    }
+    if (local_size > 1 && !allow_gpu_sharing) {
+      throw Error(fmt::format("--device {} puts all {} local ranks on one GPU; use --device cuda for one GPU per "
+                              "rank, or pass --allow-gpu-sharing to share",
+                              flag, local_size));
+    }
+    return cuda_choice(parsed.index, local_rank, local_size, inv);
+  }
+  // auto with devices, or cuda: one device per local rank.
+  if (local_size > inv.count && !allow_gpu_sharing) {
+    throw Error(fmt::format("{} local ranks but only {} visible GPU{} (CUDA_VISIBLE_DEVICES={}); pass "
+                            "--allow-gpu-sharing to share",
+                            local_size, inv.count, inv.count == 1 ? "" : "s", inv.visible_env));
+  }
+  return cuda_choice(local_rank % inv.count, local_rank, local_size, inv);
+}
+
+DeviceChoice select_device(const std::string& flag, int local_rank, int local_size, bool allow_gpu_sharing) {
+  DeviceChoice choice = choose_device(flag, local_rank, local_size, allow_gpu_sharing, probe_devices());
+#ifdef DTRAIN_WITH_CUDA
+  if (choice.device.is_cuda()) {
+    cuda::set_device(choice.device.index);
+    choice.log_line.pop_back();  // the closing parenthesis
+    choice.log_line += fmt::format("; PCI {})", cuda::pci_bus_id(choice.device.index));
+  }
+#endif
+  return choice;
+}
+
+}  // namespace dtrain

@@ -1,0 +1,128 @@
+// --device parsing and per-rank device choice (core/device_select.h), with faked inventories
+// so the GPU rules are checked on machines without GPUs.
+#include "core/device_select.h"
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+
+namespace dtrain {
+namespace {
+
+DeviceInventory no_gpus() {
+  DeviceInventory inv;
+  inv.cuda_build = true;
+  inv.count = 0;
+  inv.visible_env = "<unset>";
+  inv.count_error = "cudaGetDeviceCount: no CUDA-capable device is detected";
+  return inv;
+}
+
+DeviceInventory gpus(int n, std::string env = "<unset>") {
+  DeviceInventory inv;
+  inv.cuda_build = true;
+  inv.count = n;
+  inv.visible_env = std::move(env);
+  return inv;
+}
+
+std::string error_of(const std::string& flag, int local_rank, int local_size, bool sharing,
+                     const DeviceInventory& inv) {
+  try {
+    choose_device(flag, local_rank, local_size, sharing, inv);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(DeviceSelect, RejectsMalformedFlagsWithUsageError) {
+  for (const char* bad : {"", "gpu", "CUDA", "cuda:", "cuda:-1", "cuda:+1", "cuda:1x", "cuda:x", "cpu:0",
+                          "cuda:99999999999"}) {
+    EXPECT_THROW(choose_device(bad, 0, 1, false, gpus(2)), UsageError) << bad;
+  }
+  try {
+    choose_device("gpu", 0, 1, false, gpus(2));
+    FAIL() << "no error";
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(), "--device: expected auto, cpu, cuda or cuda:N, got 'gpu'");
+  }
+}
+
+TEST(DeviceSelect, CpuIsAlwaysCpu) {
+  EXPECT_EQ(choose_device("cpu", 0, 1, false, gpus(8)).device, Device::cpu());
+  EXPECT_EQ(choose_device("cpu", 3, 4, false, no_gpus()).device, Device::cpu());
+}
+
+TEST(DeviceSelect, AutoFallsBackToCpuWithoutGpuAndSaysWhy) {
+  DeviceChoice c = choose_device("auto", 0, 2, false, no_gpus());
+  EXPECT_EQ(c.device, Device::cpu());
+  EXPECT_NE(c.log_line.find("no CUDA device visible; using CPU"), std::string::npos) << c.log_line;
+  EXPECT_NE(c.log_line.find("no CUDA-capable device is detected"), std::string::npos) << c.log_line;
+
+  DeviceInventory cpu_build;
+  cpu_build.cuda_build = false;
+  c = choose_device("auto", 0, 1, false, cpu_build);
+  EXPECT_EQ(c.device, Device::cpu());
+  EXPECT_NE(c.log_line.find("built without CUDA"), std::string::npos) << c.log_line;
+}
+
+TEST(DeviceSelect, AutoPicksOneGpuPerLocalRankWhenGpusAreVisible) {
+  EXPECT_EQ(choose_device("auto", 0, 2, false, gpus(2)).device, Device::cuda(0));
+  EXPECT_EQ(choose_device("auto", 1, 2, false, gpus(2)).device, Device::cuda(1));
+}
+
+TEST(DeviceSelect, CudaWithoutGpuIsAClearError) {
+  std::string msg = error_of("cuda", 0, 1, false, no_gpus());
+  EXPECT_NE(msg.find("--device cuda: no CUDA device visible"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("CUDA_VISIBLE_DEVICES=<unset>"), std::string::npos) << msg;
+  msg = error_of("cuda:0", 0, 1, false, no_gpus());
+  EXPECT_NE(msg.find("--device cuda:0: no CUDA device visible"), std::string::npos) << msg;
+
+  DeviceInventory cpu_build;
+  cpu_build.cuda_build = false;
+  msg = error_of("cuda", 0, 1, false, cpu_build);
+  EXPECT_EQ(msg, "--device cuda: this dtrain binary was built without CUDA");
+}
+
+TEST(DeviceSelect, CudaMapsLocalRankToLogicalDevice) {
+  for (int r = 0; r < 4; ++r) {
+    DeviceChoice c = choose_device("cuda", r, 4, false, gpus(4, "4,5,6,7"));
+    EXPECT_EQ(c.device, Device::cuda(r));
+    EXPECT_NE(c.log_line.find(fmt::format("cuda:{}", r)), std::string::npos) << c.log_line;
+    EXPECT_NE(c.log_line.find("CUDA_VISIBLE_DEVICES=4,5,6,7"), std::string::npos) << c.log_line;
+  }
+  // Fewer ranks than GPUs is fine: the extra GPUs stay idle.
+  EXPECT_EQ(choose_device("cuda", 1, 2, false, gpus(8)).device, Device::cuda(1));
+}
+
+TEST(DeviceSelect, MoreLocalRanksThanGpusNeedsSharing) {
+  std::string msg = error_of("cuda", 0, 4, false, gpus(2, "0,1"));
+  EXPECT_EQ(msg, "4 local ranks but only 2 visible GPUs (CUDA_VISIBLE_DEVICES=0,1); pass --allow-gpu-sharing to share");
+  EXPECT_FALSE(error_of("auto", 3, 4, false, gpus(2)).empty());
+  // With sharing, ranks wrap around the visible devices.
+  EXPECT_EQ(choose_device("cuda", 2, 4, true, gpus(2)).device, Device::cuda(0));
+  EXPECT_EQ(choose_device("cuda", 3, 4, true, gpus(2)).device, Device::cuda(1));
+}
+
+TEST(DeviceSelect, ExplicitIndexIsCheckedAgainstVisibleDevices) {
+  EXPECT_EQ(choose_device("cuda:1", 0, 1, false, gpus(2)).device, Device::cuda(1));
+  std::string msg = error_of("cuda:2", 0, 1, false, gpus(2, "0,1"));
+  EXPECT_EQ(msg, "--device cuda:2: only 2 CUDA devices visible (CUDA_VISIBLE_DEVICES=0,1)");
+  // Several local ranks on one explicit GPU only with sharing.
+  EXPECT_FALSE(error_of("cuda:0", 1, 2, false, gpus(2)).empty());
+  EXPECT_EQ(choose_device("cuda:0", 1, 2, true, gpus(2)).device, Device::cuda(0));
+}
+
+TEST(DeviceSelect, SelectOnThisMachineAgreesWithTheInventory) {
+  // Whatever this machine has: auto never fails, and picks CUDA exactly when devices are visible.
+  const DeviceInventory inv = probe_devices();
+  DeviceChoice c = select_device("auto", 0, 1, false);
+  EXPECT_EQ(c.device.is_cuda(), inv.count > 0) << c.log_line;
+  if (inv.count == 0) {
+    EXPECT_THROW(select_device("cuda", 0, 1, false), Error);
+  }
+}
+
+}  // namespace
+}  // namespace dtrain
