@@ -1,0 +1,224 @@
+// NcclCommunicator (see nccl_communicator.h).
+#include "comm/nccl/nccl_communicator.h"
+
+#include <array>
+#include <cstring>
+#include <mutex>
+
+#include <fmt/format.h>
+#include <nccl.h>
+
+#include "comm/nccl/nccl_check.h"
+#include "comm/nccl/nccl_watchdog.h"
+#include "core/cuda/cuda_backend.h"
+#include "core/cuda/cuda_stream.h"
+#include "core/error.h"
+
+namespace dtrain {
+
+namespace {
+
+ncclDataType_t nccl_type(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return ncclFloat32;
+    case DType::kI32: return ncclInt32;
+    case DType::kBF16: return ncclBfloat16;
+    case DType::kF16: return ncclFloat16;
+  }
+  throw Error(fmt::format("NCCL: unsupported dtype {}", static_cast<int>(dtype)));
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return ncclSum;
+    case ReduceOp::kAvg: return ncclAvg;
+  }
+  throw Error(fmt::format("NCCL: unsupported reduce op {}", static_cast<int>(op)));
+}
+
+// NCCL reads device memory only; a host pointer would fault on the GPU, far from the cause.
+void check_device_buffer(const void* ptr, int64_t count, const char* op, const char* which) {
+  DTRAIN_CHECK(count >= 0, "NCCL {}: negative count {}", op, count);
+  if (count == 0) return;
+  DTRAIN_CHECK(cuda::is_device_pointer(ptr), "NCCL {}: {} buffer {} is not GPU memory", op, which, ptr);
+}
+
+class NcclWork final : public Work {
+ public:
+  NcclWork(std::shared_ptr<Event> done, Stream& compute, std::shared_ptr<NcclWatchdog> watchdog, bool host_blocking)
+      : done_(std::move(done)), compute_(compute), watchdog_(std::move(watchdog)), host_blocking_(host_blocking) {
+    started_ns_.store(steady_now_ns(), std::memory_order_release);
+  }
+
+  void wait() override {
+    watchdog_->throw_if_failed();
+    compute_.wait(*done_);  // the compute stream's later work sees the result; the host goes on
+    if (host_blocking_) {
+      done_->synchronize();  // a hang here is the watchdog's to end
+      mark_finished();
+    }
+    watchdog_->throw_if_failed();
+  }
+
+  bool test() override {
+    watchdog_->throw_if_failed();
+    const bool finished = done_->query();
+    if (finished) mark_finished();
+    return finished;
+  }
+
+  void mark_finished() {
+    int64_t expected = 0;
+    finished_ns_.compare_exchange_strong(expected, steady_now_ns(), std::memory_order_acq_rel);
+  }
+
+ private:
+  std::shared_ptr<Event> done_;
+  Stream& compute_;
+  std::shared_ptr<NcclWatchdog> watchdog_;
+  bool host_blocking_;
+};
+
+}  // namespace
+
+struct NcclCommunicator::Impl {
+  int rank = 0, size = 0, local_rank = 0, local_size = 0, device = 0;
+  ncclComm_t comm = nullptr;
+  Stream* compute = nullptr;  // the device's compute stream (lives as long as the process)
+  std::unique_ptr<cuda::CudaStream> comm_stream;
+  std::shared_ptr<NcclWatchdog> watchdog;
+  void* barrier_buf = nullptr;  // one float on the device, the barrier's all-reduce operand
+  std::mutex issue_mutex;       // NCCL needs every rank's collectives in one order: one issuer
+  int64_t next_seq = 1;
+
+  // Orders a collective after the compute stream's queued work, issues it on the comm stream
+  // and hands its completion to the watchdog. `issue` makes the NCCL call.
+  template <class Issue>
+  WorkHandle enqueue(const char* op, bool host_blocking, Issue&& issue) {
+    std::lock_guard lock(issue_mutex);
+    watchdog->throw_if_failed();
+    (void)cuda::current_device();  // a thread new to CUDA (a DDP comm thread) moves to our device
+    comm_stream->wait(*compute->record());
+    const int64_t seq = next_seq++;
+    // Watched from before the call: a first collective can block the host while NCCL connects.
+    const int64_t key = watchdog->begin(seq, op);
+    try {
+      issue(comm_stream->handle());
+    } catch (...) {
+      watchdog->end(key);
+      throw;
+    }
+    std::shared_ptr<Event> done = comm_stream->record();
+    auto work = std::make_shared<NcclWork>(done, *compute, watchdog, host_blocking);
+    watchdog->set_done(key, std::move(done), [weak = std::weak_ptr<NcclWork>(work)] {
+      if (auto w = weak.lock()) w->mark_finished();
+    });
+    return work;
+  }
+};
+
+NcclCommunicator::NcclCommunicator(Communicator& bootstrap, Device device, NcclOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  DTRAIN_CHECK(device.is_cuda(), "the NCCL communicator needs a CUDA device, got {}", device.str());
+  Impl& s = *impl_;
+  s.rank = bootstrap.rank();
+  s.size = bootstrap.size();
+  s.local_rank = bootstrap.local_rank();
+  s.local_size = bootstrap.local_size();
+  s.device = device.index;
+  cuda::set_device(device.index);
+  s.compute = &cuda::compute_stream(device.index);
+  s.comm_stream = std::make_unique<cuda::CudaStream>(device.index);
+  s.watchdog = std::make_shared<NcclWatchdog>(s.rank, device.index, options.timeout, options.poll_interval);
+
+  // Rank 0 makes the id; the bootstrap communicator carries it as 32-bit words (a type every
+  // backend moves bit-exactly), sizeof(ncclUniqueId) rounded up.
+  ncclUniqueId id{};
+  std::array<int32_t, (sizeof(ncclUniqueId) + sizeof(int32_t) - 1) / sizeof(int32_t)> words{};
+  if (s.rank == 0) {
+    NCCL_CHECK(ncclGetUniqueId(&id));
+    std::memcpy(words.data(), &id, sizeof id);
+  }
+  bootstrap.broadcast(words.data(), static_cast<int64_t>(words.size()), DType::kI32, 0);
+  std::memcpy(&id, words.data(), sizeof id);
+
+  const int64_t key = s.watchdog->begin(0, "init");
+  NCCL_CHECK(ncclCommInitRank(&s.comm, s.size, id, s.rank));
+  s.watchdog->end(key);
+  s.watchdog->attach(s.comm);
+
+  s.barrier_buf = cuda::alloc(sizeof(float), device.index);
+  cuda::zero(s.barrier_buf, sizeof(float));
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  Impl& s = *impl_;
+  if (s.comm) {
+    // Shut-down is watched like a collective: a peer that died makes it hang, not fail.
+    const int64_t key = s.watchdog->begin(0, "shutdown");
+    (void)cudaStreamSynchronize(s.comm_stream->handle());
+    s.watchdog->detach();
+    (void)ncclCommDestroy(s.comm);  // destructor: nothing useful to do with an error here
+    s.watchdog->end(key);
+  }
+  if (s.barrier_buf) {
+    try {
+      cuda::free(s.barrier_buf, sizeof(float), s.device);
+    } catch (...) {
+    }
+  }
+}
+
+int NcclCommunicator::rank() const { return impl_->rank; }
+int NcclCommunicator::size() const { return impl_->size; }
+int NcclCommunicator::local_rank() const { return impl_->local_rank; }
+int NcclCommunicator::local_size() const { return impl_->local_size; }
+Stream& NcclCommunicator::stream() { return *impl_->comm_stream; }
+
+WorkHandle NcclCommunicator::allreduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) {
+  check_device_buffer(buf, count, "allreduce", "the");
+  const ncclDataType_t type = nccl_type(dtype);
+  const ncclRedOp_t red = nccl_op(op);
+  ncclComm_t comm = impl_->comm;
+  return impl_->enqueue("allreduce", false, [&](cudaStream_t stream) {
+    NCCL_CHECK(ncclAllReduce(buf, buf, static_cast<size_t>(count), type, red, comm, stream));
+  });
+}
+
+WorkHandle NcclCommunicator::broadcast_async(void* buf, int64_t count, DType dtype, int root) {
+  check_device_buffer(buf, count, "broadcast", "the");
+  DTRAIN_CHECK(root >= 0 && root < impl_->size, "NCCL broadcast from root {} in a world of {}", root, impl_->size);
+  const ncclDataType_t type = nccl_type(dtype);
+  ncclComm_t comm = impl_->comm;
+  return impl_->enqueue("broadcast", false, [&](cudaStream_t stream) {
+    NCCL_CHECK(ncclBroadcast(buf, buf, static_cast<size_t>(count), type, root, comm, stream));
+  });
+}
+
+WorkHandle NcclCommunicator::allgather_async(const void* send, void* recv, int64_t count_per_rank, DType dtype) {
+  check_device_buffer(send, count_per_rank, "allgather", "send");
+  check_device_buffer(recv, count_per_rank, "allgather", "receive");
+  const ncclDataType_t type = nccl_type(dtype);
+  ncclComm_t comm = impl_->comm;
+  return impl_->enqueue("allgather", false, [&](cudaStream_t stream) {
+    NCCL_CHECK(ncclAllGather(send, recv, static_cast<size_t>(count_per_rank), type, comm, stream));
+  });
+}
+
+WorkHandle NcclCommunicator::barrier_async() {
+  void* buf = impl_->barrier_buf;
+  ncclComm_t comm = impl_->comm;
+  return impl_->enqueue("barrier", true, [&](cudaStream_t stream) {
+    NCCL_CHECK(ncclAllReduce(buf, buf, 1, ncclFloat32, ncclSum, comm, stream));
+  });
+}
+
+std::string nccl_version() {
+  int code = 0;
+  NCCL_CHECK(ncclGetVersion(&code));
+  // NCCL_VERSION(X,Y,Z) is X*10000 + Y*100 + Z since 2.9 (X*1000 + Y*100 + Z before).
+  return code >= 20900 ? fmt::format("{}.{}.{}", code / 10000, (code / 100) % 100, code % 100)
+                       : fmt::format("{}.{}.{}", code / 1000, (code / 100) % 10, code % 100);
+}
+
+}  // namespace dtrain
