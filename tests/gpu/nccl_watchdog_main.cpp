@@ -1,0 +1,46 @@
+// Hang safety, end to end: rank 0 issues an all-reduce that rank 1 never joins. Rank 0's
+// watchdog must print "dtrain: rank 0: NCCL allreduce #1 timed out after ..." and exit
+// non-zero within seconds, so mpirun ends the job instead of hanging. CTest passes on that
+// line and skips on "dtrain-test-skip:" (fewer GPUs than local ranks).
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <thread>
+
+#include "comm/init.h"
+#include "comm/nccl/nccl_communicator.h"
+#include "core/cuda/cuda_backend.h"
+#include "core/device_select.h"
+#include "core/tensor.h"
+
+int main(int argc, char** argv) {
+  dtrain::DistributedContext ctx = dtrain::init(&argc, &argv);
+  dtrain::Communicator& world = *ctx.comm;
+  int32_t ok = dtrain::cuda::device_count() >= world.local_size() ? 1 : 0;
+  world.allreduce(&ok, 1, dtrain::DType::kI32, dtrain::ReduceOp::kSum);
+  if (ok != world.size()) {
+    if (world.rank() == 0) {
+      std::printf("dtrain-test-skip: needs one GPU per local rank (%d local ranks; rank 0 sees %d: %s)\n",
+                  world.local_size(), dtrain::cuda::device_count(), dtrain::cuda::device_count_error().c_str());
+    }
+    dtrain::finalize(ctx);
+    return 0;
+  }
+  try {
+    dtrain::DeviceChoice choice = dtrain::select_device("cuda", world.local_rank(), world.local_size(), false);
+    dtrain::NcclOptions options;
+    options.timeout = std::chrono::seconds(5);
+    dtrain::NcclCommunicator nccl(world, choice.device, options);
+    dtrain::Tensor t = dtrain::Tensor::zeros({1024}, choice.device);
+    if (world.rank() == 0) {
+      nccl.allreduce(t, dtrain::ReduceOp::kSum);  // never matched by rank 1
+      t.to_vector();                             // blocks on the result until the watchdog ends the process
+      std::printf("rank 0: the unmatched all-reduce completed: the watchdog did not fire\n");
+    } else {
+      std::this_thread::sleep_for(std::chrono::seconds(90));  // mpirun kills this rank once rank 0 exits
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: %s\n", world.rank(), e.what());
+  }
+  return 3;  // reaching here is a failure either way; the pass condition is the watchdog's line
+}
