@@ -31,7 +31,7 @@ Stream& compute_stream(Device device) {
     return cpu;
   }
 #ifdef DTRAIN_WITH_CUDA
-  return cuda::compute_stream();
+  return cuda::compute_stream(device.index);
 #else
   throw Error("this dtrain binary was built without CUDA");
 #endif
@@ -40,7 +40,7 @@ Stream& compute_stream(Device device) {
 std::unique_ptr<Stream> make_stream(Device device) {
   if (device.is_cpu()) return std::make_unique<CpuStream>();
 #ifdef DTRAIN_WITH_CUDA
-  return cuda::make_stream();
+  return cuda::make_stream(device.index);
 #else
   throw Error("this dtrain binary was built without CUDA");
 #endif

@@ -75,9 +75,9 @@ void verify_same_model_on_all_ranks(Module& module, Communicator& comm) {
 }
 
 DistributedDataParallel::DistributedDataParallel(Module& module, Communicator& comm, DdpOptions options,
-                                                 Tracer* tracer, Stream* compute)
+                                                 Tracer* tracer, Stream* compute, Communicator* control)
     : module_(module), comm_(comm), tracer_(tracer) {
-  verify_same_model_on_all_ranks(module_, comm_);
+  verify_same_model_on_all_ranks(module_, control ? *control : comm_);
   std::vector<WorkHandle> pending;
   for (Parameter* p : module_.parameters())
     pending.push_back(comm_.broadcast_async(p->value.raw(), p->value.numel(), p->value.dtype(), 0));

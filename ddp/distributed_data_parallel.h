@@ -23,8 +23,11 @@ struct DdpOptions {
 
 class DistributedDataParallel {
  public:
+  // `comm` reduces gradients and broadcasts parameters (device memory: MPI on CPU, NCCL on GPU);
+  // `control` runs the model check on host memory (defaults to `comm`; pass the MPI communicator
+  // when `comm` is NCCL).
   DistributedDataParallel(Module& module, Communicator& comm, DdpOptions options = {}, Tracer* tracer = nullptr,
-                          Stream* compute = nullptr);
+                          Stream* compute = nullptr, Communicator* control = nullptr);
   ~DistributedDataParallel();
 
   Tensor forward(const Tensor& input);

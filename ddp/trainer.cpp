@@ -16,6 +16,9 @@
 #include "ddp/distributed_data_parallel.h"
 #include "model/loss.h"
 #include "model/optimizer.h"
+#ifdef DTRAIN_WITH_CUDA
+#include "comm/nccl/nccl_communicator.h"
+#endif
 
 namespace dtrain {
 
@@ -105,16 +108,28 @@ TrainResult train(const TrainConfig& c, Communicator& comm) {
   ddp_options.bucket_cap_bytes = static_cast<size_t>(c.bucket_cap_mb * 1024 * 1024);
   ddp_options.find_unused_parameters = c.find_unused_parameters;
   ddp_options.comm_hook = c.comm_hook;
+  // Gradients move over NCCL on GPU (device buffers, communication stream) and over MPI on
+  // CPU; the MPI communicator keeps host-side control (model check, metrics, trace).
+  std::unique_ptr<Communicator> nccl;
+#ifdef DTRAIN_WITH_CUDA
+  if (device.is_cuda() && comm.size() > 1) {
+    NcclOptions nccl_options;
+    nccl_options.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.timeout_s * 1000));
+    nccl = std::make_unique<NcclCommunicator>(comm, device, nccl_options);
+  }
+#endif
+  Communicator& grad_comm = nccl ? *nccl : comm;
   // One process needs no gradient sync; DDP would only add a comm-thread round trip per step.
   std::optional<DistributedDataParallel> ddp;
-  if (comm.size() > 1) ddp.emplace(*model, comm, ddp_options, &tracer);
+  if (comm.size() > 1) ddp.emplace(*model, grad_comm, ddp_options, &tracer, nullptr, &comm);
   auto optimizer = make_optimizer(c, model->parameters());
   const LrSchedule schedule{c.lr_schedule, c.lr, c.lr_step_size, c.lr_gamma, c.epochs, 0.f};
 
   if (log)
-    fmt::print("dtrain: {} on {} rank(s), device {}, {} BLAS thread(s)/rank, batch {}/rank, {} train / {} test samples\n",
-               model->describe(), comm.size(), device.str(), threads, c.batch_size, train_set->size(),
-               test_set->size());
+    fmt::print("dtrain: {} on {} rank(s), device {}, gradients over {}, {} BLAS thread(s)/rank, batch {}/rank, "
+               "{} train / {} test samples\n",
+               model->describe(), comm.size(), device.str(), grad_comm.backend(), threads, c.batch_size,
+               train_set->size(), test_set->size());
 
   DistributedSampler sampler(train_set->size(), comm.size(), comm.rank(), true, c.seed);
   DataLoader loader(*train_set, c.batch_size);

@@ -29,6 +29,7 @@ struct TrainConfig {
   std::string device = "auto";
   bool allow_gpu_sharing = false;
   bool tf32 = false;
+  double timeout_s = 600;  // per-collective timeout on NCCL (PyTorch's default: 10 minutes)
   int64_t log_interval = 100;  // batches
   int64_t accumulate = 1;      // micro-batches per optimizer step (no_sync for all but the last)
   double bucket_cap_mb = 25.0;
