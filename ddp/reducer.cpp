@@ -102,7 +102,10 @@ void Reducer::finalize_backward() {
       continue;
     }
     // Unused in this step: its gradient is zero, unless no_sync steps accumulated one.
-    if (!used_since_sync_[i]) params_[i]->grad.zero_();
+    if (!used_since_sync_[i] || params_[i]->grad_is_zero) {
+      params_[i]->grad.zero_();
+      params_[i]->grad_is_zero = false;
+    }
     ready_[i] = true;
     --buckets_[bucket_of_[i]].pending;
   }

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "core/cpu_blas.h"
 #include "core/device_select.h"
 #include "core/error.h"
 #include "core/ops.h"
@@ -126,9 +127,9 @@ TrainResult train(const TrainConfig& c, Communicator& comm) {
   const LrSchedule schedule{c.lr_schedule, c.lr, c.lr_step_size, c.lr_gamma, c.epochs, 0.f};
 
   if (log)
-    fmt::print("dtrain: {} on {} rank(s), device {}, gradients over {}, {} BLAS thread(s)/rank, batch {}/rank, "
+    fmt::print("dtrain: {} on {} rank(s), device {}, gradients over {}, {} BLAS thread(s)/rank ({} kernels), batch {}/rank, "
                "{} train / {} test samples\n",
-               model->describe(), comm.size(), device.str(), grad_comm.backend(), threads, c.batch_size,
+               model->describe(), comm.size(), device.str(), grad_comm.backend(), threads, blas_corename(), c.batch_size,
                train_set->size(), test_set->size());
 
   DistributedSampler sampler(train_set->size(), comm.size(), comm.rank(), true, c.seed);

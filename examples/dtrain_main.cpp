@@ -8,7 +8,10 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include "comm/init.h"
+#include "core/cpu_blas.h"
 #include "core/error.h"
 #include "examples/train_options.h"
 
@@ -31,7 +34,18 @@ int usage_error(const std::string& message) {
 
 }  // namespace
 
+// OpenBLAS picks its kernels when it loads, before main(): to use a better one (see
+// core/cpu_blas.h) the process re-executes itself once with OPENBLAS_CORETYPE set. This runs
+// before MPI starts, so under mpirun the rank keeps its PID and environment.
+void reexec_with_better_blas_kernels(char** argv) {
+  const std::string coretype = dtrain::preferred_blas_coretype();
+  if (coretype.empty()) return;
+  setenv("OPENBLAS_CORETYPE", coretype.c_str(), 1);
+  execv("/proc/self/exe", argv);  // returns only on failure: then carry on with the default kernels
+}
+
 int main(int argc, char** argv) {
+  reexec_with_better_blas_kernels(argv);
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "-h" || args[0] == "--help") {
     fmt::print(args.empty() ? stderr : stdout, "{}", kUsage);

@@ -47,11 +47,14 @@ Tensor Conv2d::forward(const Tensor& input) {
 Tensor Conv2d::backward(const Tensor& grad_output, bool need_input_grad) {
   const Device dev = weight_.value.device();
   const int64_t batch = input_.dim(0), plane = geom_.oh * geom_.ow, rows = in_c_ * k_ * k_;
-  launch(dev, out_c_, kernels::ChannelSumAccumulate{bias_.grad.data(), grad_output.data(), batch, out_c_, plane});
+  const bool overwrite_bias = take_grad_beta(bias_) == 0.f;
+  launch(dev, out_c_,
+         kernels::ChannelSumAccumulate{bias_.grad.data(), grad_output.data(), batch, out_c_, plane, overwrite_bias});
   grad_ready(bias_);
+  const float first_beta = take_grad_beta(weight_);
   for (int64_t n = 0; n < batch; ++n) {  // dW += dY[n] cols[n]^T
     gemm(dev, false, true, out_c_, rows, plane, 1.f, grad_output.data() + n * out_c_ * plane,
-         cols_.data() + n * rows * plane, 1.f, weight_.grad.data());
+         cols_.data() + n * rows * plane, n == 0 ? first_beta : 1.f, weight_.grad.data());
   }
   grad_ready(weight_);
   if (!need_input_grad) return {};

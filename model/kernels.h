@@ -110,15 +110,16 @@ struct ChannelBiasAdd {  // y[n, oc, p] += b[oc]
   DTRAIN_HD void operator()(int64_t i) const { y[i] += b[(i / plane) % channels]; }
 };
 
-struct ChannelSumAccumulate {  // g[oc] += sum_{n, p} dy[n, oc, p]
+struct ChannelSumAccumulate {  // g[oc] (+)= sum_{n, p} dy[n, oc, p]
   float* g;
   const float* dy;
   int64_t batch, channels, plane;
+  bool overwrite;  // select, not 0 * g: stale memory may hold NaN
   DTRAIN_HD void operator()(int64_t oc) const {
     float s = 0.f;
     for (int64_t n = 0; n < batch; ++n)
       for (int64_t p = 0; p < plane; ++p) s += dy[(n * channels + oc) * plane + p];
-    g[oc] += s;
+    g[oc] = overwrite ? s : g[oc] + s;
   }
 };
 

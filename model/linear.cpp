@@ -44,10 +44,12 @@ Tensor Linear::backward(const Tensor& grad_output, bool need_input_grad) {
       ones_ = Tensor::empty({batch}, dev);
       launch(dev, batch, kernels::Fill{ones_.data(), 1.f});
     }
-    gemm(dev, false, false, 1, out_, batch, 1.f, ones_.data(), grad_output.data(), 1.f, bias_.grad.data());
+    gemm(dev, false, false, 1, out_, batch, 1.f, ones_.data(), grad_output.data(), take_grad_beta(bias_),
+         bias_.grad.data());
     grad_ready(bias_);
   }
-  gemm(dev, true, false, out_, in_, batch, 1.f, grad_output.data(), input_.data(), 1.f, weight_.grad.data());
+  gemm(dev, true, false, out_, in_, batch, 1.f, grad_output.data(), input_.data(), take_grad_beta(weight_),
+       weight_.grad.data());
   grad_ready(weight_);
   if (!need_input_grad) return {};
   ensure_tensor(grad_input_, {batch, in_}, dev);

@@ -8,7 +8,16 @@
 namespace dtrain {
 
 void Optimizer::zero_grad() {
-  for (Parameter* p : params_) p->grad.zero_();
+  for (Parameter* p : params_) p->grad_is_zero = true;
+}
+
+void Optimizer::materialize_zero_grads() {
+  // A parameter no backward wrote since zero_grad() has a zero gradient: make its memory say so.
+  for (Parameter* p : params_)
+    if (p->grad_is_zero) {
+      p->grad.zero_();
+      p->grad_is_zero = false;
+    }
 }
 
 Sgd::Sgd(std::vector<Parameter*> params, SgdOptions options) : Optimizer(std::move(params), options.lr), opt_(options) {
@@ -19,6 +28,7 @@ Sgd::Sgd(std::vector<Parameter*> params, SgdOptions options) : Optimizer(std::mo
 }
 
 void Sgd::step() {
+  materialize_zero_grads();
   for (size_t i = 0; i < params_.size(); ++i) {
     Parameter& p = *params_[i];
     float* buf = momentum_.empty() ? nullptr : momentum_[i].data();
@@ -38,6 +48,7 @@ AdamW::AdamW(std::vector<Parameter*> params, AdamWOptions options)
 }
 
 void AdamW::step() {
+  materialize_zero_grads();
   ++t_;
   const float bc1 = 1.f - std::pow(opt_.beta1, static_cast<float>(t_));
   const float bc2 = 1.f - std::pow(opt_.beta2, static_cast<float>(t_));

@@ -14,11 +14,12 @@ class Optimizer {
   explicit Optimizer(std::vector<Parameter*> params, float lr) : params_(std::move(params)), lr_(lr) {}
   virtual ~Optimizer() = default;
   virtual void step() = 0;
-  void zero_grad();
+  void zero_grad();  // lazy: see Parameter::grad_is_zero
   void set_lr(float lr) { lr_ = lr; }
   float lr() const { return lr_; }
 
  protected:
+  void materialize_zero_grads();  // every step() calls this first
   std::vector<Parameter*> params_;
   float lr_;
 };

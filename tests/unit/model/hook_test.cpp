@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "core/ops.h"
+#include "model/linear.h"
 #include "model/loss.h"
+#include "model/optimizer.h"
 #include "model/models.h"
 
 namespace dtrain {
@@ -39,6 +42,38 @@ TEST(GradReadyHook, FiresOncePerParameterInReverseOrderWithFinalGradient) {
   }
 }
 
+TEST(ZeroGrad, BackwardAfterZeroGradOverwritesStaleMemoryThenAccumulates) {
+  for (const char* name : {"mlp", "cnn"}) {
+    auto model = build_model(ModelSpec{name, {16}}, {1, 28, 28}, 10, Device::cpu(), 3);
+    std::vector<float> pixels(2 * 784);
+    for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<float>(i % 13) / 13.f;
+    Tensor x = Tensor::from_vector(pixels, {2, 1, 28, 28});
+    Tensor labels = Tensor::zeros({2}, Device::cpu(), DType::kI32);
+    CrossEntropyLoss loss;
+    auto grads = [&] {
+      std::vector<std::vector<float>> g;
+      for (Parameter* p : model->parameters()) g.push_back(p->grad.to_vector());
+      return g;
+    };
+    auto backward_once = [&] {
+      loss.forward(model->forward(x), labels);
+      model->backward(loss.backward(), false);
+    };
+    backward_once();  // onto the zeros of construction
+    auto once = grads();
+    Sgd opt(model->parameters(), SgdOptions{});
+    for (Parameter* p : model->parameters()) fill(p->grad, std::nanf(""));  // stale garbage
+    opt.zero_grad();
+    backward_once();
+    EXPECT_EQ(grads(), once) << name << ": the first backward after zero_grad must overwrite";
+    backward_once();
+    auto twice = grads();
+    for (size_t i = 0; i < once.size(); ++i)
+      for (size_t j = 0; j < once[i].size(); ++j)  // same sums, another order: rounding only
+        ASSERT_NEAR(twice[i][j], 2 * once[i][j], 1e-5 * (1e-3 + std::abs(2 * once[i][j]))) << name;
+  }
+}
+
 TEST(GradReadyHook, ParameterNamesFollowPyTorchSequential) {
   auto model = build_model(ModelSpec{}, {1, 28, 28}, 10, Device::cpu(), 0);
   std::vector<std::string> names;
@@ -69,6 +104,45 @@ TEST(Init, SeededKaimingUniformWithinBoundsAndReproducible) {
 TEST(Models, UnknownModelAndBadWidthAreUsageErrors) {
   EXPECT_THROW(build_model(ModelSpec{"resnet"}, {1, 28, 28}, 10, Device::cpu(), 0), UsageError);
   EXPECT_THROW(build_model(ModelSpec{"mlp", {0}}, {1, 28, 28}, 10, Device::cpu(), 0), UsageError);
+}
+
+}  // namespace
+}  // namespace dtrain
+
+namespace dtrain {
+namespace {
+
+// Counts how often the wrapped layer is asked for an input gradient.
+class Probe : public Module {
+ public:
+  explicit Probe(int* calls) : calls_(calls) {}
+  Tensor forward(const Tensor& x) override { return x; }
+  Tensor backward(const Tensor& g, bool need_input_grad) override {
+    if (need_input_grad) ++*calls_;
+    return need_input_grad ? g : Tensor{};
+  }
+  std::string describe() const override { return "Probe()"; }
+
+ private:
+  int* calls_;
+};
+
+TEST(Sequential, NoInputGradientBelowTheFirstParameterisedLayer) {
+  int below = 0, above = 0;
+  InitRng rng(1);
+  Sequential net;
+  net.emplace<Probe>(&below);  // like Flatten before the MLP's first Linear
+  net.emplace<Linear>(4, 3, Device::cpu(), rng);
+  net.emplace<Probe>(&above);
+  net.emplace<Linear>(3, 2, Device::cpu(), rng);
+  Tensor x = Tensor::from_vector(std::vector<float>(8, 0.5f), {2, 4});
+  net.forward(x);
+  Tensor g = Tensor::from_vector(std::vector<float>(4, 1.f), {2, 2});
+  EXPECT_FALSE(net.backward(g, false).defined());
+  EXPECT_EQ(below, 0) << "the layer below the first Linear was asked for a gradient nobody reads";
+  EXPECT_EQ(above, 1);
+  EXPECT_TRUE(net.backward(g, true).defined());
+  EXPECT_EQ(below, 1);
 }
 
 }  // namespace

@@ -45,7 +45,10 @@ TEST(Sgd, PlainAndZeroGrad) {
   w.set_grad({1.f, 1.f, 1.f});
   opt.step();
   EXPECT_EQ(w.p.value.to_vector(), (std::vector<float>{0.5f, -2.5f, 0.f}));
-  opt.zero_grad();
+  opt.zero_grad();  // lazy: flagged, not cleared
+  EXPECT_TRUE(w.p.grad_is_zero);
+  opt.step();  // no backward since: the gradient is zero and the parameter stays
+  EXPECT_EQ(w.p.value.to_vector(), (std::vector<float>{0.5f, -2.5f, 0.f}));
   EXPECT_EQ(w.p.grad.to_vector(), (std::vector<float>{0.f, 0.f, 0.f}));
 }
 
