@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # dtrain against the PyTorch DDP peer (gloo, CPU), same job, same sitting, one table.
-#   bash bench/vs_peer.sh [--epochs N] [--repeat R]
+#   bash bench/vs_peer.sh [--epochs N] [--repeat R] [--coretype NAME]
 # Seed MLP on Fashion-MNIST, batch 64 per rank, SGD lr 0.01 momentum 0.9; 1 BLAS/torch thread
 # per rank (the peer's default), np 1 and 2, hidden 256 and 2048. Each figure is the median of
 # R runs. Every row also shows test accuracy: a fast wrong answer is a failure.
+# Both programs multiply with the same OpenBLAS; --coretype exports OPENBLAS_CORETYPE=NAME to
+# both (e.g. SkylakeX for AVX-512 kernels), otherwise each runs with the environment as it is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 epochs=1; repeat=3
@@ -11,7 +13,8 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --epochs) epochs=$2; shift 2 ;;
     --repeat) repeat=$2; shift 2 ;;
-    *) echo "usage: bash bench/vs_peer.sh [--epochs N] [--repeat R]" >&2; exit 2 ;;
+    --coretype) export OPENBLAS_CORETYPE=$2; shift 2 ;;
+    *) echo "usage: bash bench/vs_peer.sh [--epochs N] [--repeat R] [--coretype NAME]" >&2; exit 2 ;;
   esac
 done
 peer=${DTRAIN_PEER:-../shared/peers/torch_ddp_fmnist.py}
@@ -64,5 +67,6 @@ print(f"\nscaling efficiency (np 2 / (2 x np 1), hidden 256): peer {p2 / (2 * p1
 for h in ["256", "1024,1024"]:
     t = json.loads(open(os.path.join(out, f"trace_2_{h}")).read())
     print(f"all-reduce time overlapping backward (np 2, hidden {h}, from --trace): {100 * t['allreduce_overlap']:.1f}%")
-print(f"(median of {repeat} run(s) each; 1 thread per rank; samples/s = training loop only, as the peer counts)")
+print(f"(median of {repeat} run(s) each; 1 thread per rank; samples/s = training loop only, as the peer counts;"
+      f" OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '<unset>')})")
 PY
