@@ -69,6 +69,21 @@ struct ConvGeometry {
   int64_t oh, ow;          // output size
 };
 
+// Calls f(oy, ox, ky, kx) for every output position (oy, ox) whose window covers input pixel
+// (iy, ix) through kernel tap (ky, kx): the gather that lets backward kernels avoid atomics.
+template <class F>
+DTRAIN_HD inline void for_each_window_over(const ConvGeometry& g, int64_t iy, int64_t ix, F&& f) {
+  for (int64_t ky = 0; ky < g.kh; ++ky) {
+    int64_t ty = iy + g.pad - ky;
+    if (ty < 0 || ty % g.stride != 0 || ty / g.stride >= g.oh) continue;
+    for (int64_t kx = 0; kx < g.kw; ++kx) {
+      int64_t tx = ix + g.pad - kx;
+      if (tx < 0 || tx % g.stride != 0 || tx / g.stride >= g.ow) continue;
+      f(ty / g.stride, tx / g.stride, ky, kx);
+    }
+  }
+}
+
 struct Im2col {  // col[(ci*kh + ky)*kw + kx, oy*ow + ox] = x[ci, oy*s - p + ky, ox*s - p + kx]
   float* col;
   const float* x;  // one sample [c, h, w]
@@ -89,16 +104,9 @@ struct Col2imAccumulate {  // dx[ci, iy, ix] += sum of the col entries that read
   DTRAIN_HD void operator()(int64_t i) const {
     int64_t ix = i % g.w, iy = (i / g.w) % g.h, ci = i / (g.w * g.h);
     float s = 0.f;
-    for (int64_t ky = 0; ky < g.kh; ++ky) {
-      int64_t ty = iy + g.pad - ky;
-      if (ty < 0 || ty % g.stride != 0 || ty / g.stride >= g.oh) continue;
-      for (int64_t kx = 0; kx < g.kw; ++kx) {
-        int64_t tx = ix + g.pad - kx;
-        if (tx < 0 || tx % g.stride != 0 || tx / g.stride >= g.ow) continue;
-        int64_t row = (ci * g.kh + ky) * g.kw + kx;
-        s += col[row * g.oh * g.ow + (ty / g.stride) * g.ow + tx / g.stride];
-      }
-    }
+    for_each_window_over(g, iy, ix, [&](int64_t oy, int64_t ox, int64_t ky, int64_t kx) {
+      s += col[((ci * g.kh + ky) * g.kw + kx) * g.oh * g.ow + oy * g.ow + ox];
+    });
     dx[i] += s;
   }
 };
@@ -160,16 +168,10 @@ struct MaxPoolBackward {  // one input element gathers from the windows whose ma
     int64_t ix = i % g.w, iy = (i / g.w) % g.h, plane = i / (g.w * g.h);
     int32_t self = static_cast<int32_t>(iy * g.w + ix);
     float s = 0.f;
-    for (int64_t ky = 0; ky < g.kh; ++ky) {
-      int64_t ty = iy + g.pad - ky;
-      if (ty < 0 || ty % g.stride != 0 || ty / g.stride >= g.oh) continue;
-      for (int64_t kx = 0; kx < g.kw; ++kx) {
-        int64_t tx = ix + g.pad - kx;
-        if (tx < 0 || tx % g.stride != 0 || tx / g.stride >= g.ow) continue;
-        int64_t o = (plane * g.oh + ty / g.stride) * g.ow + tx / g.stride;
-        if (argmax[o] == self) s += dy[o];
-      }
-    }
+    for_each_window_over(g, iy, ix, [&](int64_t oy, int64_t ox, int64_t, int64_t) {
+      int64_t o = (plane * g.oh + oy) * g.ow + ox;
+      if (argmax[o] == self) s += dy[o];
+    });
     dx[i] = s;
   }
 };
