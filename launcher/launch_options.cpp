@@ -22,6 +22,7 @@ cxxopts::Options make_options() {
       ("hostfile", "Open MPI hostfile", cxxopts::value<std::string>())
       ("gpus-per-node", "one rank per GPU, this many per node", cxxopts::value<std::string>())
       ("dry-run", "print the mpirun command and exit")
+      ("mpi-verbose", "show Open MPI's own error and help messages (hidden by default: ranks print one line each)")
       ("mpirun", "mpirun to run", cxxopts::value<std::string>()->default_value("mpirun"))
       ("h,help", "show this help");
   return options;
@@ -114,6 +115,7 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& args) {
   if (result.count("gpus-per-node"))
     opts.gpus_per_node = parse_positive(result["gpus-per-node"].as<std::string>(), "--gpus-per-node");
   opts.dry_run = result.count("dry-run") > 0;
+  opts.mpi_verbose = result.count("mpi-verbose") > 0;
   opts.mpirun = result["mpirun"].as<std::string>();
   if (opts.mpirun.empty()) throw UsageError("--mpirun: empty path");
   if (opts.program.empty()) throw UsageError("no program to run: put it after --, e.g. dtrain-launch -n 2 -- dtrain train");

@@ -23,6 +23,7 @@ struct LaunchOptions {
   std::vector<HostSlots> hosts;  // the nodes named by either (empty: this node only)
   int gpus_per_node = 0;         // 0: CPU ranks, one per core
   bool dry_run = false;
+  bool mpi_verbose = false;  // keep Open MPI's multi-line abort banners and help messages
   bool help = false;
   std::string mpirun = "mpirun";
   std::vector<std::string> program;  // everything after `--`

@@ -67,6 +67,9 @@ std::vector<std::string> build_mpirun_argv(const LaunchOptions& opts, const Laun
   argv.insert(argv.end(), {"--bind-to", plan.bind_to_core ? "core" : "none"});
   if (plan.oversubscribe) argv.push_back("--oversubscribe");
   if (host.is_root) argv.push_back("--allow-run-as-root");
+  // A failing rank prints its own one-line error; Open MPI's MPI_ABORT banner only repeats it.
+  // The launcher reports mpirun's exit status itself, so nothing fails silently.
+  if (!opts.mpi_verbose) argv.insert(argv.end(), {"--mca", "orte_execute_quiet", "1"});
 
   // Forward by name (mpirun reads the value), so the printed command carries no values.
   for (const auto& [name, value] : host.env) {

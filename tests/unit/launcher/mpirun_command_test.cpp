@@ -28,36 +28,43 @@ std::string command(const std::vector<std::string>& args, const LaunchHost& host
 
 TEST(MpirunCommand, TwoRanksOnTwoCores) {
   EXPECT_THAT(build_mpirun_argv(opts({"-n", "2", "--", "dtrain", "train", "--epochs", "1"}), machine(2)),
-              ElementsAre("mpirun", "-np", "2", "--map-by", "core", "--bind-to", "core", "-x",
+              ElementsAre("mpirun", "-np", "2", "--map-by", "core", "--bind-to", "core", "--mca",
+                          "orte_execute_quiet", "1", "-x",
                           "OPENBLAS_NUM_THREADS=1", "dtrain", "train", "--epochs", "1"));
+}
+
+TEST(MpirunCommand, OpenMpiBannersHiddenUnlessMpiVerbose) {
+  EXPECT_THAT(command({"-n", "2", "--", "p"}, machine(2)), ::testing::HasSubstr("--mca orte_execute_quiet 1"));
+  EXPECT_THAT(command({"-n", "2", "--mpi-verbose", "--", "p"}, machine(2)),
+              Not(::testing::HasSubstr("orte_execute_quiet")));
 }
 
 TEST(MpirunCommand, MoreRanksThanCoresOversubscribesWithoutBinding) {
   EXPECT_EQ(command({"-n", "3", "--", "p"}, machine(2)),
-            "mpirun -np 3 --bind-to none --oversubscribe -x OPENBLAS_NUM_THREADS=1 p");
+            "mpirun -np 3 --bind-to none --oversubscribe --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=1 p");
 }
 
 TEST(MpirunCommand, SpareCoresGoToEachRanksThreads) {
   // 16 cores, 4 ranks: 4 BLAS threads per rank, each rank bound to its own 4 cores.
   EXPECT_EQ(command({"-n", "4", "--", "p"}, machine(16)),
-            "mpirun -np 4 --map-by slot:PE=4 --bind-to core -x OPENBLAS_NUM_THREADS=4 p");
+            "mpirun -np 4 --map-by slot:PE=4 --bind-to core --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=4 p");
   EXPECT_EQ(command({"-n", "3", "--", "p"}, machine(8)),
-            "mpirun -np 3 --map-by slot:PE=2 --bind-to core -x OPENBLAS_NUM_THREADS=2 p");
+            "mpirun -np 3 --map-by slot:PE=2 --bind-to core --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=2 p");
 }
 
 TEST(MpirunCommand, OneRankPerGpu) {
   EXPECT_EQ(command({"-n", "2", "--gpus-per-node", "2", "--", "p"}, machine(16)),
-            "mpirun -np 2 --map-by ppr:2:node:PE=8 --bind-to core -x OPENBLAS_NUM_THREADS=8 p");
+            "mpirun -np 2 --map-by ppr:2:node:PE=8 --bind-to core --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=8 p");
   EXPECT_EQ(command({"-n", "8", "--gpus-per-node", "8", "--", "p"}, machine(4)),
-            "mpirun -np 8 --map-by ppr:8:node --bind-to none --oversubscribe -x OPENBLAS_NUM_THREADS=1 p");
+            "mpirun -np 8 --map-by ppr:8:node --bind-to none --oversubscribe --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=1 p");
 }
 
 TEST(MpirunCommand, HostsAcrossNodes) {
   // Ranks per node come from the slots, not -n: no oversubscription across 2 nodes.
   EXPECT_EQ(command({"-n", "4", "--hosts", "h1:2,h2:2", "--", "p"}, machine(2)),
-            "mpirun -np 4 --host h1:2,h2:2 --map-by core --bind-to core -x OPENBLAS_NUM_THREADS=1 p");
+            "mpirun -np 4 --host h1:2,h2:2 --map-by core --bind-to core --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=1 p");
   EXPECT_EQ(command({"-n", "8", "--hosts", "h1:4,h2:4", "--gpus-per-node", "4", "--", "p"}, machine(32)),
-            "mpirun -np 8 --host h1:4,h2:4 --map-by ppr:4:node:PE=8 --bind-to core -x OPENBLAS_NUM_THREADS=8 p");
+            "mpirun -np 8 --host h1:4,h2:4 --map-by ppr:4:node:PE=8 --bind-to core --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=8 p");
 }
 
 TEST(MpirunCommand, OneHostIsASingleNode) {
@@ -68,7 +75,7 @@ TEST(MpirunCommand, Hostfile) {
   LaunchOptions o = opts({"-n", "6", "--hostfile", "/etc/hosts.mpi", "--", "p"});
   o.hosts = {{"a", 0}, {"b", 0}, {"c", 0}};  // what load_hostfile would read: slots unstated
   EXPECT_EQ(shell_join(build_mpirun_argv(o, machine(4))),
-            "mpirun -np 6 --hostfile /etc/hosts.mpi --map-by slot:PE=2 --bind-to core -x OPENBLAS_NUM_THREADS=2 p");
+            "mpirun -np 6 --hostfile /etc/hosts.mpi --map-by slot:PE=2 --bind-to core --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=2 p");
 }
 
 TEST(MpirunCommand, PlanForHosts) {
@@ -102,13 +109,13 @@ TEST(MpirunCommand, ForwardsTheVariablesRanksNeedByName) {
                              {"OMPI_MCA_btl", "tcp,self"},
                              {"MY_NCCL_THING", "x"}});
   EXPECT_EQ(command({"-n", "2", "--", "p"}, host),
-            "mpirun -np 2 --map-by core --bind-to core -x CUDA_VISIBLE_DEVICES -x DTRAIN_TRACE -x NCCL_DEBUG "
+            "mpirun -np 2 --map-by core --bind-to core --mca orte_execute_quiet 1 -x CUDA_VISIBLE_DEVICES -x DTRAIN_TRACE -x NCCL_DEBUG "
             "-x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS=1 p");
 }
 
 TEST(MpirunCommand, UsersOpenblasThreadsWin) {
   EXPECT_EQ(command({"-n", "2", "--", "p"}, machine(16, false, {{"OPENBLAS_NUM_THREADS", "3"}})),
-            "mpirun -np 2 --map-by slot:PE=8 --bind-to core -x OPENBLAS_NUM_THREADS p");
+            "mpirun -np 2 --map-by slot:PE=8 --bind-to core --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS p");
 }
 
 TEST(MpirunCommand, CustomMpirun) {
