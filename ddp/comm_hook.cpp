@@ -12,7 +12,7 @@ namespace {
 class AllreduceHook final : public CommHook {
  public:
   WorkHandle run(GradBucket& bucket, Communicator& comm) override {
-    return comm.allreduce_async(bucket.buffer.raw(), bucket.buffer.numel(), DType::kF32, ReduceOp::kAvg);
+    return comm.allreduce_async(bucket.buffer.raw(), bucket.buffer.numel(), DType::kF32, ReduceOp::kSum);
   }
   std::string name() const override { return "allreduce"; }
 };
@@ -50,13 +50,12 @@ class CompressHook final : public CommHook {
   WorkHandle run(GradBucket& bucket, Communicator& comm) override {
     Tensor& wire = wire_buffers_[bucket.index];  // one 16-bit buffer per bucket, reused every step
     ensure_tensor(wire, bucket.buffer.shape(), bucket.buffer.device(), wire_dtype_);
-    // Pre-divide while packing (sum of x/N instead of sum then /N): one pass, and the 16-bit
-    // sum cannot overflow where the float32 average would not.
-    const float scale = 1.f / static_cast<float>(comm.size());
+    // The bucket is already divided by the world size (Note [Averaging folded into backward]),
+    // so the 16-bit sum cannot overflow where the float32 average would not.
     if (wire_dtype_ == DType::kBF16)
-      launch(wire.device(), wire.numel(), kernels::PackBF16{wire.data_as<uint16_t>(), bucket.buffer.data(), scale});
+      launch(wire.device(), wire.numel(), kernels::PackBF16{wire.data_as<uint16_t>(), bucket.buffer.data(), 1.f});
     else
-      launch(wire.device(), wire.numel(), kernels::PackFP16{wire.data_as<uint16_t>(), bucket.buffer.data(), scale});
+      launch(wire.device(), wire.numel(), kernels::PackFP16{wire.data_as<uint16_t>(), bucket.buffer.data(), 1.f});
     // The pack ran on the compute stream; the caller already ordered the comm stream after it.
     comm.stream().wait(*compute_stream(wire.device()).record());
     WorkHandle inner = comm.allreduce_async(wire.raw(), wire.numel(), wire_dtype_, ReduceOp::kSum);

@@ -1,7 +1,13 @@
-// Communication hooks: how a ready bucket becomes an averaged bucket. The default all-reduces
-// float32 with ReduceOp::kAvg. The compression hooks (PyTorch's bf16/fp16_compress_hook)
-// pack the bucket to 16 bits with the 1/world-size scale folded into the cast, all-reduce the
-// 16-bit words (half the bytes), and unpack into the bucket when the work is waited on.
+// Communication hooks: how a ready bucket becomes the average over ranks.
+//
+// Note [Averaging folded into backward]: DistributedDataParallel scales the loss gradient by
+// 1/world_size before backward; every parameter gradient is linear in it, so buckets arrive
+// already divided and a hook only sums. That costs one pass over the logits' gradient instead
+// of one over every bucket.
+//
+// The default hook all-reduces float32 with ReduceOp::kSum. The compression hooks (PyTorch's
+// bf16/fp16_compress_hook) pack the bucket to 16 bits, all-reduce the 16-bit words (half the
+// bytes), and unpack into the bucket when the work is waited on.
 #pragma once
 
 #include <memory>
@@ -15,8 +21,8 @@ namespace dtrain {
 class CommHook {
  public:
   virtual ~CommHook() = default;
-  // Starts the reduction of `bucket.buffer`; after the returned work's wait() the buffer holds
-  // the average over ranks.
+  // Starts the reduction of `bucket.buffer` (pre-divided, see the Note); after the returned
+  // work's wait() the buffer holds the average over ranks.
   virtual WorkHandle run(GradBucket& bucket, Communicator& comm) = 0;
   virtual std::string name() const = 0;
 };

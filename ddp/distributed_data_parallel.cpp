@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/ops.h"
 
 namespace dtrain {
 
@@ -101,7 +102,11 @@ void DistributedDataParallel::backward(const Tensor& grad_output) {
   reducer_->prepare_for_backward(sync_);
   {
     ScopedSpan span(tracer_, "backward");
-    module_.backward(grad_output, false);
+    // Note [Averaging folded into backward] (ddp/comm_hook.h).
+    ensure_tensor(scaled_grad_output_, grad_output.shape(), grad_output.device());
+    scaled_grad_output_.copy_from(grad_output);
+    scale(scaled_grad_output_, 1.f / static_cast<float>(comm_.size()));
+    module_.backward(scaled_grad_output_, false);
   }
   ScopedSpan span(tracer_, "gradient sync wait");
   reducer_->finalize_backward();

@@ -57,6 +57,7 @@ class DistributedDataParallel {
   Communicator& comm_;
   Tracer* tracer_;
   std::unique_ptr<Reducer> reducer_;
+  Tensor scaled_grad_output_;  // the loss gradient / world size
   bool sync_ = true;
 };
 
