@@ -1,5 +1,7 @@
 #include "core/ops.h"
 
+#include <vector>
+
 #include <cblas.h>
 
 #include "core/error.h"
@@ -22,6 +24,28 @@ void gemm(Device device, bool trans_a, bool trans_b, int64_t m, int64_t n, int64
   }
 #ifdef DTRAIN_WITH_CUDA
   cuda::gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+#else
+  throw Error("this dtrain binary was built without CUDA");
+#endif
+}
+
+void gemm_bf16(Device device, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const uint16_t* a, const uint16_t* b, float beta, float* c) {
+  if (m == 0 || n == 0) return;
+  if (device.is_cpu()) {
+    // bf16 -> float32 is exact, so this is bf16 products (exact in float32) summed in float32.
+    thread_local std::vector<float> a32, b32;
+    const auto widen = [](std::vector<float>& out, const uint16_t* in, int64_t count) {
+      if (out.size() < static_cast<size_t>(count)) out.resize(static_cast<size_t>(count));
+      launch(Device::cpu(), count, kernels::UnpackBF16{out.data(), in});
+    };
+    widen(a32, a, m * k);
+    widen(b32, b, k * n);
+    gemm(device, trans_a, trans_b, m, n, k, alpha, a32.data(), b32.data(), beta, c);
+    return;
+  }
+#ifdef DTRAIN_WITH_CUDA
+  cuda::gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
 #else
   throw Error("this dtrain binary was built without CUDA");
 #endif

@@ -13,6 +13,13 @@ namespace dtrain {
 void gemm(Device device, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           const float* b, float beta, float* c);
 
+// The same contract with A and B in bf16 (raw 16-bit words, see core/kernels.h) and C in
+// float32, products summed in float32: the matmul of mixed-precision (autocast) training.
+// CUDA: cuBLAS GemmEx on tensor cores. CPU: A and B widened to float32 (exact) into per-thread
+// scratch that only grows, then the float32 GEMM: the same numerics, for tests, not for speed.
+void gemm_bf16(Device device, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const uint16_t* a, const uint16_t* b, float beta, float* c);
+
 void fill(Tensor& t, float value);
 void scale(Tensor& t, float alpha);            // t *= alpha
 void axpy(Tensor& y, const Tensor& x, float alpha);  // y += alpha * x

@@ -1,4 +1,5 @@
-// GEMM through cuBLAS on the compute stream. cuBLAS is column-major and dtrain row-major: a
+// GEMM through cuBLAS on the compute stream: float32 (cublasSgemm) and bf16 inputs with float32
+// output and accumulation (cublasGemmEx). cuBLAS is column-major and dtrain row-major: a
 // row-major matrix is its column-major transpose, so C = op(A) op(B) is computed as
 // C^T = op(B)^T op(A)^T, i.e. cuBLAS called with the operands (and m, n) swapped.
 #include <algorithm>
@@ -50,27 +51,58 @@ int to_int(int64_t v, const char* what) {
   return static_cast<int>(v);
 }
 
+// cuBLAS's int arguments. cuBLAS rejects a leading dimension below 1 even when k == 0 and
+// nothing is read.
+struct GemmDims {
+  int m, n, k, lda, ldb, ldc;
+  GemmDims(int64_t m64, int64_t n64, int64_t k64, int64_t lda64, int64_t ldb64, int64_t ldc64)
+      : m(to_int(m64, "m")),
+        n(to_int(n64, "n")),
+        k(to_int(k64, "k")),
+        lda(std::max(1, to_int(lda64, "lda"))),
+        ldb(std::max(1, to_int(ldb64, "ldb"))),
+        ldc(std::max(1, to_int(ldc64, "ldc"))) {}
+};
+
+// The current device's handle, locked and bound to its compute stream.
+class BoundBlas {
+ public:
+  BoundBlas() : blas_(blas_for(current_device())), lock_(blas_.mutex) {
+    CUBLAS_CHECK(cublasSetStream(blas_.handle, compute_stream_handle()));
+  }
+  cublasHandle_t handle() const { return blas_.handle; }
+
+ private:
+  Blas& blas_;
+  std::lock_guard<std::mutex> lock_;
+};
+
+cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
 }  // namespace
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
-  // cuBLAS rejects a leading dimension below 1 even when k == 0 and nothing is read.
-  const int im = to_int(m, "m"), in = to_int(n, "n"), ik = to_int(k, "k");
-  const int ilda = std::max(1, to_int(lda, "lda")), ildb = std::max(1, to_int(ldb, "ldb"));
-  const int ildc = std::max(1, to_int(ldc, "ldc"));
-  const int device = current_device();
-  Blas& blas = blas_for(device);
-  const cudaStream_t stream = compute_stream_handle();
-  std::lock_guard lock(blas.mutex);
-  CUBLAS_CHECK(cublasSetStream(blas.handle, stream));
-  CUBLAS_CHECK(cublasSetMathMode(blas.handle, g_allow_tf32.load(std::memory_order_relaxed)
-                                                  ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                  : CUBLAS_DEFAULT_MATH));
+  const GemmDims d(m, n, k, lda, ldb, ldc);
+  BoundBlas blas;
+  CUBLAS_CHECK(cublasSetMathMode(blas.handle(), g_allow_tf32.load(std::memory_order_relaxed)
+                                                    ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                    : CUBLAS_DEFAULT_MATH));
   // Column-major view: C^T[n,m] = op(B)^T[n,k] * op(A)^T[k,m]. Row-major B (stored [k,n], or
   // [n,k] when trans_b) is column-major B^T with leading dimension ldb; same for A.
-  CUBLAS_CHECK(cublasSgemm(blas.handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, in,
-                           im, ik, &alpha, b, ildb, a, ilda, &beta, c, ildc));
+  CUBLAS_CHECK(cublasSgemm(blas.handle(), op(trans_b), op(trans_a), d.n, d.m, d.k, &alpha, b, d.ldb, a, d.lda, &beta,
+                           c, d.ldc));
+}
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+               int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  const GemmDims d(m, n, k, lda, ldb, ldc);
+  BoundBlas blas;
+  // The compute type alone fixes the arithmetic: bf16 products summed in float32 (tensor cores).
+  CUBLAS_CHECK(cublasGemmEx(blas.handle(), op(trans_b), op(trans_a), d.n, d.m, d.k, &alpha, b, CUDA_R_16BF, d.ldb, a,
+                            CUDA_R_16BF, d.lda, &beta, c, CUDA_R_32F, d.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 void set_allow_tf32(bool allow) { g_allow_tf32.store(allow, std::memory_order_relaxed); }

@@ -55,6 +55,11 @@ namespace dtrain::cuda {
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 void set_allow_tf32(bool allow);
+// The same with bf16 A and B (raw 16-bit words), float32 C and float32 accumulation
+// (cublasGemmEx, CUBLAS_COMPUTE_32F): tensor cores on sm_80+.
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+               int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
 
 }  // namespace dtrain::cuda
 
