@@ -7,6 +7,8 @@
 
 namespace dtrain {
 
+// Stays float32 under --amp bf16 (set_amp is the Module default, a no-op): its per-sample
+// im2col GEMMs are small, and only Linear layers follow autocast here.
 class Conv2d : public Module {
  public:
   Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding, Device device,

@@ -7,6 +7,16 @@
 
 namespace dtrain {
 
+namespace {
+
+// dst = bf16(src), same shape, on src's device; dst is reused while its shape holds.
+void pack_bf16(const Tensor& src, Tensor& dst) {
+  ensure_tensor(dst, src.shape(), src.device(), DType::kBF16);
+  launch(src.device(), src.numel(), kernels::PackBF16{dst.data_as<uint16_t>(), src.data(), 1.f});
+}
+
+}  // namespace
+
 Linear::Linear(int64_t in_features, int64_t out_features, Device device, InitRng& rng, bool bias)
     : in_(in_features), out_(out_features), has_bias_(bias) {
   weight_ = {"weight", Tensor::empty({out_, in_}, device), Tensor::zeros({out_, in_}, device)};
@@ -29,6 +39,14 @@ Tensor Linear::forward(const Tensor& input) {
     launch(dev, output_.numel(), kernels::BroadcastRows{output_.data(), bias_.value.data(), out_});
     beta = 1.f;
   }
+  bf16_forward_ = amp_ == AmpMode::kBf16;
+  if (bf16_forward_) {
+    pack_bf16(input, input_bf16_);
+    pack_bf16(weight_.value, weight_bf16_);
+    gemm_bf16(dev, false, true, batch, out_, in_, 1.f, input_bf16_.data_as<uint16_t>(),
+              weight_bf16_.data_as<uint16_t>(), beta, output_.data());
+    return output_;
+  }
   gemm(dev, false, true, batch, out_, in_, 1.f, input.data(), weight_.value.data(), beta, output_.data());
   return output_;
 }
@@ -47,6 +65,18 @@ Tensor Linear::backward(const Tensor& grad_output, bool need_input_grad) {
     gemm(dev, false, false, 1, out_, batch, 1.f, ones_.data(), grad_output.data(), take_grad_beta(bias_),
          bias_.grad.data());
     grad_ready(bias_);
+  }
+  if (bf16_forward_) {  // dW = dY^T X against forward's packed input; dX = dY W against its packed weight
+    pack_bf16(grad_output, grad_output_bf16_);
+    const uint16_t* dy = grad_output_bf16_.data_as<uint16_t>();
+    gemm_bf16(dev, true, false, out_, in_, batch, 1.f, dy, input_bf16_.data_as<uint16_t>(), take_grad_beta(weight_),
+              weight_.grad.data());
+    grad_ready(weight_);
+    if (!need_input_grad) return {};
+    ensure_tensor(grad_input_, {batch, in_}, dev);
+    gemm_bf16(dev, false, false, batch, in_, out_, 1.f, dy, weight_bf16_.data_as<uint16_t>(), 0.f,
+              grad_input_.data());
+    return grad_input_;
   }
   gemm(dev, true, false, out_, in_, batch, 1.f, grad_output.data(), input_.data(), take_grad_beta(weight_),
        weight_.grad.data());

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "model/amp.h"
 
 namespace dtrain {
 
@@ -48,6 +49,9 @@ class Module {
 
   virtual void set_training(bool training) { training_ = training; }
   bool training() const { return training_; }
+  // Mixed precision for this module's matmuls (containers pass it to their children); layers
+  // without a matmul that benefits ignore it. Takes effect from the next forward().
+  virtual void set_amp(AmpMode) {}
   virtual void set_grad_ready_hook(GradReadyHook hook) { hook_ = std::move(hook); }
   virtual std::string describe() const = 0;  // "Linear(784, 256)"
 

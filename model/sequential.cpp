@@ -48,6 +48,10 @@ void Sequential::set_training(bool training) {
   for (auto& layer : layers_) layer->set_training(training);
 }
 
+void Sequential::set_amp(AmpMode mode) {
+  for (auto& layer : layers_) layer->set_amp(mode);
+}
+
 void Sequential::set_grad_ready_hook(GradReadyHook hook) {
   for (auto& layer : layers_) layer->set_grad_ready_hook(hook);
   Module::set_grad_ready_hook(std::move(hook));

@@ -22,6 +22,7 @@ class Sequential : public Module {
   std::vector<Parameter*> parameters() override;
   std::vector<Tensor*> buffers() override;
   void set_training(bool training) override;
+  void set_amp(AmpMode mode) override;
   void set_grad_ready_hook(GradReadyHook hook) override;
   std::string describe() const override;
   size_t size() const { return layers_.size(); }
