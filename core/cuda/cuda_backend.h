@@ -43,6 +43,14 @@ struct AllocatorStats {
 AllocatorStats allocator_stats(int device);
 // Stream-ordered on the compute stream; returns once the copy is complete.
 void copy(void* dst, bool dst_on_device, const void* src, bool src_on_device, size_t bytes);
+// Queues the copy on `stream` (a CUDA stream) and returns at once: the source must stay
+// unchanged, and the destination unread, until an event recorded on `stream` after it
+// completes. Host memory must be pinned (alloc_pinned) for the copy to be truly asynchronous.
+void copy_async(void* dst, bool dst_on_device, const void* src, bool src_on_device, size_t bytes, Stream& stream);
+// Page-locked host memory (cudaHostAlloc, portable across devices): what asynchronous
+// host<->device copies need. nullptr for 0 bytes. free_pinned never throws (destructors call it).
+void* alloc_pinned(size_t bytes);
+void free_pinned(void* ptr);
 void zero(void* dst, size_t bytes);
 // Waits for all work on the compute stream.
 void synchronize();
@@ -59,7 +67,6 @@ void set_allow_tf32(bool allow);
 // (cublasGemmEx, CUBLAS_COMPUTE_32F): tensor cores on sm_80+.
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
-
 
 }  // namespace dtrain::cuda
 
