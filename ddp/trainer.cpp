@@ -14,6 +14,7 @@
 #include "data/data_loader.h"
 #include "data/distributed_sampler.h"
 #include "data/mnist.h"
+#include "ddp/batch_stager.h"
 #include "ddp/distributed_data_parallel.h"
 #include "model/loss.h"
 #include "model/optimizer.h"
@@ -41,21 +42,15 @@ std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& c, std::vector<Para
   throw UsageError(fmt::format("--optimizer: expected sgd or adamw, got '{}'", c.optimizer));
 }
 
-// Host batch -> tensors on the device (the batch itself on CPU: no copy).
-struct DeviceBatch {
-  Tensor images, labels;
-  void stage(const Batch& b, Device device) {
-    if (device.is_cpu()) {
-      images = b.images;
-      labels = b.labels;
-      return;
-    }
-    ensure_tensor(images, b.images.shape(), device);
-    ensure_tensor(labels, b.labels.shape(), device, DType::kI32);
-    images.copy_from(b.images);
-    labels.copy_from(b.labels);
-  }
-};
+// Fetches the next host batch and starts its move to the device; false at the end of the epoch.
+// On CUDA the trainer calls it right after taking the current batch, so the copy overlaps the
+// current step. On CPU the staged tensors are the loader's own buffer, which next() recycles,
+// so there it is called only after the step (!stager.copies()).
+bool fetch_and_stage(DataLoader& loader, Batch& batch, BatchStager& stager) {
+  if (!loader.next(batch)) return false;
+  stager.stage(batch);
+  return true;
+}
 
 // Loss and accuracy on this rank's shard of the test set (i = rank, rank + size, ...: no
 // padding, so every sample counts once), summed over ranks.
@@ -67,14 +62,18 @@ std::pair<double, double> evaluate(Module& model, const Dataset& test, Communica
   model.set_training(false);
   CrossEntropyLoss loss_fn(Reduction::kSum);
   Batch batch;
-  DeviceBatch staged;
+  BatchStager stager(device);
+  const bool prefetch = stager.copies();
   double totals[3] = {0, 0, 0};  // loss sum, correct, count
-  while (loader.next(batch)) {
-    staged.stage(batch, device);
-    Tensor logits = model.forward(staged.images);
-    totals[0] += loss_value(loss_fn.forward(logits, staged.labels));
-    totals[1] += static_cast<double>(count_correct(logits, staged.labels));
-    totals[2] += static_cast<double>(batch.size);
+  for (bool more = fetch_and_stage(loader, batch, stager); more;) {
+    Tensor images, labels;
+    stager.take(images, labels);
+    if (prefetch) more = fetch_and_stage(loader, batch, stager);
+    Tensor logits = model.forward(images);
+    totals[0] += loss_value(loss_fn.forward(logits, labels));
+    totals[1] += static_cast<double>(count_correct(logits, labels));
+    totals[2] += static_cast<double>(labels.numel());
+    if (!prefetch) more = fetch_and_stage(loader, batch, stager);
   }
   model.set_training(true);
   float sums[3] = {static_cast<float>(totals[0]), static_cast<float>(totals[1]), static_cast<float>(totals[2])};
@@ -136,7 +135,8 @@ TrainResult train(const TrainConfig& c, Communicator& comm) {
   DataLoader loader(*train_set, c.batch_size);
   CrossEntropyLoss loss_fn;
   Batch batch;
-  DeviceBatch staged;
+  BatchStager stager(device);
+  const bool prefetch = stager.copies();  // see fetch_and_stage
   TrainResult result;
   result.world_size = comm.size();
   result.device = device.str();
@@ -149,13 +149,17 @@ TrainResult train(const TrainConfig& c, Communicator& comm) {
     const int64_t batches = loader.num_batches();
     int64_t epoch_samples = 0;
     const auto t0 = std::chrono::steady_clock::now();
-    for (int64_t b = 0; loader.next(batch); ++b) {
-      staged.stage(batch, device);
+    bool more = fetch_and_stage(loader, batch, stager);
+    for (int64_t b = 0; more; ++b) {
+      Tensor images, labels;
+      stager.take(images, labels);
+      const int64_t batch_samples = labels.numel();
+      if (prefetch) more = fetch_and_stage(loader, batch, stager);  // batch b+1's copy overlaps step b
       const int64_t micro = b % c.accumulate;
       const bool step_now = micro == c.accumulate - 1 || b == batches - 1;
       if (micro == 0) optimizer->zero_grad();
-      Tensor logits = ddp ? ddp->forward(staged.images) : model->forward(staged.images);
-      Tensor loss = loss_fn.forward(logits, staged.labels);
+      Tensor logits = ddp ? ddp->forward(images) : model->forward(images);
+      Tensor loss = loss_fn.forward(logits, labels);
       Tensor grad = loss_fn.backward();
       if (c.accumulate > 1) scale(grad, micro_scale);  // the step sees the mean over micro-batches
       if (!ddp) {
@@ -171,11 +175,12 @@ TrainResult train(const TrainConfig& c, Communicator& comm) {
         ScopedSpan span(&tracer, "optimizer step");
         optimizer->step();
       }
-      epoch_samples += batch.size;
+      epoch_samples += batch_samples;
       if (log && b % c.log_interval == 0)
         fmt::print("Train Epoch: {} [{}/{} ({:.0f}%)] Loss: {:.6f}\n", epoch + 1, b * c.batch_size * comm.size(),
                    train_set->size(), 100.0 * static_cast<double>(b) / static_cast<double>(batches),
                    loss_value(loss));
+      if (!prefetch) more = fetch_and_stage(loader, batch, stager);
     }
     if (device.is_cuda()) compute_stream(device).synchronize();
     const double seconds = seconds_since(t0);
