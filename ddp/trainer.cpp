@@ -103,6 +103,7 @@ TrainResult train(const TrainConfig& c, Communicator& comm) {
   auto test_set = MnistDataset::load(c.data_dir, Split::kTest, norm, c.test_limit);
 
   auto model = build_model(c.model, train_set->sample_shape(), train_set->num_classes(), device, c.seed);
+  model->set_amp(c.amp);
   Tracer tracer(!c.trace_path.empty());
   DdpOptions ddp_options;
   ddp_options.bucket_cap_bytes = static_cast<size_t>(c.bucket_cap_mb * 1024 * 1024);
@@ -130,6 +131,12 @@ TrainResult train(const TrainConfig& c, Communicator& comm) {
                "{} train / {} test samples\n",
                model->describe(), comm.size(), device.str(), grad_comm.backend(), threads, blas_corename(), c.batch_size,
                train_set->size(), test_set->size());
+  if (log && c.amp == AmpMode::kBf16)
+    fmt::print("dtrain: amp bf16: Linear matmuls take bf16 operands with float32 accumulation; float32 master "
+               "weights and gradients{}\n",
+               device.is_cpu() ? " (emulated on CPU: bf16-rounded operands through the float32 GEMM, for the "
+                                 "numerics, not for speed)"
+                               : "");
 
   DistributedSampler sampler(train_set->size(), comm.size(), comm.rank(), true, c.seed);
   DataLoader loader(*train_set, c.batch_size);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "comm/communicator.h"
+#include "model/amp.h"
 #include "model/lr_schedule.h"
 #include "model/models.h"
 
@@ -29,6 +30,7 @@ struct TrainConfig {
   std::string device = "auto";
   bool allow_gpu_sharing = false;
   bool tf32 = false;
+  AmpMode amp = AmpMode::kOff;  // bf16: Linear matmuls in bf16, float32 master weights (autocast)
   double timeout_s = 600;  // per-collective timeout on NCCL (PyTorch's default: 10 minutes)
   int64_t log_interval = 100;  // batches
   int64_t accumulate = 1;      // micro-batches per optimizer step (no_sync for all but the last)

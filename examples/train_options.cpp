@@ -71,6 +71,7 @@ ParsedTrain parse_train_options(const std::vector<std::string>& args) {
     ("device", "auto, cpu, cuda or cuda:N (auto: CUDA when visible, else CPU)", cxxopts::value<std::string>()->default_value("auto"))
     ("allow-gpu-sharing", "Let several local ranks share a GPU")
     ("tf32", "Allow TF32 tensor cores for float32 GEMM on GPU")
+    ("amp", "Mixed precision: off, or bf16 (Linear matmuls in bf16, float32 weights; emulated on CPU)", cxxopts::value<std::string>()->default_value("off"))
     ("timeout", "Seconds before a stuck NCCL collective aborts the job", cxxopts::value<double>()->default_value("600"))
     ("threads", "CPU BLAS threads per rank (0: cores / local ranks)", cxxopts::value<int>()->default_value("0"));
   o.add_options("Output")
@@ -122,6 +123,7 @@ ParsedTrain parse_train_options(const std::vector<std::string>& args) {
   c.device = r["device"].as<std::string>();
   c.allow_gpu_sharing = r.count("allow-gpu-sharing") > 0;
   c.tf32 = r.count("tf32") > 0;
+  const std::string amp = r["amp"].as<std::string>();
   c.timeout_s = r["timeout"].as<double>();
   c.threads = r["threads"].as<int>();
   c.log_interval = r["log-interval"].as<int64_t>();
@@ -150,6 +152,8 @@ ParsedTrain parse_train_options(const std::vector<std::string>& args) {
   require(c.log_interval >= 1, fmt::format("--log-interval: must be at least 1, got {}", c.log_interval));
   require(c.train_limit >= 0 && c.test_limit >= 0, "--train-limit/--test-limit: must be non-negative");
   require(c.timeout_s > 0, fmt::format("--timeout: must be positive, got {}", c.timeout_s));
+  require(amp == "off" || amp == "bf16", fmt::format("--amp: expected off or bf16, got '{}'", amp));
+  c.amp = amp == "bf16" ? AmpMode::kBf16 : AmpMode::kOff;
   require(c.threads >= 0, fmt::format("--threads: must be non-negative, got {}", c.threads));
   require(std::filesystem::is_directory(c.data_dir),
           fmt::format("--data: no such directory '{}' (Debian: apt-get install dataset-fashion-mnist)", c.data_dir));

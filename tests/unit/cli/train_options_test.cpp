@@ -68,12 +68,22 @@ TEST(TrainOptions, WrongFlagsAndValuesAreOneLineUsageErrors) {
     EXPECT_EQ(e.find('\n'), std::string::npos) << e;
 }
 
+TEST(TrainOptions, AmpIsOffUnlessBf16IsAsked) {
+  EXPECT_EQ(parse_train_options({"--data", "/tmp"}).config.amp, AmpMode::kOff);
+  EXPECT_EQ(parse_train_options({"--data", "/tmp", "--amp", "off"}).config.amp, AmpMode::kOff);
+  EXPECT_EQ(parse_train_options({"--data", "/tmp", "--amp", "bf16"}).config.amp, AmpMode::kBf16);
+  EXPECT_EQ(parse_train_options({"--data", "/tmp", "--amp", "bf16", "--device", "cpu"}).config.amp, AmpMode::kBf16);
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--amp", "fp16"}), "--amp: expected off or bf16, got 'fp16'");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--amp", "BF16"}), "--amp: expected off or bf16, got 'BF16'");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--amp", ""}), "--amp: expected off or bf16, got ''");
+}
+
 TEST(TrainOptions, HelpListsEveryFlag) {
   ParsedTrain p = parse_train_options({"--help"});
   ASSERT_TRUE(p.help);
   for (const char* flag : {"--data", "--model", "--hidden", "--epochs", "--batch-size", "--lr", "--momentum",
                            "--optimizer", "--weight-decay", "--seed", "--device", "--log-interval", "--bucket-cap-mb",
-                           "--find-unused-parameters", "--trace", "--comm-hook", "--allow-gpu-sharing", "--tf32"})
+                           "--find-unused-parameters", "--trace", "--comm-hook", "--allow-gpu-sharing", "--tf32", "--amp"})
     EXPECT_NE(p.help_text.find(flag), std::string::npos) << flag;
 }
 
