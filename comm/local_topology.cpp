@@ -31,10 +31,17 @@ std::optional<std::string> process_env(const char* name) {
 }
 
 void check_local_topology(int local_rank, int local_size, const EnvLookup& env) {
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"})
-    check_one(env, name, local_rank, "local rank");
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE"})
-    check_one(env, name, local_size, "local size");
+  // Only the launcher that started this process speaks for it: under mpirun inside a Slurm
+  // allocation the ranks inherit the batch step's SLURM_LOCALID, which describes orted, not them.
+  if (env("OMPI_COMM_WORLD_LOCAL_RANK")) {
+    check_one(env, "OMPI_COMM_WORLD_LOCAL_RANK", local_rank, "local rank");
+    check_one(env, "OMPI_COMM_WORLD_LOCAL_SIZE", local_size, "local size");
+  } else if (env("SLURM_LOCALID")) {
+    check_one(env, "SLURM_LOCALID", local_rank, "local rank");
+  } else {
+    check_one(env, "LOCAL_RANK", local_rank, "local rank");
+    check_one(env, "LOCAL_WORLD_SIZE", local_size, "local size");
+  }
 }
 
 }  // namespace dtrain

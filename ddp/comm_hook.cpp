@@ -34,7 +34,10 @@ class UnpackWork final : public Work {
     finished_ns_.store(inner_->finished_ns());
     done_ = true;
   }
-  bool test() override { return done_ || inner_->test(); }
+  bool test() override {
+    if (!done_ && inner_->test()) wait();  // the data is there: unpack (never blocks)
+    return done_;
+  }
 
  private:
   WorkHandle inner_;

@@ -106,7 +106,12 @@ void DistributedDataParallel::backward(const Tensor& grad_output) {
     ensure_tensor(scaled_grad_output_, grad_output.shape(), grad_output.device());
     scaled_grad_output_.copy_from(grad_output);
     scale(scaled_grad_output_, 1.f / static_cast<float>(comm_.size()));
-    module_.backward(scaled_grad_output_, false);
+    try {
+      module_.backward(scaled_grad_output_, false);
+    } catch (...) {
+      reducer_->abort_backward();  // no all-reduce may outlive the buffers it writes
+      throw;
+    }
   }
   ScopedSpan span(tracer_, "gradient sync wait");
   reducer_->finalize_backward();

@@ -39,13 +39,14 @@ class DistributedDataParallel {
   // next backward outside it reduces everything accumulated (PyTorch's no_sync()).
   class NoSyncGuard {
    public:
-    explicit NoSyncGuard(DistributedDataParallel& ddp) : ddp_(ddp) { ddp_.sync_ = false; }
-    ~NoSyncGuard() { ddp_.sync_ = true; }
+    explicit NoSyncGuard(DistributedDataParallel& ddp) : ddp_(ddp), previous_(ddp.sync_) { ddp_.sync_ = false; }
+    ~NoSyncGuard() { ddp_.sync_ = previous_; }  // nested guards restore the outer state
     NoSyncGuard(const NoSyncGuard&) = delete;
     NoSyncGuard& operator=(const NoSyncGuard&) = delete;
 
    private:
     DistributedDataParallel& ddp_;
+    bool previous_;
   };
   [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
 

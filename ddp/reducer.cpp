@@ -49,6 +49,20 @@ Reducer::Reducer(std::vector<Parameter*> params, Communicator& comm, std::unique
   }
 }
 
+Reducer::~Reducer() { abort_backward(); }
+
+void Reducer::abort_backward() noexcept {
+  in_backward_ = false;
+  for (GradBucket& b : buckets_) {
+    if (!b.work) continue;
+    try {
+      b.work->wait();
+    } catch (...) {
+    }
+    b.work = nullptr;
+  }
+}
+
 void Reducer::prepare_for_backward(bool sync) {
   sync_ = sync;
   in_backward_ = true;
@@ -110,9 +124,7 @@ void Reducer::finalize_backward() {
     --buckets_[bucket_of_[i]].pending;
   }
   if (!missing.empty()) {
-    // Buckets already launched must finish before we report, so no collective is left dangling.
-    for (GradBucket& b : buckets_)
-      if (b.work) std::exchange(b.work, nullptr)->wait();
+    abort_backward();  // launched buckets finish before we report: no collective left dangling
     throw Error(fmt::format("parameter(s) {} received no gradient in this backward; pass "
                             "--find-unused-parameters if some parameters do not take part in every step",
                             fmt::join(missing, ", ")));
@@ -122,8 +134,14 @@ void Reducer::finalize_backward() {
   stats_.buckets_launched_in_finalize += static_cast<int64_t>(next_to_launch_) - before;
   DTRAIN_CHECK(next_to_launch_ == buckets_.size(), "only {} of {} buckets launched", next_to_launch_, buckets_.size());
   for (GradBucket& b : buckets_) {
-    WorkHandle work = std::exchange(b.work, nullptr);
-    work->wait();
+    WorkHandle work = b.work;
+    try {
+      work->wait();
+    } catch (...) {
+      abort_backward();  // the later buckets are still in flight
+      throw;
+    }
+    b.work = nullptr;
     if (tracer_ && tracer_->enabled()) {
       const int64_t start = work->started_ns() ? work->started_ns() : b.launched_ns;
       const int64_t end = work->finished_ns() ? work->finished_ns() : steady_now_ns();

@@ -48,6 +48,11 @@ class Reducer {
   void prepare_for_backward(bool sync);  // sync == false inside no_sync: gradients only accumulate
   void mark_ready(Parameter& param);     // the gradient-ready hook
   void finalize_backward();              // after backward: launch the rest, wait, averaged grads
+  // After a failed backward: waits for every launched all-reduce (errors ignored: the caller
+  // is already failing) so none writes into freed buffers, and resets for the next backward.
+  // Every rank launches buckets in the same order, so the peers' matching collectives exist.
+  void abort_backward() noexcept;
+  ~Reducer();
 
   const std::vector<GradBucket>& buckets() const { return buckets_; }
   const ReducerStats& stats() const { return stats_; }

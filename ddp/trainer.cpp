@@ -1,6 +1,7 @@
 #include "ddp/trainer.h"
 
 #include <chrono>
+#include <cstring>
 #include <cstdlib>
 #include <optional>
 #include <thread>
@@ -19,7 +20,10 @@
 #include "model/loss.h"
 #include "model/optimizer.h"
 #ifdef DTRAIN_WITH_CUDA
+#include <unistd.h>
+
 #include "comm/nccl/nccl_communicator.h"
+#include "core/cuda/cuda_backend.h"
 #endif
 
 namespace dtrain {
@@ -81,6 +85,28 @@ std::pair<double, double> evaluate(Module& model, const Dataset& test, Communica
   return {sums[0] / std::max(sums[2], 1.f), sums[1] / std::max(sums[2], 1.f)};
 }
 
+#ifdef DTRAIN_WITH_CUDA
+// NCCL cannot run two ranks of one communicator on one GPU (it fails or hangs at init). Ranks
+// compare "host/PCI bus id" over MPI, so a shared GPU is one clear error on every rank; ranks
+// that each see one GPU through their own CUDA_VISIBLE_DEVICES pass.
+void check_one_rank_per_gpu(Device device, Communicator& comm) {
+  char host[64] = {};
+  gethostname(host, sizeof host - 1);
+  const std::string mine = fmt::format("{}/{}", host, cuda::pci_bus_id(device.index));
+  constexpr int64_t kWords = 32;  // 128 bytes per rank
+  std::vector<int32_t> send(kWords, 0), all(static_cast<size_t>(kWords * comm.size()));
+  std::memcpy(send.data(), mine.data(), std::min<size_t>(mine.size(), kWords * 4 - 1));
+  comm.allgather(send.data(), all.data(), kWords, DType::kI32);
+  for (int r = 0; r < comm.size(); ++r) {
+    const std::string other(reinterpret_cast<const char*>(all.data() + r * kWords));
+    if (r != comm.rank() && other == mine)
+      throw Error(fmt::format("ranks {} and {} share GPU {}; NCCL needs one GPU per rank (run at most as many ranks "
+                              "per node as GPUs)",
+                              std::min(r, comm.rank()), std::max(r, comm.rank()), mine));
+  }
+}
+#endif
+
 int default_cpu_threads(const Communicator& comm) {
   if (std::getenv("OPENBLAS_NUM_THREADS")) return 0;  // the launcher or the user decided
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -95,6 +121,14 @@ TrainResult train(const TrainConfig& c, Communicator& comm) {
   const Device device = choice.device;
   if (!choice.log_line.empty() && comm.local_rank() == 0 && !c.quiet)
     fmt::print("rank {}: {}\n", comm.rank(), choice.log_line);
+  // Every rank must take the same path (NCCL or MPI for gradients): with --device auto on a
+  // job whose nodes differ, the ranks would otherwise issue different collectives and hang.
+  int32_t cuda_ranks = device.is_cuda() ? 1 : 0;
+  comm.allreduce(&cuda_ranks, 1, DType::kI32, ReduceOp::kSum);
+  if (cuda_ranks != 0 && cuda_ranks != comm.size())
+    throw Error(fmt::format("--device {}: {} of {} ranks found a GPU and the others did not; pass --device cpu or "
+                            "--device cuda explicitly",
+                            c.device, cuda_ranks, comm.size()));
   if (device.is_cuda()) set_allow_tf32(c.tf32);
   const int threads = set_cpu_threads(c.threads > 0 ? c.threads : default_cpu_threads(comm));
 
@@ -114,6 +148,7 @@ TrainResult train(const TrainConfig& c, Communicator& comm) {
   std::unique_ptr<Communicator> nccl;
 #ifdef DTRAIN_WITH_CUDA
   if (device.is_cuda() && comm.size() > 1) {
+    check_one_rank_per_gpu(device, comm);
     NcclOptions nccl_options;
     nccl_options.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.timeout_s * 1000));
     nccl = std::make_unique<NcclCommunicator>(comm, device, nccl_options);
@@ -147,7 +182,6 @@ TrainResult train(const TrainConfig& c, Communicator& comm) {
   TrainResult result;
   result.world_size = comm.size();
   result.device = device.str();
-  const float micro_scale = 1.f / static_cast<float>(c.accumulate);
 
   for (int64_t epoch = 0; epoch < c.epochs; ++epoch) {
     sampler.set_epoch(epoch);
@@ -168,7 +202,9 @@ TrainResult train(const TrainConfig& c, Communicator& comm) {
       Tensor logits = ddp ? ddp->forward(images) : model->forward(images);
       Tensor loss = loss_fn.forward(logits, labels);
       Tensor grad = loss_fn.backward();
-      if (c.accumulate > 1) scale(grad, micro_scale);  // the step sees the mean over micro-batches
+      // The step sees the mean over its micro-batches (the epoch's last group may be shorter).
+      const int64_t group = std::min(c.accumulate, batches - (b - micro));
+      if (group > 1) scale(grad, 1.f / static_cast<float>(group));
       if (!ddp) {
         ScopedSpan span(&tracer, "backward");
         model->backward(grad, false);

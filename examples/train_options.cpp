@@ -1,5 +1,6 @@
 #include "examples/train_options.h"
 
+#include <cmath>
 #include <filesystem>
 
 #include <cxxopts.hpp>
@@ -135,7 +136,7 @@ ParsedTrain parse_train_options(const std::vector<std::string>& args) {
   };
   require(c.epochs >= 1, fmt::format("--epochs: must be at least 1, got {}", c.epochs));
   require(c.batch_size >= 1, fmt::format("--batch-size: must be at least 1, got {}", c.batch_size));
-  require(c.lr > 0.f, fmt::format("--lr: must be positive, got {}", c.lr));
+  require(std::isfinite(c.lr) && c.lr > 0.f, fmt::format("--lr: must be positive, got {}", c.lr));
   require(c.momentum >= 0.f && c.momentum < 1.f, fmt::format("--momentum: must be in [0, 1), got {}", c.momentum));
   require(c.weight_decay >= 0.f, fmt::format("--weight-decay: must be non-negative, got {}", c.weight_decay));
   require(c.model.name == "mlp" || c.model.name == "cnn", fmt::format("--model: expected mlp or cnn, got '{}'", c.model.name));
@@ -146,12 +147,14 @@ ParsedTrain parse_train_options(const std::vector<std::string>& args) {
   require(c.model.dropout >= 0.f && c.model.dropout < 1.f, fmt::format("--dropout: must be in [0, 1), got {}", c.model.dropout));
   require(c.lr_step_size >= 1, fmt::format("--lr-step-size: must be at least 1, got {}", c.lr_step_size));
   require(c.accumulate >= 1, fmt::format("--accumulate: must be at least 1, got {}", c.accumulate));
-  require(c.bucket_cap_mb > 0, fmt::format("--bucket-cap-mb: must be positive, got {}", c.bucket_cap_mb));
+  require(c.bucket_cap_mb > 0 && c.bucket_cap_mb <= 1e6,
+          fmt::format("--bucket-cap-mb: must be in (0, 1e6], got {}", c.bucket_cap_mb));
+  require(std::isfinite(c.lr_gamma) && c.lr_gamma > 0.f, fmt::format("--lr-gamma: must be positive, got {}", c.lr_gamma));
   require(c.comm_hook == "allreduce" || c.comm_hook == "bf16" || c.comm_hook == "fp16",
           fmt::format("--comm-hook: expected allreduce, bf16 or fp16, got '{}'", c.comm_hook));
   require(c.log_interval >= 1, fmt::format("--log-interval: must be at least 1, got {}", c.log_interval));
   require(c.train_limit >= 0 && c.test_limit >= 0, "--train-limit/--test-limit: must be non-negative");
-  require(c.timeout_s > 0, fmt::format("--timeout: must be positive, got {}", c.timeout_s));
+  require(c.timeout_s > 0 && c.timeout_s <= 1e7, fmt::format("--timeout: must be in (0, 1e7] seconds, got {}", c.timeout_s));
   require(amp == "off" || amp == "bf16", fmt::format("--amp: expected off or bf16, got '{}'", amp));
   c.amp = amp == "bf16" ? AmpMode::kBf16 : AmpMode::kOff;
   require(c.threads >= 0, fmt::format("--threads: must be non-negative, got {}", c.threads));
@@ -161,7 +164,8 @@ ParsedTrain parse_train_options(const std::vector<std::string>& args) {
   if (!norm.empty()) {
     float mean = 0, std = 0;
     char extra = 0;
-    require(std::sscanf(norm.c_str(), "%f,%f%c", &mean, &std, &extra) == 2 && std > 0.f,
+    require(std::sscanf(norm.c_str(), "%f,%f%c", &mean, &std, &extra) == 2 && std::isfinite(mean) &&
+                std::isfinite(std) && std > 0.f,
             fmt::format("--normalize: expected MEAN,STD with STD > 0, got '{}'", norm));
     c.norm_mean = mean;
     c.norm_std = std;

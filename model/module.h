@@ -18,9 +18,10 @@ struct Parameter {
   std::string name;  // "0.weight", as PyTorch's Sequential names them
   Tensor value;
   Tensor grad;  // same shape and device; DDP may replace it with a view into a bucket
-  // Set by Optimizer::zero_grad(): the gradient counts as zero but its memory was not cleared;
-  // the next backward overwrites it (GEMM beta 0) instead of accumulating. Saves a memset and a
-  // read of every gradient per step (PyTorch's zero_grad(set_to_none=True)).
+  // Set by Optimizer::zero_grad(): the gradient is absent (its memory was not cleared); the next
+  // backward overwrites it (GEMM beta 0) instead of accumulating, and an optimizer step skips the
+  // parameter until then. Saves a memset and a read of every gradient per step, with the
+  // semantics of PyTorch's zero_grad(set_to_none=True).
   bool grad_is_zero = false;
 };
 

@@ -11,32 +11,26 @@ void Optimizer::zero_grad() {
   for (Parameter* p : params_) p->grad_is_zero = true;
 }
 
-void Optimizer::materialize_zero_grads() {
-  // A parameter no backward wrote since zero_grad() has a zero gradient: make its memory say so.
-  for (Parameter* p : params_)
-    if (p->grad_is_zero) {
-      p->grad.zero_();
-      p->grad_is_zero = false;
-    }
-}
+
 
 Sgd::Sgd(std::vector<Parameter*> params, SgdOptions options) : Optimizer(std::move(params), options.lr), opt_(options) {
   DTRAIN_CHECK(!opt_.nesterov || (opt_.momentum > 0.f && opt_.dampening == 0.f),
                "Nesterov momentum needs momentum > 0 and dampening 0");
   if (opt_.momentum != 0.f)
     for (Parameter* p : params_) momentum_.push_back(Tensor::zeros(p->value.shape(), p->value.device()));
+  stepped_.assign(params_.size(), false);
 }
 
 void Sgd::step() {
-  materialize_zero_grads();
   for (size_t i = 0; i < params_.size(); ++i) {
     Parameter& p = *params_[i];
+    if (p.grad_is_zero) continue;
     float* buf = momentum_.empty() ? nullptr : momentum_[i].data();
     launch(p.value.device(), p.value.numel(),
            kernels::SgdUpdate{p.value.data(), p.grad.data(), buf, lr_, opt_.momentum, opt_.dampening,
-                              opt_.weight_decay, opt_.nesterov, first_step_});
+                              opt_.weight_decay, opt_.nesterov, !stepped_[i]});
+    stepped_[i] = true;
   }
-  first_step_ = false;
 }
 
 AdamW::AdamW(std::vector<Parameter*> params, AdamWOptions options)
@@ -45,15 +39,16 @@ AdamW::AdamW(std::vector<Parameter*> params, AdamWOptions options)
     m_.push_back(Tensor::zeros(p->value.shape(), p->value.device()));
     v_.push_back(Tensor::zeros(p->value.shape(), p->value.device()));
   }
+  steps_.assign(params_.size(), 0);
 }
 
 void AdamW::step() {
-  materialize_zero_grads();
-  ++t_;
-  const float bc1 = 1.f - std::pow(opt_.beta1, static_cast<float>(t_));
-  const float bc2 = 1.f - std::pow(opt_.beta2, static_cast<float>(t_));
   for (size_t i = 0; i < params_.size(); ++i) {
     Parameter& p = *params_[i];
+    if (p.grad_is_zero) continue;
+    const float t = static_cast<float>(++steps_[i]);  // per parameter, as PyTorch's state["step"]
+    const float bc1 = 1.f - std::pow(opt_.beta1, t);
+    const float bc2 = 1.f - std::pow(opt_.beta2, t);
     launch(p.value.device(), p.value.numel(),
            kernels::AdamWUpdate{p.value.data(), p.grad.data(), m_[i].data(), v_[i].data(), lr_, opt_.beta1,
                                 opt_.beta2, opt_.eps, opt_.weight_decay, bc1, bc2});

@@ -14,12 +14,14 @@ class Optimizer {
   explicit Optimizer(std::vector<Parameter*> params, float lr) : params_(std::move(params)), lr_(lr) {}
   virtual ~Optimizer() = default;
   virtual void step() = 0;
-  void zero_grad();  // lazy: see Parameter::grad_is_zero
+  // Lazy (see Parameter::grad_is_zero). As with PyTorch's zero_grad(set_to_none=True), step()
+  // leaves a parameter alone, weight decay and momentum included, if no backward wrote its
+  // gradient since.
+  void zero_grad();
   void set_lr(float lr) { lr_ = lr; }
   float lr() const { return lr_; }
 
  protected:
-  void materialize_zero_grads();  // every step() calls this first
   std::vector<Parameter*> params_;
   float lr_;
 };
@@ -40,7 +42,7 @@ class Sgd : public Optimizer {
  private:
   SgdOptions opt_;
   std::vector<Tensor> momentum_;
-  bool first_step_ = true;
+  std::vector<bool> stepped_;  // per parameter: its momentum buffer starts at its first update
 };
 
 struct AdamWOptions {
@@ -59,7 +61,7 @@ class AdamW : public Optimizer {
  private:
   AdamWOptions opt_;
   std::vector<Tensor> m_, v_;
-  int64_t t_ = 0;
+  std::vector<int64_t> steps_;  // per parameter
 };
 
 }  // namespace dtrain

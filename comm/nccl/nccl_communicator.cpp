@@ -2,6 +2,7 @@
 #include "comm/nccl/nccl_communicator.h"
 
 #include <array>
+#include <exception>
 #include <cstring>
 #include <mutex>
 
@@ -90,6 +91,7 @@ struct NcclCommunicator::Impl {
   void* barrier_buf = nullptr;  // one float on the device, the barrier's all-reduce operand
   std::mutex issue_mutex;       // NCCL needs every rank's collectives in one order: one issuer
   int64_t next_seq = 1;
+  int exceptions_at_construction = std::uncaught_exceptions();
 
   // Orders a collective after the compute stream's queued work, issues it on the comm stream
   // and hands its completion to the watchdog. `issue` makes the NCCL call.
@@ -153,6 +155,14 @@ NcclCommunicator::NcclCommunicator(Communicator& bootstrap, Device device, NcclO
 
 NcclCommunicator::~NcclCommunicator() {
   Impl& s = *impl_;
+  if (s.comm && std::uncaught_exceptions() > s.exceptions_at_construction) {
+    // Unwinding from an error on this rank: the peers are not destroying with us
+    // (ncclCommDestroy is collective within a node), and the process is on its way to
+    // abort_all, which prints the real error and ends every rank. Waiting here would hide that
+    // error behind a shut-down timeout, so the communicator is deliberately left to the exit.
+    s.watchdog->detach();
+    return;
+  }
   if (s.comm) {
     // Shut-down is watched like a collective: a peer that died makes it hang, not fail.
     const int64_t key = s.watchdog->begin(0, "shutdown");
@@ -176,6 +186,7 @@ int NcclCommunicator::local_size() const { return impl_->local_size; }
 Stream& NcclCommunicator::stream() { return *impl_->comm_stream; }
 
 WorkHandle NcclCommunicator::allreduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) {
+  (void)cuda::current_device();  // a thread that never chose a device adopts the process's
   check_device_buffer(buf, count, "allreduce", "the");
   const ncclDataType_t type = nccl_type(dtype);
   const ncclRedOp_t red = nccl_op(op);

@@ -21,8 +21,9 @@ void copy(void* dst, bool dst_on_device, const void* src, bool src_on_device, si
   const cudaMemcpyKind kind = copy_kind(dst_on_device, src_on_device);
   const cudaStream_t stream = compute_stream_handle();
   CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, stream));
-  // The contract is "returns once the copy is complete": host buffers may be reused at once.
-  CUDA_CHECK(cudaStreamSynchronize(stream));
+  // The contract is "returns once the copy is complete" for host memory (it may be reused at
+  // once); a device-to-device copy is stream-ordered like any kernel, so the host need not wait.
+  if (!dst_on_device || !src_on_device) CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 void copy_async(void* dst, bool dst_on_device, const void* src, bool src_on_device, size_t bytes, Stream& stream) {

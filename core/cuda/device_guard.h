@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include "core/cuda/cuda_backend.h"
 #include "core/cuda/cuda_check.h"
 
 namespace dtrain::cuda {
@@ -15,7 +16,9 @@ inline constexpr int kMaxDevices = 64;
 class DeviceGuard {
  public:
   explicit DeviceGuard(int device) {
-    CUDA_CHECK(cudaGetDevice(&previous_));
+    // A thread that never chose a device adopts the process's first: otherwise "previous" is
+    // device 0 and restoring it would create a context on someone else's GPU.
+    previous_ = current_device();
     if (previous_ == device) {
       previous_ = -1;
     } else {

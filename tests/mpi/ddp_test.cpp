@@ -264,3 +264,61 @@ INSTANTIATE_TEST_SUITE_P(Hooks, Compression, ::testing::Values("bf16", "fp16"));
 
 }  // namespace
 }  // namespace dtrain
+
+namespace dtrain {
+namespace {
+
+TEST(NoSync, NestedGuardsKeepTheOuterState) {
+  auto model = build_model(ModelSpec{"mlp", {8}}, {1, 8, 8}, 10, Device::cpu(), 1);
+  DistributedDataParallel ddp(*model, world());
+  auto [x, y] = rows_of(make_global_batch(2, 1), 0, 2);
+  CrossEntropyLoss loss;
+  {
+    auto outer = ddp.no_sync();
+    { auto inner = ddp.no_sync(); }
+    loss.forward(ddp.forward(x), y);
+    ddp.backward(loss.backward());
+  }
+  EXPECT_EQ(ddp.reducer().stats().synced_backwards, 0);
+}
+
+// Throws from backward after its layers' hooks have launched buckets (on every rank alike).
+class ThrowsAfterHooks : public Module {
+ public:
+  explicit ThrowsAfterHooks(std::unique_ptr<Sequential> inner) : inner_(std::move(inner)) {}
+  Tensor forward(const Tensor& x) override { return inner_->forward(x); }
+  Tensor backward(const Tensor& g, bool need) override {
+    Tensor r = inner_->backward(g, need);
+    if (throw_next_) {
+      throw_next_ = false;
+      throw Error("injected failure after the gradient hooks");
+    }
+    return r;
+  }
+  std::vector<Parameter*> parameters() override { return inner_->parameters(); }
+  void set_grad_ready_hook(GradReadyHook hook) override { inner_->set_grad_ready_hook(std::move(hook)); }
+  std::string describe() const override { return "ThrowsAfterHooks"; }
+  bool throw_next_ = true;
+
+ private:
+  std::unique_ptr<Sequential> inner_;
+};
+
+TEST(FailedBackward, LaunchedAllReducesFinishAndTheNextBackwardWorks) {
+  ThrowsAfterHooks model(build_model(ModelSpec{"mlp", {16}}, {1, 8, 8}, 10, Device::cpu(), 2));
+  DdpOptions options;
+  options.bucket_cap_bytes = options.first_bucket_bytes = 512;  // several buckets in flight
+  DistributedDataParallel ddp(model, world(), options);
+  ASSERT_GE(ddp.reducer().buckets().size(), 2u);
+  auto [x, y] = rows_of(make_global_batch(2 * world().size(), 4), 2 * world().rank(), 2);
+  CrossEntropyLoss loss;
+  loss.forward(ddp.forward(x), y);
+  EXPECT_THROW(ddp.backward(loss.backward()), Error);
+  for (const GradBucket& b : ddp.reducer().buckets()) EXPECT_FALSE(b.work) << "bucket " << b.index << " in flight";
+  loss.forward(ddp.forward(x), y);
+  ddp.backward(loss.backward());  // "still in flight" before the fix
+  EXPECT_TRUE(replicas_bitwise_equal(model));
+}
+
+}  // namespace
+}  // namespace dtrain

@@ -47,9 +47,28 @@ TEST(Sgd, PlainAndZeroGrad) {
   EXPECT_EQ(w.p.value.to_vector(), (std::vector<float>{0.5f, -2.5f, 0.f}));
   opt.zero_grad();  // lazy: flagged, not cleared
   EXPECT_TRUE(w.p.grad_is_zero);
-  opt.step();  // no backward since: the gradient is zero and the parameter stays
+  opt.step();  // no backward since: the gradient is absent and the parameter stays
   EXPECT_EQ(w.p.value.to_vector(), (std::vector<float>{0.5f, -2.5f, 0.f}));
-  EXPECT_EQ(w.p.grad.to_vector(), (std::vector<float>{0.f, 0.f, 0.f}));
+}
+
+TEST(Optimizers, SkipParametersWithoutGradientLikeSetToNone) {
+  // PyTorch's zero_grad(set_to_none=True): a parameter no backward wrote since is left alone,
+  // weight decay and momentum included; its momentum starts at its own first update.
+  OneParam used, unused;
+  Sgd sgd({&used.p, &unused.p}, SgdOptions{0.1f, 0.9f, 0.f, 0.1f, false});
+  sgd.zero_grad();
+  used.set_grad({1.f, 1.f, 1.f});
+  used.p.grad_is_zero = false;  // what a backward does when it writes the gradient
+  sgd.step();
+  EXPECT_EQ(unused.p.value.to_vector(), (std::vector<float>{1.f, -2.f, 0.5f}));
+  EXPECT_NE(used.p.value.to_vector(), (std::vector<float>{1.f, -2.f, 0.5f}));
+  OneParam a, b;
+  AdamW adamw({&a.p, &b.p}, AdamWOptions{});
+  adamw.zero_grad();
+  a.set_grad({1.f, 1.f, 1.f});
+  a.p.grad_is_zero = false;
+  adamw.step();
+  EXPECT_EQ(b.p.value.to_vector(), (std::vector<float>{1.f, -2.f, 0.5f}));
 }
 
 TEST(AdamW, MatchesDecoupledWeightDecayRule) {
