@@ -247,20 +247,25 @@ struct ArgmaxEquals {  // hit[r] = 1 if argmax(logits[r]) == labels[r]
 
 // ---- Optimizers (PyTorch's update rules) ----
 
+// PyTorch's SGD with the per-step choices folded into coefficients by the host (branch-free,
+// so the CPU loop vectorises): d = g + wd p; b = buf_keep buf + grad_keep d (first step:
+// 0 and 1, i.e. b = d; later: momentum and 1 - dampening); p -= lr (step_d d + step_b b)
+// (Nesterov: 1 and momentum; plain momentum: 0 and 1). buf == nullptr: no momentum, p -= lr d.
+// The 0/1 coefficients multiply exactly, so results equal the branching form's.
 struct SgdUpdate {
   float* p;
   const float* g;
-  float* buf;  // momentum buffer (unused when momentum == 0)
-  float lr, momentum, dampening, weight_decay;
-  bool nesterov, first_step;
+  float* buf;
+  float lr, weight_decay, buf_keep, grad_keep, step_d, step_b;
   DTRAIN_HD void operator()(int64_t i) const {
-    float d = g[i] + weight_decay * p[i];
-    if (momentum != 0.f) {
-      float b = first_step ? d : momentum * buf[i] + (1.f - dampening) * d;
-      buf[i] = b;
-      d = nesterov ? d + momentum * b : b;
+    const float d = g[i] + weight_decay * p[i];
+    if (!buf) {
+      p[i] -= lr * d;
+      return;
     }
-    p[i] -= lr * d;
+    const float b = buf_keep * buf[i] + grad_keep * d;
+    buf[i] = b;
+    p[i] -= lr * (step_d * d + step_b * b);
   }
 };
 

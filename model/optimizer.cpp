@@ -26,9 +26,11 @@ void Sgd::step() {
     Parameter& p = *params_[i];
     if (p.grad_is_zero) continue;
     float* buf = momentum_.empty() ? nullptr : momentum_[i].data();
+    const bool first = !stepped_[i];
     launch(p.value.device(), p.value.numel(),
-           kernels::SgdUpdate{p.value.data(), p.grad.data(), buf, lr_, opt_.momentum, opt_.dampening,
-                              opt_.weight_decay, opt_.nesterov, !stepped_[i]});
+           kernels::SgdUpdate{p.value.data(), p.grad.data(), buf, lr_, opt_.weight_decay, first ? 0.f : opt_.momentum,
+                              first ? 1.f : 1.f - opt_.dampening, opt_.nesterov ? 1.f : 0.f,
+                              opt_.nesterov ? opt_.momentum : 1.f});
     stepped_[i] = true;
   }
 }
