@@ -27,8 +27,8 @@ class Work {
 
   // Steady-clock nanoseconds (steady_now_ns()) when the backend started and finished running
   // the collective on the host, 0 until known. Traces use them; MPI fills both.
-  int64_t started_ns() const { return started_ns_.load(std::memory_order_acquire); }
-  int64_t finished_ns() const { return finished_ns_.load(std::memory_order_acquire); }
+  virtual int64_t started_ns() const { return started_ns_.load(std::memory_order_acquire); }
+  virtual int64_t finished_ns() const { return finished_ns_.load(std::memory_order_acquire); }
 
  protected:
   std::atomic<int64_t> started_ns_{0}, finished_ns_{0};

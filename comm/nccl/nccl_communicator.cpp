@@ -2,6 +2,7 @@
 #include "comm/nccl/nccl_communicator.h"
 
 #include <array>
+#include <atomic>
 #include <exception>
 #include <cstring>
 #include <mutex>
@@ -46,10 +47,17 @@ void check_device_buffer(const void* ptr, int64_t count, const char* op, const c
 
 class NcclWork final : public Work {
  public:
-  NcclWork(std::shared_ptr<Event> done, Stream& compute, std::shared_ptr<NcclWatchdog> watchdog, bool host_blocking)
-      : done_(std::move(done)), compute_(compute), watchdog_(std::move(watchdog)), host_blocking_(host_blocking) {
+  // `finished` is shared with the watchdog's completion callback, so that callback never owns
+  // this Work: were it the last owner, ~NcclWork (and with it the watchdog) would run on the
+  // watchdog's own thread.
+  NcclWork(std::shared_ptr<Event> done, Stream& compute, std::shared_ptr<NcclWatchdog> watchdog, bool host_blocking,
+           std::shared_ptr<std::atomic<int64_t>> finished)
+      : done_(std::move(done)), compute_(compute), watchdog_(std::move(watchdog)), host_blocking_(host_blocking),
+        finished_(std::move(finished)) {
     started_ns_.store(steady_now_ns(), std::memory_order_release);
   }
+
+  int64_t finished_ns() const override { return finished_->load(std::memory_order_acquire); }
 
   void wait() override {
     watchdog_->throw_if_failed();
@@ -68,9 +76,10 @@ class NcclWork final : public Work {
     return finished;
   }
 
-  void mark_finished() {
+  void mark_finished() { mark(*finished_); }
+  static void mark(std::atomic<int64_t>& finished) {
     int64_t expected = 0;
-    finished_ns_.compare_exchange_strong(expected, steady_now_ns(), std::memory_order_acq_rel);
+    finished.compare_exchange_strong(expected, steady_now_ns(), std::memory_order_acq_rel);
   }
 
  private:
@@ -78,6 +87,7 @@ class NcclWork final : public Work {
   Stream& compute_;
   std::shared_ptr<NcclWatchdog> watchdog_;
   bool host_blocking_;
+  std::shared_ptr<std::atomic<int64_t>> finished_;
 };
 
 }  // namespace
@@ -111,10 +121,9 @@ struct NcclCommunicator::Impl {
       throw;
     }
     std::shared_ptr<Event> done = comm_stream->record();
-    auto work = std::make_shared<NcclWork>(done, *compute, watchdog, host_blocking);
-    watchdog->set_done(key, std::move(done), [weak = std::weak_ptr<NcclWork>(work)] {
-      if (auto w = weak.lock()) w->mark_finished();
-    });
+    auto finished = std::make_shared<std::atomic<int64_t>>(0);
+    auto work = std::make_shared<NcclWork>(done, *compute, watchdog, host_blocking, finished);
+    watchdog->set_done(key, std::move(done), [finished] { NcclWork::mark(*finished); });
     return work;
   }
 };
