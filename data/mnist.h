@@ -2,7 +2,6 @@
 // uint8 in memory and turned into normalised floats by a 256-entry table on each get().
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -56,7 +55,6 @@ class MnistDataset : public Dataset {
   int64_t rows_ = 0;
   int64_t cols_ = 0;
   Normalize norm_;
-  std::array<float, 256> table_{};  // pixel byte -> normalised float
 };
 
 }  // namespace dtrain
