@@ -36,3 +36,29 @@ TEST(RealTraining, FashionMnistSubsetReachesStatedAccuracy) {
 
 }  // namespace
 }  // namespace dtrain
+
+namespace dtrain {
+namespace {
+
+TEST(RealTraining, SameSeedAndWorldSizeGiveTheSameRunToTheBit) {
+  if (!std::filesystem::exists(std::string(DTRAIN_FMNIST_DIR) + "/train-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "Fashion-MNIST not installed at " << DTRAIN_FMNIST_DIR;
+  TrainConfig c;
+  c.data_dir = DTRAIN_FMNIST_DIR;
+  c.train_limit = 3000;
+  c.test_limit = 1000;
+  c.batch_size = 32;
+  c.quiet = true;
+  c.threads = 1;
+  c.seed = 7;
+  Communicator& comm = testing::test_comm();
+  TrainResult a = train(c, comm), b = train(c, comm);
+  EXPECT_EQ(a.test_loss, b.test_loss);  // exact: shuffling, init and reduction order are fixed
+  EXPECT_EQ(a.test_accuracy, b.test_accuracy);
+  c.seed = 8;
+  TrainResult other = train(c, comm);
+  EXPECT_NE(a.test_loss, other.test_loss) << "the seed must change the run";
+}
+
+}  // namespace
+}  // namespace dtrain
