@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -17,15 +18,20 @@ void Tracer::add(std::string name, const char* category, int tid, int64_t start_
 }
 
 Tracer::Overlap Tracer::backward_overlap() const {
+  // Backward spans do not overlap one another (one compute thread); sorted by start, each
+  // all-reduce span only needs those from the first one ending after it starts.
+  std::vector<std::pair<int64_t, int64_t>> backward;
+  for (const TraceSpan& b : spans_)
+    if (b.tid == 0 && b.name == "backward") backward.emplace_back(b.start_ns, b.end_ns);
+  std::sort(backward.begin(), backward.end());
   Overlap o;
   for (const TraceSpan& a : spans_) {
     if (a.tid != 1) continue;
     o.allreduce_ns += static_cast<double>(a.end_ns - a.start_ns);
-    for (const TraceSpan& b : spans_) {
-      if (b.tid != 0 || b.name != "backward") continue;
-      int64_t lo = std::max(a.start_ns, b.start_ns), hi = std::min(a.end_ns, b.end_ns);
-      if (hi > lo) o.overlapped_ns += static_cast<double>(hi - lo);
-    }
+    auto it = std::lower_bound(backward.begin(), backward.end(), a.start_ns,
+                               [](const std::pair<int64_t, int64_t>& b, int64_t t) { return b.second <= t; });
+    for (; it != backward.end() && it->first < a.end_ns; ++it)
+      o.overlapped_ns += static_cast<double>(std::min(a.end_ns, it->second) - std::max(a.start_ns, it->first));
   }
   return o;
 }
