@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 
 #include "comm/mpi_check.h"
 
@@ -12,6 +14,14 @@ namespace {
 
 // MPI counts are int; longer buffers are reduced/broadcast in chunks of this many elements.
 constexpr int64_t kMaxChunk = INT_MAX;
+
+// Each rank's slot in the shared all-reduce window; larger buffers go through it in blocks.
+constexpr size_t kShmSlotBytes = size_t{4} << 20;
+
+bool shm_allreduce_enabled() {
+  const char* v = std::getenv("DTRAIN_SHM_ALLREDUCE");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
 
 void check_count(int64_t count, const void* buf, const char* what) {
   DTRAIN_CHECK(count >= 0, "{}: negative count {}", what, count);
@@ -30,6 +40,9 @@ MpiCommunicator::MpiCommunicator(MPI_Comm parent) {
   MPI_CHECK(MPI_Comm_rank(node, &local_rank_));
   MPI_CHECK(MPI_Comm_size(node, &local_size_));
   MPI_CHECK(MPI_Comm_free(&node));
+  // Every rank decides alike: size and local size are the same everywhere, and the launcher
+  // forwards the environment to every rank.
+  if (size_ > 1 && local_size_ == size_ && shm_allreduce_enabled()) shm_ = ShmAllreduce::create(comm_, kShmSlotBytes);
   stream_ = make_stream(Device::cpu());
 }
 
@@ -40,6 +53,8 @@ WorkHandle MpiCommunicator::allreduce_async(void* buf, int64_t count, DType dtyp
   DTRAIN_CHECK(op != ReduceOp::kAvg || dtype != DType::kI32, "allreduce: ReduceOp::kAvg needs a floating-point dtype, got {}",
                dtype_name(dtype));
   if (count == 0) return WorkQueue::completed();
+  if (shm_ && ShmAllreduce::supports(dtype))
+    return queue_.submit([this, buf, count, op] { shm_->allreduce(static_cast<float*>(buf), count, op); });
   MPI_Datatype type = mpi_datatype(dtype);
   MPI_Op sum = ops_.sum(dtype);
   return queue_.submit([this, buf, count, dtype, op, type, sum] {
@@ -96,6 +111,7 @@ void MpiCommunicator::shutdown() {
   shut_down_ = true;
   queue_.drain_and_stop();
   ops_.release();
+  if (shm_) shm_->release();
   MPI_CHECK(MPI_Comm_free(&comm_));
 }
 

@@ -10,6 +10,7 @@
 
 #include "comm/communicator.h"
 #include "comm/mpi_types.h"
+#include "comm/shm_allreduce.h"
 #include "comm/work_queue.h"
 
 namespace dtrain {
@@ -30,10 +31,13 @@ class MpiCommunicator final : public Communicator {
   int local_rank() const override { return local_rank_; }
   int local_size() const override { return local_size_; }
   std::string backend() const override { return "mpi"; }
+  // True when float32 all-reduces go through the node-shared window (see ShmAllreduce).
+  bool shared_memory_allreduce() const { return shm_ != nullptr; }
   Stream& stream() override { return *stream_; }
 
   // F32, I32, BF16, F16. kAvg divides the sum by size() (float types only: I32 throws here).
-  // count 0 returns a completed Work without touching MPI.
+  // count 0 returns a completed Work without touching MPI. F32 goes through ShmAllreduce when
+  // every rank is on this node (DTRAIN_SHM_ALLREDUCE=0 turns that off), else MPI_Allreduce.
   WorkHandle allreduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) override;
   WorkHandle broadcast_async(void* buf, int64_t count, DType dtype, int root) override;
   // recv holds size() * count_per_rank elements, rank r's block at r * count_per_rank. `send`
@@ -54,6 +58,7 @@ class MpiCommunicator final : public Communicator {
   int local_size_ = 1;
   std::unique_ptr<Stream> stream_;
   HalfSumOps ops_;
+  std::unique_ptr<ShmAllreduce> shm_;
   bool shut_down_ = false;
   WorkQueue queue_{"dtrain-mpi"};  // last: its thread stops before the members above go
 };

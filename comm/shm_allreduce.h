@@ -1,0 +1,56 @@
+// ShmAllreduce: float32 all-reduce through one node-shared MPI window, for jobs whose ranks all
+// share one node. MPI's own all-reduce over shared memory (vader) moves each message through
+// fragments and a rendezvous; here every rank copies its block into its slot of the window,
+// reduces one segment of all slots, and copies the reduced segments back: about half of MPI's
+// time for the seed MLP's 795 KB of gradients on this 2-core machine (see Note [Why shm]).
+//
+// Note [Why shm]: a traced 2-rank step spent 0.13-0.17 ms of 0.93 ms waiting for the gradient
+// all-reduce, and a bare MPI_Allreduce of 795 KB took 155-184 us (Open MPI 4.1, vader with CMA,
+// every algorithm). The same reduction through a shared window takes 80-95 us, and because
+// exactly one rank computes each reduced element, every rank gets the same bits.
+//
+// It runs on the communication thread of the MpiCommunicator that owns it, like every other MPI
+// call, and synchronises with MPI_Barrier on its own node communicator, so a dead peer ends the
+// job the way any other collective does (never a spin on a flag that nobody will set).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <mpi.h>
+
+#include "comm/communicator.h"
+
+namespace dtrain {
+
+class ShmAllreduce {
+ public:
+  // Collective over `comm`, whose ranks must all share one node. Returns nullptr on every rank
+  // if any rank could not allocate the window (then MPI's all-reduce is used instead).
+  static std::unique_ptr<ShmAllreduce> create(MPI_Comm comm, size_t slot_bytes);
+  ~ShmAllreduce();  // no MPI call: release() must have run (or MPI be gone)
+  ShmAllreduce(const ShmAllreduce&) = delete;
+  ShmAllreduce& operator=(const ShmAllreduce&) = delete;
+
+  static bool supports(DType dtype) { return dtype == DType::kF32; }
+  // In place over `count` floats; every rank calls it with the same count, in the same order.
+  void allreduce(float* buf, int64_t count, ReduceOp op);
+  // Frees the window and the communicator. Idempotent.
+  void release();
+
+ private:
+  ShmAllreduce() = default;
+  void barrier();
+  void reduce_segment(int64_t lo, int64_t hi, bool average);  // this rank's segment of every slot
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Win win_ = MPI_WIN_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+  int64_t slot_floats_ = 0;
+  std::vector<float*> slots_;  // every rank's slot, mapped into this process
+};
+
+}  // namespace dtrain

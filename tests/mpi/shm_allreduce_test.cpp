@@ -1,0 +1,105 @@
+// ShmAllreduce at 2 and 3 ranks: exact sums and averages for counts around the segment and slot
+// boundaries (a tiny slot forces many blocks), the same bits on every rank for inexact data,
+// agreement with MPI_Allreduce, and that MpiCommunicator uses it only when allowed. Runs on the
+// main thread while the test communicator's thread is idle (MPI_THREAD_SERIALIZED holds).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "comm/mpi_communicator.h"
+#include "comm/shm_allreduce.h"
+#include "tests/mpi/mpi_test_env.h"
+
+namespace dtrain {
+namespace {
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int world_size() {
+  int s = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+// Integers below 2^12: sums over a few ranks, and those sums divided by the rank count when
+// every rank adds the same multiple, are exact in float32.
+float exact_value(int rank, int64_t i) { return static_cast<float>(rank * 1000 + (i * 7) % 97); }
+
+TEST(ShmAllreduce, SumAndAverageAreExactAcrossSegmentAndSlotBoundaries) {
+  auto shm = ShmAllreduce::create(MPI_COMM_WORLD, 64 * sizeof(float));  // 64-float slots
+  ASSERT_NE(shm, nullptr);
+  const int rank = world_rank(), size = world_size();
+  for (int64_t n : {1, 2, 15, 16, 17, 47, 63, 64, 65, 128, 129, 1000}) {
+    std::vector<float> sum(static_cast<size_t>(n)), avg(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) sum[i] = avg[i] = exact_value(rank, i);
+    shm->allreduce(sum.data(), n, ReduceOp::kSum);
+    shm->allreduce(avg.data(), n, ReduceOp::kAvg);
+    int64_t bad_sum = 0, bad_avg = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      float expect = 0;
+      for (int r = 0; r < size; ++r) expect += exact_value(r, i);
+      bad_sum += sum[i] != expect;
+      bad_avg += avg[i] != expect / static_cast<float>(size);
+    }
+    EXPECT_EQ(bad_sum, 0) << "wrong sums of " << n;
+    EXPECT_EQ(bad_avg, 0) << "wrong averages of " << n;
+  }
+  shm->release();
+}
+
+TEST(ShmAllreduce, InexactSumsAreBitwiseEqualOnEveryRankAndMatchMpi) {
+  auto shm = ShmAllreduce::create(MPI_COMM_WORLD, 1000 * sizeof(float));
+  ASSERT_NE(shm, nullptr);
+  const int rank = world_rank(), size = world_size();
+  const int64_t n = 5003;  // several blocks, a ragged last one
+  std::mt19937 gen(17u + static_cast<unsigned>(rank));
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::vector<float> mine(static_cast<size_t>(n));
+  for (auto& v : mine) v = dist(gen);
+  std::vector<float> mpi = mine;
+  shm->allreduce(mine.data(), n, ReduceOp::kSum);
+  MPI_Allreduce(MPI_IN_PLACE, mpi.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i) worst = std::max(worst, std::abs(static_cast<double>(mine[i]) - mpi[i]));
+  EXPECT_LT(worst, 1e-5) << "largest difference from MPI_Allreduce";
+
+  std::vector<float> all(static_cast<size_t>(n * size));
+  MPI_Allgather(mine.data(), static_cast<int>(n), MPI_FLOAT, all.data(), static_cast<int>(n), MPI_FLOAT,
+                MPI_COMM_WORLD);
+  int64_t differ = 0;
+  for (int r = 1; r < size; ++r)
+    for (int64_t i = 0; i < n; ++i) differ += std::memcmp(&all[i], &all[r * n + i], sizeof(float)) != 0;
+  EXPECT_EQ(differ, 0) << "elements whose bits differ between ranks";
+  shm->release();
+}
+
+TEST(ShmAllreduce, CommunicatorUsesItOnOneNodeUnlessTurnedOff) {
+  // Every rank of this test runs on one node (mpirun -np N on the CI machine).
+  ASSERT_EQ(testing::test_comm().local_size(), testing::test_comm().size());
+  {
+    MpiCommunicator on(MPI_COMM_WORLD);
+    EXPECT_TRUE(on.shared_memory_allreduce());
+    std::vector<float> v(3000, 1.f);
+    on.allreduce(v.data(), static_cast<int64_t>(v.size()), DType::kF32, ReduceOp::kSum);
+    EXPECT_EQ(v.front(), static_cast<float>(world_size()));
+    EXPECT_EQ(v.back(), static_cast<float>(world_size()));
+    on.shutdown();
+  }
+  setenv("DTRAIN_SHM_ALLREDUCE", "0", 1);
+  MpiCommunicator off(MPI_COMM_WORLD);
+  unsetenv("DTRAIN_SHM_ALLREDUCE");
+  EXPECT_FALSE(off.shared_memory_allreduce());
+  off.shutdown();
+}
+
+}  // namespace
+}  // namespace dtrain
