@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <set>
 
 namespace dtrain {
 
@@ -14,9 +15,21 @@ std::string preferred_blas_coretype() {
   const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
                       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
                       __builtin_cpu_supports("avx512vl");
-  const std::string core = blas_corename();
-  if (avx512 && (core == "Haswell" || core == "Zen")) return "SkylakeX";
+  const bool avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return better_blas_coretype(blas_corename(), avx2_fma, avx512);
+#else
+  return "";
 #endif
+}
+
+std::string better_blas_coretype(const std::string& current, bool avx2_fma, bool avx512) {
+  // OpenBLAS's x86-64 kernel sets without AVX2 (its fallbacks for CPUs it does not recognise).
+  static const std::set<std::string> pre_avx2 = {"Prescott", "Core2",     "Penryn",     "Dunnington", "Nehalem",
+                                                 "Atom",     "Barcelona", "Opteron",    "Bobcat",     "Sandybridge",
+                                                 "Bulldozer", "Piledriver", "Steamroller", "Excavator"};
+  const bool avx2_set = current == "Haswell" || current == "Zen";
+  if (avx512 && (avx2_set || pre_avx2.count(current))) return "SkylakeX";
+  if (avx2_fma && !avx512 && pre_avx2.count(current)) return "Haswell";
   return "";
 }
 

@@ -2,6 +2,7 @@
 // and falls back to its AVX2 "Haswell"/"Zen" kernels although the CPU has AVX-512; measured
 // here, its AVX-512 "SkylakeX" kernels run the trainer's GEMMs 1.7-1.9x faster. The kernel is
 // fixed when the library loads, so the choice is an environment variable read at start-up.
+// Newer CPUs than it knows (an H100 host's, measured) get its SSE3 "Prescott" fallback.
 #pragma once
 
 #include <string>
@@ -11,6 +12,11 @@ namespace dtrain {
 // The OpenBLAS core type to request for this machine, or "" to keep OpenBLAS's own choice
 // (also when the user set OPENBLAS_CORETYPE, or DTRAIN_BLAS_CORETYPE=off).
 std::string preferred_blas_coretype();
+
+// The pure decision: `current` is OpenBLAS's own choice; the flags say what the CPU runs.
+// AVX-512 CPUs get "SkylakeX" over any AVX2-or-older kernel set, AVX2+FMA CPUs "Haswell" over
+// an older one; "" keeps `current` (also for names this function does not know).
+std::string better_blas_coretype(const std::string& current, bool avx2_fma, bool avx512);
 
 // Name of the kernel set OpenBLAS is using in this process ("Haswell", "SkylakeX", ...).
 std::string blas_corename();
