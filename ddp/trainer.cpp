@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "comm/mpi_communicator.h"
 #include "core/cpu_blas.h"
 #include "core/device_select.h"
 #include "core/error.h"
@@ -161,10 +162,13 @@ TrainResult train(const TrainConfig& c, Communicator& comm) {
   auto optimizer = make_optimizer(c, model->parameters());
   const LrSchedule schedule{c.lr_schedule, c.lr, c.lr_step_size, c.lr_gamma, c.epochs, 0.f};
 
+  std::string grad_path = comm.size() == 1 ? "no gradient sync (1 rank)" : "gradients over " + grad_comm.backend();
+  if (const auto* mpi = dynamic_cast<const MpiCommunicator*>(&grad_comm); mpi && mpi->shared_memory_allreduce())
+    grad_path += " (shared-memory all-reduce)";
   if (log)
-    fmt::print("dtrain: {} on {} rank(s), device {}, gradients over {}, {} BLAS thread(s)/rank ({} kernels), batch {}/rank, "
+    fmt::print("dtrain: {} on {} rank(s), device {}, {}, {} BLAS thread(s)/rank ({} kernels), batch {}/rank, "
                "{} train / {} test samples\n",
-               model->describe(), comm.size(), device.str(), grad_comm.backend(), threads, blas_corename(), c.batch_size,
+               model->describe(), comm.size(), device.str(), grad_path, threads, blas_corename(), c.batch_size,
                train_set->size(), test_set->size());
   if (log && c.amp == AmpMode::kBf16)
     fmt::print("dtrain: amp bf16: Linear matmuls take bf16 operands with float32 accumulation; float32 master "
