@@ -31,8 +31,9 @@ class Nccl : public ::testing::Test {
     world.allreduce(&ok, 1, DType::kI32, ReduceOp::kSum);
     if (ok != world.size()) {
       skip_reason_ = new std::string(
-          fmt::format("needs one GPU per local rank ({} local ranks; this rank sees {}: {})", world.local_size(),
-                      cuda::device_count(), cuda::device_count_error()));
+          fmt::format("needs one GPU per local rank ({} local ranks; this rank sees {}{})", world.local_size(),
+                      cuda::device_count(),
+                      cuda::device_count_error().empty() ? "" : ": " + cuda::device_count_error()));
       return;
     }
     DeviceChoice choice = select_device("cuda", world.local_rank(), world.local_size(), false);

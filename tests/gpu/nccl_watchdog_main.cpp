@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <string>
 #include <thread>
 
 #include "comm/init.h"
@@ -20,8 +21,9 @@ int main(int argc, char** argv) {
   world.allreduce(&ok, 1, dtrain::DType::kI32, dtrain::ReduceOp::kSum);
   if (ok != world.size()) {
     if (world.rank() == 0) {
-      std::printf("dtrain-test-skip: needs one GPU per local rank (%d local ranks; rank 0 sees %d: %s)\n",
-                  world.local_size(), dtrain::cuda::device_count(), dtrain::cuda::device_count_error().c_str());
+      const std::string why = dtrain::cuda::device_count_error();
+      std::printf("dtrain-test-skip: needs one GPU per local rank (%d local ranks; rank 0 sees %d%s%s)\n",
+                  world.local_size(), dtrain::cuda::device_count(), why.empty() ? "" : ": ", why.c_str());
     }
     dtrain::finalize(ctx);
     return 0;
