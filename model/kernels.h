@@ -92,10 +92,13 @@ struct Im2col {  // col[(ci*kh + ky)*kw + kx, n*oh*ow + oy*ow + ox] = x[n, ci, o
   ConvGeometry g;
   int64_t batch;
   DTRAIN_HD void operator()(int64_t i) const {
-    int64_t ohw = g.oh * g.ow, ncols = batch * ohw;
-    int64_t row = i / ncols, j = i % ncols, n = j / ohw, pos = j % ohw;
-    int64_t kx = row % g.kw, ky = (row / g.kw) % g.kh, ci = row / (g.kw * g.kh);
-    int64_t iy = (pos / g.ow) * g.stride - g.pad + ky, ix = (pos % g.ow) * g.stride - g.pad + kx;
+    // A chain of quotients: each step's / and % compile to one division (the CPU loop's cost).
+    int64_t ox = i % g.ow, t = i / g.ow, oy = t % g.oh;
+    t /= g.oh;
+    int64_t n = t % batch, row = t / batch, kx = row % g.kw;
+    row /= g.kw;
+    int64_t ky = row % g.kh, ci = row / g.kh;
+    int64_t iy = oy * g.stride - g.pad + ky, ix = ox * g.stride - g.pad + kx;
     col[i] = (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) ? x[((n * g.c + ci) * g.h + iy) * g.w + ix] : 0.f;
   }
 };
@@ -106,7 +109,9 @@ struct Col2im {  // dx[n, ci, iy, ix] = sum of the col entries (batched layout) 
   ConvGeometry g;
   int64_t batch;
   DTRAIN_HD void operator()(int64_t i) const {
-    int64_t ix = i % g.w, iy = (i / g.w) % g.h, ci = (i / (g.w * g.h)) % g.c, n = i / (g.w * g.h * g.c);
+    int64_t ix = i % g.w, t = i / g.w, iy = t % g.h;
+    t /= g.h;
+    int64_t ci = t % g.c, n = t / g.c;
     int64_t ohw = g.oh * g.ow, ncols = batch * ohw;
     const float* cn = col + n * ohw;
     float s = 0.f;
@@ -123,7 +128,7 @@ struct ColumnsToNchwBias {  // y[n, oc, p] = yc[oc, n*plane + p] + b[oc]   (GEMM
   const float* b;
   int64_t batch, channels, plane;
   DTRAIN_HD void operator()(int64_t i) const {
-    int64_t p = i % plane, oc = (i / plane) % channels, n = i / (plane * channels);
+    int64_t p = i % plane, t = i / plane, oc = t % channels, n = t / channels;
     y[i] = yc[(oc * batch + n) * plane + p] + b[oc];
   }
 };
@@ -133,7 +138,7 @@ struct NchwToColumns {  // yc[oc, n*plane + p] = y[n, oc, p]   (NCHW gradient ->
   const float* y;
   int64_t batch, channels, plane;
   DTRAIN_HD void operator()(int64_t i) const {
-    int64_t p = i % plane, n = (i / plane) % batch, oc = i / (plane * batch);
+    int64_t p = i % plane, t = i / plane, n = t % batch, oc = t / batch;
     yc[i] = y[(n * channels + oc) * plane + p];
   }
 };
