@@ -26,6 +26,8 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_
   uniform_init(bias_.value, fan_in_bound(fan_in), rng);
 }
 
+// Launches per call, whatever the batch: forward 3 (im2col, GEMM, to-NCHW + bias); backward 3
+// (to-columns, bias GEMM, weight GEMM), plus 2 with the input gradient (GEMM, col2im).
 Tensor Conv2d::forward(const Tensor& input) {
   geom_ = geometry(input, k_, stride_, pad_);
   DTRAIN_CHECK(geom_.c == in_c_, "Conv2d expects {} channels, got {}", in_c_, geom_.c);
@@ -33,41 +35,38 @@ Tensor Conv2d::forward(const Tensor& input) {
   const int64_t batch = input.dim(0), plane = geom_.oh * geom_.ow, rows = in_c_ * k_ * k_;
   input_ = input;
   ensure_tensor(output_, {batch, out_c_, geom_.oh, geom_.ow}, dev);
-  ensure_tensor(cols_, {batch, rows, plane}, dev);
-  for (int64_t n = 0; n < batch; ++n) {
-    float* col = cols_.data() + n * rows * plane;
-    launch(dev, rows * plane, kernels::Im2col{col, input.data() + n * in_c_ * geom_.h * geom_.w, geom_});
-    gemm(dev, false, false, out_c_, plane, rows, 1.f, weight_.value.data(), col, 0.f,
-         output_.data() + n * out_c_ * plane);
-  }
-  launch(dev, output_.numel(), kernels::ChannelBiasAdd{output_.data(), bias_.value.data(), out_c_, plane});
+  ensure_tensor(cols_, {rows, batch * plane}, dev);
+  ensure_tensor(out_cols_, {out_c_, batch * plane}, dev);
+  launch(dev, cols_.numel(), kernels::Im2col{cols_.data(), input.data(), geom_, batch});
+  gemm(dev, false, false, out_c_, batch * plane, rows, 1.f, weight_.value.data(), cols_.data(), 0.f,
+       out_cols_.data());
+  launch(dev, output_.numel(),
+         kernels::ColumnsToNchwBias{output_.data(), out_cols_.data(), bias_.value.data(), batch, out_c_, plane});
   return output_;
 }
 
 Tensor Conv2d::backward(const Tensor& grad_output, bool need_input_grad) {
   const Device dev = weight_.value.device();
   const int64_t batch = input_.dim(0), plane = geom_.oh * geom_.ow, rows = in_c_ * k_ * k_;
-  const bool overwrite_bias = take_grad_beta(bias_) == 0.f;
-  launch(dev, out_c_,
-         kernels::ChannelSumAccumulate{bias_.grad.data(), grad_output.data(), batch, out_c_, plane, overwrite_bias});
-  grad_ready(bias_);
-  const float first_beta = take_grad_beta(weight_);
-  for (int64_t n = 0; n < batch; ++n) {  // dW += dY[n] cols[n]^T
-    gemm(dev, false, true, out_c_, rows, plane, 1.f, grad_output.data() + n * out_c_ * plane,
-         cols_.data() + n * rows * plane, n == 0 ? first_beta : 1.f, weight_.grad.data());
+  const int64_t ncols = batch * plane;
+  // out_cols_ held forward's GEMM result, no longer needed: it now takes dY in the columns layout.
+  launch(dev, out_cols_.numel(), kernels::NchwToColumns{out_cols_.data(), grad_output.data(), batch, out_c_, plane});
+  if (!ones_.defined() || ones_.numel() < ncols) {  // only grows: a smaller batch uses a prefix
+    ones_ = Tensor::empty({ncols}, dev);
+    fill(ones_, 1.f);
   }
+  // db = dY' 1 as a GEMM (a parallel reduction on the GPU); beta 0 overwrites after zero_grad.
+  gemm(dev, false, false, out_c_, 1, ncols, 1.f, out_cols_.data(), ones_.data(), take_grad_beta(bias_),
+       bias_.grad.data());
+  grad_ready(bias_);
+  gemm(dev, false, true, out_c_, rows, ncols, 1.f, out_cols_.data(), cols_.data(), take_grad_beta(weight_),
+       weight_.grad.data());  // dW (+)= dY' cols^T
   grad_ready(weight_);
   if (!need_input_grad) return {};
   ensure_tensor(grad_input_, input_.shape(), dev);
-  grad_input_.zero_();
-  // The columns are no longer needed: reuse them for dcols = W^T dY[n].
-  for (int64_t n = 0; n < batch; ++n) {
-    float* col = cols_.data() + n * rows * plane;
-    gemm(dev, true, false, rows, plane, out_c_, 1.f, weight_.value.data(), grad_output.data() + n * out_c_ * plane,
-         0.f, col);
-    launch(dev, in_c_ * geom_.h * geom_.w,
-           kernels::Col2imAccumulate{grad_input_.data() + n * in_c_ * geom_.h * geom_.w, col, geom_});
-  }
+  // The columns are no longer needed: reuse them for dcols = W^T dY'.
+  gemm(dev, true, false, rows, ncols, out_c_, 1.f, weight_.value.data(), out_cols_.data(), 0.f, cols_.data());
+  launch(dev, grad_input_.numel(), kernels::Col2im{grad_input_.data(), cols_.data(), geom_, batch});
   return grad_input_;
 }
 

@@ -1,4 +1,4 @@
-// Conv2d (im2col + GEMM, one GEMM per sample) and MaxPool2d, NCHW float32.
+// Conv2d (im2col + GEMM, one GEMM for the whole batch) and MaxPool2d, NCHW float32.
 #pragma once
 
 #include "model/init.h"
@@ -7,8 +7,8 @@
 
 namespace dtrain {
 
-// Stays float32 under --amp bf16 (set_amp is the Module default, a no-op): its per-sample
-// im2col GEMMs are small, and only Linear layers follow autocast here.
+// Stays float32 under --amp bf16 (set_amp is the Module default, a no-op): only Linear layers
+// follow autocast here.
 class Conv2d : public Module {
  public:
   Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding, Device device,
@@ -22,7 +22,10 @@ class Conv2d : public Module {
   int64_t in_c_, out_c_, k_, stride_, pad_;
   Parameter weight_, bias_;  // weight [out_c, in_c, k, k]
   kernels::ConvGeometry geom_{};
-  Tensor input_, output_, cols_, grad_input_;  // cols_: [batch, in_c*k*k, oh*ow], kept for backward
+  Tensor input_, output_, grad_input_;
+  Tensor cols_;      // [in_c*k*k, batch*oh*ow], column n*oh*ow + p: kept for backward, then dcols
+  Tensor out_cols_;  // [out_c, batch*oh*ow]: forward's GEMM result, then dY in the same layout
+  Tensor ones_;      // >= batch*oh*ow ones: the bias gradient as a GEMM
 };
 
 class MaxPool2d : public Module {

@@ -84,50 +84,62 @@ DTRAIN_HD inline void for_each_window_over(const ConvGeometry& g, int64_t iy, in
   }
 }
 
-struct Im2col {  // col[(ci*kh + ky)*kw + kx, oy*ow + ox] = x[ci, oy*s - p + ky, ox*s - p + kx]
+// The batched layout: one column per (sample, output position), column index n*oh*ow + p, so
+// one GEMM covers the whole batch. cols has in_c*kh*kw rows of batch*oh*ow columns.
+struct Im2col {  // col[(ci*kh + ky)*kw + kx, n*oh*ow + oy*ow + ox] = x[n, ci, oy*s - p + ky, ox*s - p + kx]
   float* col;
-  const float* x;  // one sample [c, h, w]
+  const float* x;  // [batch, c, h, w]
   ConvGeometry g;
+  int64_t batch;
   DTRAIN_HD void operator()(int64_t i) const {
-    int64_t ohw = g.oh * g.ow;
-    int64_t row = i / ohw, pos = i % ohw;
-    int64_t kx = row % g.kw, ky = (row / g.kw) % g.kh, ci = row / (g.kw * g.kh);
-    int64_t iy = (pos / g.ow) * g.stride - g.pad + ky, ix = (pos % g.ow) * g.stride - g.pad + kx;
-    col[i] = (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) ? x[(ci * g.h + iy) * g.w + ix] : 0.f;
+    // A chain of quotients: each step's / and % compile to one division (the CPU loop's cost).
+    int64_t ox = i % g.ow, t = i / g.ow, oy = t % g.oh;
+    t /= g.oh;
+    int64_t n = t % batch, row = t / batch, kx = row % g.kw;
+    row /= g.kw;
+    int64_t ky = row % g.kh, ci = row / g.kh;
+    int64_t iy = oy * g.stride - g.pad + ky, ix = ox * g.stride - g.pad + kx;
+    col[i] = (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) ? x[((n * g.c + ci) * g.h + iy) * g.w + ix] : 0.f;
   }
 };
 
-struct Col2imAccumulate {  // dx[ci, iy, ix] += sum of the col entries that read it (gather: no atomics)
+struct Col2im {  // dx[n, ci, iy, ix] = sum of the col entries (batched layout) that read it; gather: no atomics
   float* dx;
   const float* col;
   ConvGeometry g;
+  int64_t batch;
   DTRAIN_HD void operator()(int64_t i) const {
-    int64_t ix = i % g.w, iy = (i / g.w) % g.h, ci = i / (g.w * g.h);
+    int64_t ix = i % g.w, t = i / g.w, iy = t % g.h;
+    t /= g.h;
+    int64_t ci = t % g.c, n = t / g.c;
+    int64_t ohw = g.oh * g.ow, ncols = batch * ohw;
+    const float* cn = col + n * ohw;
     float s = 0.f;
     for_each_window_over(g, iy, ix, [&](int64_t oy, int64_t ox, int64_t ky, int64_t kx) {
-      s += col[((ci * g.kh + ky) * g.kw + kx) * g.oh * g.ow + oy * g.ow + ox];
+      s += cn[((ci * g.kh + ky) * g.kw + kx) * ncols + oy * g.ow + ox];
     });
-    dx[i] += s;
+    dx[i] = s;
   }
 };
 
-struct ChannelBiasAdd {  // y[n, oc, p] += b[oc]
+struct ColumnsToNchwBias {  // y[n, oc, p] = yc[oc, n*plane + p] + b[oc]   (GEMM result -> NCHW)
   float* y;
+  const float* yc;
   const float* b;
-  int64_t channels, plane;
-  DTRAIN_HD void operator()(int64_t i) const { y[i] += b[(i / plane) % channels]; }
+  int64_t batch, channels, plane;
+  DTRAIN_HD void operator()(int64_t i) const {
+    int64_t p = i % plane, t = i / plane, oc = t % channels, n = t / channels;
+    y[i] = yc[(oc * batch + n) * plane + p] + b[oc];
+  }
 };
 
-struct ChannelSumAccumulate {  // g[oc] (+)= sum_{n, p} dy[n, oc, p]
-  float* g;
-  const float* dy;
+struct NchwToColumns {  // yc[oc, n*plane + p] = y[n, oc, p]   (NCHW gradient -> GEMM operand)
+  float* yc;
+  const float* y;
   int64_t batch, channels, plane;
-  bool overwrite;  // select, not 0 * g: stale memory may hold NaN
-  DTRAIN_HD void operator()(int64_t oc) const {
-    float s = 0.f;
-    for (int64_t n = 0; n < batch; ++n)
-      for (int64_t p = 0; p < plane; ++p) s += dy[(n * channels + oc) * plane + p];
-    g[oc] = overwrite ? s : g[oc] + s;
+  DTRAIN_HD void operator()(int64_t i) const {
+    int64_t p = i % plane, t = i / plane, n = t % batch, oc = t / batch;
+    yc[i] = y[(n * channels + oc) * plane + p];
   }
 };
 

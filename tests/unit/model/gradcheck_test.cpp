@@ -50,6 +50,12 @@ TEST(GradCheck, Conv2dStrided) {
   expect_gradients_match(layer, Tensor::from_vector(random_values(2 * 1 * 7 * 6, 5), {2, 1, 7, 6}));
 }
 
+TEST(GradCheck, Conv2dStridedPaddedBatch) {  // batch > 1 with stride and padding: the batched column layout
+  InitRng rng(5);
+  Conv2d layer(2, 3, 3, 2, 1, Device::cpu(), rng);
+  expect_gradients_match(layer, Tensor::from_vector(random_values(3 * 2 * 6 * 5, 10), {3, 2, 6, 5}));
+}
+
 // Distinct values spaced 0.05 apart (> 2h) so no window's argmax changes under perturbation.
 Tensor distinct_values(const Shape& shape, uint32_t seed) {
   const size_t n = static_cast<size_t>(shape_numel(shape));

@@ -1,0 +1,73 @@
+// Conv2d against a direct convolution loop, and its scratch reuse across batch sizes.
+#include <gtest/gtest.h>
+
+#include "gradcheck.h"
+#include "model/conv.h"
+
+namespace dtrain {
+namespace {
+
+using testing::random_values;
+
+// y[n, oc, oy, ox] = b[oc] + sum_{ci, ky, kx} w[oc, ci, ky, kx] x[n, ci, oy*s - p + ky, ox*s - p + kx],
+// out-of-range taps reading zero; accumulated in double.
+std::vector<float> direct_conv(const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>& b,
+                               int64_t batch, int64_t in_c, int64_t h, int64_t wd, int64_t out_c, int64_t k,
+                               int64_t s, int64_t p) {
+  const int64_t oh = (h + 2 * p - k) / s + 1, ow = (wd + 2 * p - k) / s + 1;
+  std::vector<float> y(static_cast<size_t>(batch * out_c * oh * ow));
+  for (int64_t n = 0; n < batch; ++n)
+    for (int64_t oc = 0; oc < out_c; ++oc)
+      for (int64_t oy = 0; oy < oh; ++oy)
+        for (int64_t ox = 0; ox < ow; ++ox) {
+          double acc = b[oc];
+          for (int64_t ci = 0; ci < in_c; ++ci)
+            for (int64_t ky = 0; ky < k; ++ky)
+              for (int64_t kx = 0; kx < k; ++kx) {
+                const int64_t iy = oy * s - p + ky, ix = ox * s - p + kx;
+                if (iy < 0 || iy >= h || ix < 0 || ix >= wd) continue;
+                acc += static_cast<double>(w[((oc * in_c + ci) * k + ky) * k + kx]) *
+                       x[((n * in_c + ci) * h + iy) * wd + ix];
+              }
+          y[((n * out_c + oc) * oh + oy) * ow + ox] = static_cast<float>(acc);
+        }
+  return y;
+}
+
+TEST(Conv2d, ForwardEqualsDirectConvolution) {
+  const int64_t batch = 3, in_c = 2, out_c = 4, k = 3, s = 2, p = 1, h = 7, w = 6;
+  InitRng rng(11);
+  Conv2d layer(in_c, out_c, k, s, p, Device::cpu(), rng);
+  std::vector<float> x = random_values(static_cast<size_t>(batch * in_c * h * w), 12);
+  Tensor y = layer.forward(Tensor::from_vector(x, {batch, in_c, h, w}));
+  ASSERT_EQ(y.shape(), (Shape{batch, out_c, 4, 3}));
+  std::vector<float> expected = direct_conv(x, layer.parameters()[0]->value.to_vector(),
+                                            layer.parameters()[1]->value.to_vector(), batch, in_c, h, w, out_c, k, s, p);
+  std::vector<float> got = y.to_vector();
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], expected[i], 1e-5f) << "y[" << i << "]";
+}
+
+// A layer that has seen a larger batch (larger scratch, e.g. the ones for the bias gradient)
+// gives a smaller batch exactly the output and gradients a fresh layer gives it.
+TEST(Conv2d, SmallerBatchAfterLargerMatchesFreshLayer) {
+  auto make = [] {
+    InitRng rng(13);
+    return Conv2d(2, 3, 3, 2, 1, Device::cpu(), rng);
+  };
+  Conv2d used = make(), fresh = make();
+  auto run = [](Conv2d& layer, int64_t batch, uint32_t seed) {
+    Tensor x = Tensor::from_vector(random_values(static_cast<size_t>(batch * 2 * 5 * 5), seed), {batch, 2, 5, 5});
+    Tensor y = layer.forward(x);
+    for (Parameter* q : layer.parameters()) q->grad_is_zero = true;  // overwrite, as after zero_grad
+    Tensor dx = layer.backward(Tensor::from_vector(random_values(static_cast<size_t>(y.numel()), seed + 1), y.shape()));
+    std::vector<std::vector<float>> out{y.to_vector(), dx.to_vector()};
+    for (Parameter* q : layer.parameters()) out.push_back(q->grad.to_vector());
+    return out;
+  };
+  run(used, 5, 20);
+  EXPECT_EQ(run(used, 2, 30), run(fresh, 2, 30));
+}
+
+}  // namespace
+}  // namespace dtrain
