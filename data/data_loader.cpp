@@ -144,6 +144,7 @@ void DataLoader::fill(Slot& slot, const std::vector<int64_t>& indices, int64_t b
   const int64_t end = std::min(begin + batch_size_, static_cast<int64_t>(indices.size()));
   float* images = slot.image_ptr;
   for (int64_t i = begin; i < end; ++i) {
+    if (i + 1 < end) dataset_.prefetch(indices[static_cast<size_t>(i + 1)]);
     slot.label_ptr[i - begin] = dataset_.get(indices[static_cast<size_t>(i)], images + (i - begin) * sample_numel_);
   }
   slot.size = end - begin;

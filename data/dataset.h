@@ -15,6 +15,9 @@ class Dataset {
   virtual int num_classes() const = 0;
   // Writes sample `index` (shape_numel(sample_shape()) floats) to `out`; returns its label.
   virtual int32_t get(int64_t index, float* out) const = 0;
+  // A hint that get(index) comes next: the loader reads samples in shuffled order, so each one
+  // starts with a cache miss unless it is asked for ahead. Never required for correctness.
+  virtual void prefetch(int64_t /*index*/) const {}
 };
 
 }  // namespace dtrain

@@ -1,5 +1,5 @@
 // MnistDataset: the MNIST family (MNIST, Fashion-MNIST) from its four IDX files, kept as
-// uint8 in memory and turned into normalised floats by a 256-entry table on each get().
+// uint8 in memory and turned into normalised floats by a vectorised loop on each get().
 #pragma once
 
 #include <cstdint>
@@ -38,6 +38,7 @@ class MnistDataset : public Dataset {
   Shape sample_shape() const override { return {1, rows_, cols_}; }
   int num_classes() const override { return kNumClasses; }
   int32_t get(int64_t index, float* out) const override;
+  void prefetch(int64_t index) const override;
 
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }
