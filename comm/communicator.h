@@ -59,6 +59,14 @@ class Communicator {
   virtual WorkHandle allgather_async(const void* send, void* recv, int64_t count_per_rank, DType dtype) = 0;
   virtual WorkHandle barrier_async() = 0;
 
+  // A zeroed buffer for in-place all-reduces of `numel` elements. A backend that reduces faster
+  // from memory of its own (MpiCommunicator: a node-shared window, so no copy in) hands that
+  // out. It may be collective: every rank calls it alike (same sizes, same order) with no
+  // collective in flight. The buffer must not be used after the communicator shuts down.
+  virtual Tensor allocate_reduce_buffer(int64_t numel, DType dtype, Device device) {
+    return Tensor::zeros({numel}, device, dtype);
+  }
+
   // Blocking forms.
   void allreduce(void* buf, int64_t count, DType dtype, ReduceOp op) { allreduce_async(buf, count, dtype, op)->wait(); }
   void broadcast(void* buf, int64_t count, DType dtype, int root) { broadcast_async(buf, count, dtype, root)->wait(); }

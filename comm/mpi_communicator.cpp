@@ -69,6 +69,15 @@ WorkHandle MpiCommunicator::allreduce_async(void* buf, int64_t count, DType dtyp
   });
 }
 
+Tensor MpiCommunicator::allocate_reduce_buffer(int64_t numel, DType dtype, Device device) {
+  if (!shm_ || !ShmAllreduce::supports(dtype) || !device.is_cpu() || numel <= 0)
+    return Communicator::allocate_reduce_buffer(numel, dtype, device);
+  float* region = nullptr;
+  queue_.submit([this, numel, &region] { region = shm_->allocate_region(numel); })->wait();
+  if (region == nullptr) return Communicator::allocate_reduce_buffer(numel, dtype, device);
+  return Tensor::from_external(region, {numel}, device, dtype);
+}
+
 WorkHandle MpiCommunicator::broadcast_async(void* buf, int64_t count, DType dtype, int root) {
   check_count(count, buf, "broadcast");
   DTRAIN_CHECK(root >= 0 && root < size_, "broadcast: root {} is not a rank of {}", root, size_);

@@ -44,6 +44,9 @@ class MpiCommunicator final : public Communicator {
   // may be this rank's own block of `recv` (then it is sent in place).
   WorkHandle allgather_async(const void* send, void* recv, int64_t count_per_rank, DType dtype) override;
   WorkHandle barrier_async() override;
+  // CPU float32 buffers come from a node-shared window when the shared-memory all-reduce is
+  // on (collective then: every rank calls it alike), so all-reduces of them need no copy in.
+  Tensor allocate_reduce_buffer(int64_t numel, DType dtype, Device device) override;
 
   // Runs every queued collective, stops the communication thread, then frees the duplicate
   // communicator and the ops on the calling thread (which must be the one that owns MPI).

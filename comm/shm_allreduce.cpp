@@ -1,4 +1,5 @@
-// ShmAllreduce: copy in, reduce one segment per rank, copy out, one window slot at a time.
+// ShmAllreduce: reduce one segment per rank in place, copy the others' segments out; buffers
+// outside the shared regions go through the window's slots, one block at a time.
 #include "comm/shm_allreduce.h"
 
 #include <algorithm>
@@ -29,94 +30,133 @@ std::unique_ptr<ShmAllreduce> ShmAllreduce::create(MPI_Comm parent, size_t slot_
   MPI_CHECK(MPI_Comm_set_errhandler(s->comm_, MPI_ERRORS_RETURN));
   MPI_CHECK(MPI_Comm_rank(s->comm_, &s->rank_));
   MPI_CHECK(MPI_Comm_size(s->comm_, &s->size_));
-  s->slot_floats_ = std::max<int64_t>(kAlignFloats * s->size_,
-                                      static_cast<int64_t>(slot_bytes / sizeof(float)) / kAlignFloats * kAlignFloats);
-  // Non-contiguous slots: each rank's slot starts on its own pages, first touched by its owner.
-  MPI_Info info = MPI_INFO_NULL;
-  MPI_CHECK(MPI_Info_create(&info));
-  MPI_CHECK(MPI_Info_set(info, "alloc_shared_noncontig", "true"));
-  float* mine = nullptr;
-  const int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(s->slot_floats_ * sizeof(float)), sizeof(float), info,
-                                         s->comm_, &mine, &s->win_);
-  MPI_CHECK(MPI_Info_free(&info));
-  // A rank without shared memory (a full /dev/shm, say) must not leave its peers in a window
-  // collective it will never join: all agree, and all fall back together.
-  int ok = rc == MPI_SUCCESS ? 1 : 0;
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, s->comm_));
-  if (!ok) {
-    if (s->win_ != MPI_WIN_NULL) MPI_Win_free(&s->win_);
+  const int64_t slot_floats = std::max<int64_t>(
+      kAlignFloats * s->size_, static_cast<int64_t>(slot_bytes / sizeof(float)) / kAlignFloats * kAlignFloats);
+  if (!s->allocate_window(slot_floats, s->slots_)) {
     MPI_Comm_free(&s->comm_);
     return nullptr;
   }
-  s->slots_.resize(static_cast<size_t>(s->size_));
-  for (int r = 0; r < s->size_; ++r) {
-    MPI_Aint bytes = 0;
-    int disp_unit = 0;
-    MPI_CHECK(MPI_Win_shared_query(s->win_, r, &bytes, &disp_unit, &s->slots_[static_cast<size_t>(r)]));
-  }
-  // One passive epoch for the window's life: loads and stores between MPI_Win_sync calls.
-  MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, s->win_));
+  s->scratch_.resize(static_cast<size_t>(s->size_));
   return s;
 }
 
 ShmAllreduce::~ShmAllreduce() = default;
 
-void ShmAllreduce::barrier() {
-  MPI_CHECK(MPI_Win_sync(win_));  // this rank's stores are visible...
-  MPI_CHECK(MPI_Barrier(comm_));
-  MPI_CHECK(MPI_Win_sync(win_));  // ...and so are everyone else's
+bool ShmAllreduce::allocate_window(int64_t floats, Region& region) {
+  // Non-contiguous: each rank's part starts on its own pages, first touched by its owner.
+  MPI_Info info = MPI_INFO_NULL;
+  MPI_CHECK(MPI_Info_create(&info));
+  MPI_CHECK(MPI_Info_set(info, "alloc_shared_noncontig", "true"));
+  float* mine = nullptr;
+  MPI_Win win = MPI_WIN_NULL;
+  const int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(floats * static_cast<int64_t>(sizeof(float))),
+                                         sizeof(float), info, comm_, &mine, &win);
+  MPI_CHECK(MPI_Info_free(&info));
+  // A rank without shared memory (a full /dev/shm, say) must not leave its peers in a window
+  // collective it will never join: all agree, and all fall back together.
+  int ok = rc == MPI_SUCCESS ? 1 : 0;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm_));
+  if (!ok) {
+    if (win != MPI_WIN_NULL) MPI_Win_free(&win);
+    return false;
+  }
+  region.win = win;
+  region.floats = floats;
+  region.bases.assign(static_cast<size_t>(size_), nullptr);
+  for (int r = 0; r < size_; ++r) {
+    MPI_Aint bytes = 0;
+    int disp_unit = 0;
+    MPI_CHECK(MPI_Win_shared_query(win, r, &bytes, &disp_unit, &region.bases[static_cast<size_t>(r)]));
+  }
+  // One passive epoch for the window's life: loads and stores between MPI_Win_sync calls.
+  MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, win));
+  return true;
 }
 
-void ShmAllreduce::reduce_segment(int64_t lo, int64_t hi, bool average) {
-  // Sum in rank order into a stack block, then store: `mine` is one of the slots being read.
-  constexpr int64_t kBlock = 512;
-  alignas(64) float acc[kBlock];
-  float* mine = slots_[static_cast<size_t>(rank_)];
+float* ShmAllreduce::allocate_region(int64_t floats) {
+  DTRAIN_CHECK(floats > 0, "allocate_region: {} floats", floats);
+  Region region;
+  if (!allocate_window(floats, region)) return nullptr;
+  float* mine = region.bases[static_cast<size_t>(rank_)];
+  std::memset(mine, 0, static_cast<size_t>(floats) * sizeof(float));
+  regions_.push_back(std::move(region));
+  return mine;
+}
+
+void ShmAllreduce::barrier() {
+  // Every window of this object shares the communicator, so one window's sync orders them all
+  // on the platforms Open MPI's shared windows run on; sync each anyway, as MPI asks.
+  MPI_CHECK(MPI_Win_sync(slots_.win));  // this rank's stores are visible...
+  for (const Region& r : regions_) MPI_CHECK(MPI_Win_sync(r.win));
+  MPI_CHECK(MPI_Barrier(comm_));
+  MPI_CHECK(MPI_Win_sync(slots_.win));  // ...and so are everyone else's
+  for (const Region& r : regions_) MPI_CHECK(MPI_Win_sync(r.win));
+}
+
+void ShmAllreduce::reduce_block(const std::vector<float*>& blocks, float* out, int64_t n, bool average) {
+  barrier();  // every rank's block is complete
+
+  // This rank owns [lo, hi): it alone sums it, in rank order, so every rank gets its bits. The
+  // sum goes through a stack block because blocks[rank_] is both read and written.
+  const int64_t seg = segment_floats(n, size_);
+  const int64_t lo = std::min(n, rank_ * seg), hi = std::min(n, lo + seg);
+  constexpr int64_t kChunk = 512;
+  alignas(64) float acc[kChunk];
+  float* mine = blocks[static_cast<size_t>(rank_)];
   const float divisor = static_cast<float>(size_);
-  for (int64_t b = lo; b < hi; b += kBlock) {
-    const int64_t m = std::min(kBlock, hi - b);
-    const float* s0 = slots_[0] + b;
-    const float* s1 = slots_[1] + b;
+  for (int64_t b = lo; b < hi; b += kChunk) {
+    const int64_t m = std::min(kChunk, hi - b);
+    const float* s0 = blocks[0] + b;
+    const float* s1 = blocks[1] + b;
     for (int64_t i = 0; i < m; ++i) acc[i] = s0[i] + s1[i];
     for (int r = 2; r < size_; ++r) {
-      const float* sr = slots_[static_cast<size_t>(r)] + b;
+      const float* sr = blocks[static_cast<size_t>(r)] + b;
       for (int64_t i = 0; i < m; ++i) acc[i] += sr[i];
     }
     if (average)
       for (int64_t i = 0; i < m; ++i) acc[i] /= divisor;  // as divide_in_place does
     std::memcpy(mine + b, acc, static_cast<size_t>(m) * sizeof(float));
   }
+  barrier();  // every segment is reduced
+
+  for (int r = 0; r < size_; ++r) {
+    const float* src = blocks[static_cast<size_t>(r)];
+    const int64_t rlo = std::min(n, r * seg), rhi = std::min(n, rlo + seg);
+    if (rhi > rlo && src != out)
+      std::memcpy(out + rlo, src + rlo, static_cast<size_t>(rhi - rlo) * sizeof(float));
+  }
+  barrier();  // nobody reads the blocks any more: their owners may overwrite them
 }
 
 void ShmAllreduce::allreduce(float* buf, int64_t count, ReduceOp op) {
-  float* mine = slots_[static_cast<size_t>(rank_)];
-  for (int64_t base = 0; base < count; base += slot_floats_) {
-    const int64_t n = std::min(slot_floats_, count - base);
-    std::memcpy(mine, buf + base, static_cast<size_t>(n) * sizeof(float));
-    barrier();  // every slot holds its rank's block
-
-    // This rank owns [lo, hi): it alone sums it, in rank order, so every rank gets its bits.
-    const int64_t seg = segment_floats(n, size_);
-    const int64_t lo = std::min(n, rank_ * seg), hi = std::min(n, lo + seg);
-    reduce_segment(lo, hi, op == ReduceOp::kAvg);
-    barrier();  // every segment is reduced
-
-    for (int r = 0; r < size_; ++r) {
-      const int64_t rlo = std::min(n, r * seg), rhi = std::min(n, rlo + seg);
-      if (rhi > rlo)
-        std::memcpy(buf + base + rlo, slots_[static_cast<size_t>(r)] + rlo, static_cast<size_t>(rhi - rlo) * sizeof(float));
-    }
-    barrier();  // nobody reads the slots any more: the next block may overwrite them
+  const bool average = op == ReduceOp::kAvg;
+  for (const Region& region : regions_) {
+    const float* mine = region.bases[static_cast<size_t>(rank_)];
+    if (buf < mine || buf + count > mine + region.floats) continue;
+    const int64_t offset = buf - mine;
+    for (int r = 0; r < size_; ++r) scratch_[static_cast<size_t>(r)] = region.bases[static_cast<size_t>(r)] + offset;
+    reduce_block(scratch_, buf, count, average);
+    return;
+  }
+  const int64_t slot_floats = slots_.floats;
+  for (int64_t base = 0; base < count; base += slot_floats) {
+    const int64_t n = std::min(slot_floats, count - base);
+    std::memcpy(slots_.bases[static_cast<size_t>(rank_)], buf + base, static_cast<size_t>(n) * sizeof(float));
+    reduce_block(slots_.bases, buf + base, n, average);
   }
 }
 
 void ShmAllreduce::release() {
-  if (win_ != MPI_WIN_NULL) {
-    MPI_CHECK(MPI_Win_unlock_all(win_));
-    MPI_CHECK(MPI_Win_free(&win_));
+  for (Region& r : regions_) {
+    MPI_CHECK(MPI_Win_unlock_all(r.win));
+    MPI_CHECK(MPI_Win_free(&r.win));
+  }
+  regions_.clear();
+  if (slots_.win != MPI_WIN_NULL) {
+    MPI_CHECK(MPI_Win_unlock_all(slots_.win));
+    MPI_CHECK(MPI_Win_free(&slots_.win));
   }
   if (comm_ != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&comm_));
-  slots_.clear();
 }
 
 }  // namespace dtrain

@@ -35,22 +35,36 @@ class ShmAllreduce {
   ShmAllreduce& operator=(const ShmAllreduce&) = delete;
 
   static bool supports(DType dtype) { return dtype == DType::kF32; }
-  // In place over `count` floats; every rank calls it with the same count, in the same order.
+  // Collective: `floats` zeroed floats in a window of their own, which every rank maps. A buffer
+  // inside such a region is reduced where it lies (no copy in, and this rank's reduced segment
+  // is already in place). nullptr on every rank if any rank could not allocate it.
+  float* allocate_region(int64_t floats);
+  // In place over `count` floats; every rank calls it with the same count, in the same order,
+  // and, for a buffer in a region, at the same offset in the same region.
   void allreduce(float* buf, int64_t count, ReduceOp op);
   // Frees the window and the communicator. Idempotent.
   void release();
 
  private:
+  struct Region {
+    MPI_Win win = MPI_WIN_NULL;
+    int64_t floats = 0;
+    std::vector<float*> bases;  // every rank's copy, mapped into this process
+  };
   ShmAllreduce() = default;
+  // MPI_Win_allocate_shared on every rank, agreeing on success; fills `region` when all succeed.
+  bool allocate_window(int64_t floats, Region& region);
   void barrier();
-  void reduce_segment(int64_t lo, int64_t hi, bool average);  // this rank's segment of every slot
+  // `blocks[r]` is rank r's copy of the n floats; blocks[rank_] receives the reduced segment this
+  // rank owns, and `out` (which may be blocks[rank_]) every reduced segment.
+  void reduce_block(const std::vector<float*>& blocks, float* out, int64_t n, bool average);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
-  MPI_Win win_ = MPI_WIN_NULL;
   int rank_ = 0;
   int size_ = 1;
-  int64_t slot_floats_ = 0;
-  std::vector<float*> slots_;  // every rank's slot, mapped into this process
+  Region slots_;                 // the copy-in staging area, one slot per rank
+  std::vector<Region> regions_;  // from allocate_region
+  std::vector<float*> scratch_;  // per-call block pointers
 };
 
 }  // namespace dtrain

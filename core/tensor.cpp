@@ -11,8 +11,12 @@ struct Tensor::Storage {
   void* ptr = nullptr;
   size_t bytes = 0;
   Device device;
+  bool owned = true;
   Storage(size_t n, Device d) : ptr(device_alloc(d, n)), bytes(n), device(d) {}
-  ~Storage() { device_free(device, ptr, bytes); }
+  Storage(void* external, size_t n, Device d) : ptr(external), bytes(n), device(d), owned(false) {}
+  ~Storage() {
+    if (owned) device_free(device, ptr, bytes);
+  }
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 };
@@ -51,6 +55,16 @@ Tensor Tensor::empty(const Shape& shape, Device device, DType dtype) {
   t.shape_ = shape;
   t.dtype_ = dtype;
   t.storage_ = std::make_shared<Storage>(t.nbytes(), device);
+  return t;
+}
+
+Tensor Tensor::from_external(void* data, const Shape& shape, Device device, DType dtype) {
+  for (int64_t d : shape) DTRAIN_CHECK(d >= 0, "negative dimension in shape {}", shape_str(shape));
+  Tensor t;
+  t.shape_ = shape;
+  t.dtype_ = dtype;
+  DTRAIN_CHECK(data != nullptr || t.nbytes() == 0, "from_external: null data for shape {}", shape_str(shape));
+  t.storage_ = std::make_shared<Storage>(data, t.nbytes(), device);
   return t;
 }
 

@@ -27,6 +27,9 @@ class Tensor {
   static Tensor empty(const Shape& shape, Device device = Device::cpu(), DType dtype = DType::kF32);
   static Tensor zeros(const Shape& shape, Device device = Device::cpu(), DType dtype = DType::kF32);
   static Tensor from_vector(std::span<const float> values, const Shape& shape, Device device = Device::cpu());
+  // A tensor over memory this process did not allocate through dtrain (a shared-memory window,
+  // say): never freed here; its owner must outlive every view.
+  static Tensor from_external(void* data, const Shape& shape, Device device, DType dtype = DType::kF32);
 
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }

@@ -27,7 +27,8 @@ Reducer::Reducer(std::vector<Parameter*> params, Communicator& comm, std::unique
   used_since_sync_.assign(params_.size(), false);
 
   // Gradients become views into the bucket buffers (their current values are kept), so the
-  // all-reduce reads and writes them in place: no copy in, no copy out.
+  // all-reduce reads and writes them in place: no copy in, no copy out. The communicator
+  // allocates the buffers (on one node, MPI's come from a shared window its all-reduce reads).
   for (auto& members : compute_bucket_plan(bytes, options_.first_bucket_bytes, options_.bucket_cap_bytes)) {
     GradBucket b;
     b.index = buckets_.size();
@@ -37,7 +38,7 @@ Reducer::Reducer(std::vector<Parameter*> params, Communicator& comm, std::unique
       b.offsets.push_back(numel);
       numel += params_[p]->value.numel();
     }
-    b.buffer = Tensor::zeros({numel}, device);
+    b.buffer = comm_.allocate_reduce_buffer(numel, DType::kF32, device);
     for (size_t k = 0; k < b.params.size(); ++k) {
       Parameter& p = *params_[b.params[k]];
       Tensor view = b.buffer.slice(b.offsets[k], p.value.shape());

@@ -56,6 +56,29 @@ TEST(ShmAllreduce, SumAndAverageAreExactAcrossSegmentAndSlotBoundaries) {
   shm->release();
 }
 
+TEST(ShmAllreduce, RegionBuffersAreReducedWhereTheyLie) {
+  auto shm = ShmAllreduce::create(MPI_COMM_WORLD, 64 * sizeof(float));  // slots smaller than the buffer
+  ASSERT_NE(shm, nullptr);
+  const int rank = world_rank(), size = world_size();
+  float* region = shm->allocate_region(1000);
+  ASSERT_NE(region, nullptr);
+  EXPECT_EQ(std::count(region, region + 1000, 0.f), 1000) << "a region starts zeroed";
+  // A bucket at an offset inside the region, as the reducer's buffers are gradients' views.
+  const int64_t offset = 100, n = 777;
+  for (int64_t i = 0; i < n; ++i) region[offset + i] = exact_value(rank, i);
+  shm->allreduce(region + offset, n, ReduceOp::kSum);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    float expect = 0;
+    for (int r = 0; r < size; ++r) expect += exact_value(r, i);
+    bad += region[offset + i] != expect;
+  }
+  EXPECT_EQ(bad, 0) << "wrong sums of " << n;
+  EXPECT_EQ(std::count(region, region + offset, 0.f), offset) << "memory before the buffer changed";
+  EXPECT_EQ(std::count(region + offset + n, region + 1000, 0.f), 1000 - offset - n) << "memory after it changed";
+  shm->release();
+}
+
 TEST(ShmAllreduce, InexactSumsAreBitwiseEqualOnEveryRankAndMatchMpi) {
   auto shm = ShmAllreduce::create(MPI_COMM_WORLD, 1000 * sizeof(float));
   ASSERT_NE(shm, nullptr);
@@ -92,6 +115,13 @@ TEST(ShmAllreduce, CommunicatorUsesItOnOneNodeUnlessTurnedOff) {
     on.allreduce(v.data(), static_cast<int64_t>(v.size()), DType::kF32, ReduceOp::kSum);
     EXPECT_EQ(v.front(), static_cast<float>(world_size()));
     EXPECT_EQ(v.back(), static_cast<float>(world_size()));
+    Tensor bucket = on.allocate_reduce_buffer(5000, DType::kF32, Device::cpu());  // in the shared window
+    for (int64_t i = 0; i < bucket.numel(); ++i) bucket.data()[i] = exact_value(world_rank(), i);
+    on.allreduce(bucket, ReduceOp::kAvg);
+    float expect = 0;
+    for (int r = 0; r < world_size(); ++r) expect += exact_value(r, 4321);
+    EXPECT_EQ(bucket.data()[4321], expect / static_cast<float>(world_size()));
+    bucket = Tensor();
     on.shutdown();
   }
   setenv("DTRAIN_SHM_ALLREDUCE", "0", 1);
