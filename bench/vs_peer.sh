@@ -4,6 +4,9 @@
 # Seed MLP on Fashion-MNIST, batch 64 per rank, SGD lr 0.01 momentum 0.9; 1 BLAS/torch thread
 # per rank (the peer's default), np 1 and 2, hidden 256 and 2048. Each figure is the median of
 # R runs. Every row also shows test accuracy: a fast wrong answer is a failure.
+# It also runs two independent 1-rank dtrain jobs at once, one pinned to each of the first two
+# cores: no communication at all, so their rate against one job alone is the most that two busy
+# cores of this machine allow, the ceiling for any 2-rank scaling efficiency measured here.
 # Both programs multiply with the same OpenBLAS; --coretype exports OPENBLAS_CORETYPE=NAME to
 # both (e.g. SkylakeX for AVX-512 kernels), otherwise each runs with the environment as it is.
 set -euo pipefail
@@ -40,12 +43,23 @@ run_peer() {  # np hidden
   /usr/bin/python3 "$peer" --np "$1" --hidden "$2" --epochs "$epochs" --batch 64 --threads 1 2>/dev/null | grep '^{'
 }
 
+run_pair() {  # two independent 1-rank jobs at once, one per core; appends both rates
+  local core
+  for core in 0 1; do
+    OPENBLAS_NUM_THREADS=1 taskset -c "$core" "$build/examples/dtrain" train --epochs "$epochs" --hidden 256 \
+      --batch-size 64 --lr 0.01 --momentum 0.9 --device cpu --threads 1 --quiet --json | grep '^{' >"$out/pair_$core" &
+  done
+  wait
+  cat "$out/pair_0" "$out/pair_1" >>"$out/pair"
+}
+
 for r in $(seq "$repeat"); do
   for cfg in "1 256" "2 256" "2 2048"; do
     set -- $cfg
     run_peer "$1" "$2" >>"$out/peer_$1_$2"
     run_dtrain "$1" "$2" >>"$out/dtrain_$1_$2"
   done
+  run_pair
 done
 run_dtrain 2 256 --trace "$out/trace256.json" >"$out/trace_2_256"
 run_dtrain 2 1024,1024 --trace "$out/trace1024.json" >"$out/trace_2_1024,1024"
@@ -64,6 +78,9 @@ for np_, h in [(1, 256), (2, 256), (2, 2048)]:
     print(f"{f'np {np_}, hidden {h}':<22}{p:>16.1f}{d:>18.1f}{d / p:>9.2f}x{pa:>10.4f}{da:>12.4f}")
 p1, d1 = res[(1, 256)]; p2, d2 = res[(2, 256)]
 print(f"\nscaling efficiency (np 2 / (2 x np 1), hidden 256): peer {p2 / (2 * p1):.2f}, dtrain {d2 / (2 * d1):.2f}")
+pair = statistics.median(r["samples_per_s"] for r in (json.loads(l) for l in open(os.path.join(out, "pair")) if l.strip()))
+print(f"two independent 1-rank dtrain jobs side by side: {pair:.1f} samples/s each = {pair / d1:.2f} of one alone "
+      f"(the ceiling for 2-rank efficiency on this machine; dtrain reaches {d2 / (2 * d1) / (pair / d1):.2f} of it)")
 for h in ["256", "1024,1024"]:
     t = json.loads(open(os.path.join(out, f"trace_2_{h}")).read())
     print(f"all-reduce time overlapping backward (np 2, hidden {h}, from --trace): {100 * t['allreduce_overlap']:.1f}%")

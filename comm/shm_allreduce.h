@@ -1,17 +1,19 @@
-// ShmAllreduce: float32 all-reduce through one node-shared MPI window, for jobs whose ranks all
+// ShmAllreduce: float32 all-reduce through node-shared MPI windows, for jobs whose ranks all
 // share one node. MPI's own all-reduce over shared memory (vader) moves each message through
-// fragments and a rendezvous; here every rank copies its block into its slot of the window,
-// reduces one segment of all slots, and copies the reduced segments back: about half of MPI's
-// time for the seed MLP's 795 KB of gradients on this 2-core machine (see Note [Why shm]).
+// fragments and a rendezvous. Here each rank sums one segment of every rank's buffer, in rank
+// order, and then copies the other ranks' reduced segments. Buffers allocated with
+// allocate_region() (the reducer's gradient buckets) are reduced where they lie; others are
+// first copied into this rank's slot of a staging window (see Note [Why shm]).
 //
-// Note [Why shm]: a traced 2-rank step spent 0.13-0.17 ms of 0.93 ms waiting for the gradient
-// all-reduce, and a bare MPI_Allreduce of 795 KB took 155-184 us (Open MPI 4.1, vader with CMA,
-// every algorithm). The same reduction through a shared window takes 80-95 us, and because
-// exactly one rank computes each reduced element, every rank gets the same bits.
+// Note [Why shm]: a traced 2-rank step of the seed MLP spent 0.13-0.17 ms of 0.93 ms waiting
+// for its 795 KB gradient all-reduce, and a bare MPI_Allreduce of 795 KB took 155-184 us (Open
+// MPI 4.1, vader with CMA, every algorithm). Through a staging window it took 88-119 us in
+// training, and 64-74 us with the buckets in the window. Exactly one rank computes each reduced
+// element, so every rank gets the same bits.
 //
 // It runs on the communication thread of the MpiCommunicator that owns it, like every other MPI
-// call, and synchronises with MPI_Barrier on its own node communicator, so a dead peer ends the
-// job the way any other collective does (never a spin on a flag that nobody will set).
+// call, and synchronises with MPI_Barrier on its own communicator, so a dead peer ends the job
+// the way any other collective does (never a spin on a flag that nobody will set).
 #pragma once
 
 #include <cstddef>

@@ -1,0 +1,93 @@
+// The built-in models on the GPU against the same models on the CPU: the CUDA builds of the
+// layer functors (Conv2d's batched im2col and col2im, pooling, the fused loss, SGD) and cuBLAS
+// must give the CPU's logits, loss, gradients and updated parameters within float32
+// summation-order error, and --amp bf16 the CPU's emulation of it within bf16 rounding.
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "model/amp.h"
+#include "model/loss.h"
+#include "model/models.h"
+#include "model/optimizer.h"
+#include "tests/gpu/gpu_test.h"
+
+namespace dtrain {
+namespace {
+
+using testing::GpuTest;
+
+// Largest absolute difference, relative to the largest CPU magnitude (floored at 1e-3).
+double max_rel_diff(const Tensor& cpu, const Tensor& gpu) {
+  const std::vector<float> a = cpu.to_vector(), b = gpu.to_vector();
+  EXPECT_EQ(a.size(), b.size());
+  double scale = 1e-3, worst = 0;
+  for (float x : a) scale = std::max(scale, static_cast<double>(std::abs(x)));
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]));
+  return worst / scale;
+}
+
+struct Batch {
+  Tensor images, labels;
+};
+
+Batch random_batch(int64_t batch, Device device) {
+  std::mt19937 gen(5);
+  std::uniform_real_distribution<float> pixel(0.f, 1.f);
+  std::vector<float> pixels(static_cast<size_t>(batch * 28 * 28));
+  for (float& p : pixels) p = pixel(gen);
+  Tensor labels = Tensor::empty({batch}, Device::cpu(), DType::kI32);
+  for (int64_t i = 0; i < batch; ++i) labels.data_as<int32_t>()[i] = static_cast<int32_t>(gen() % 10);
+  return {Tensor::from_vector(pixels, {batch, 1, 28, 28}).to(device), labels.to(device)};
+}
+
+// One forward, backward and SGD step of the same model on both devices, compared at each stage.
+void expect_step_matches(const ModelSpec& spec, AmpMode amp, double tolerance, Device gpu) {
+  auto cpu_model = build_model(spec, {1, 28, 28}, 10, Device::cpu(), 7);
+  auto gpu_model = build_model(spec, {1, 28, 28}, 10, gpu, 7);
+  cpu_model->set_amp(amp);
+  gpu_model->set_amp(amp);
+  const int64_t batch = 37;  // odd, so no kernel gets a convenient multiple
+  Batch cpu_batch = random_batch(batch, Device::cpu()), gpu_batch = random_batch(batch, gpu);
+
+  Tensor cpu_logits = cpu_model->forward(cpu_batch.images);
+  Tensor gpu_logits = gpu_model->forward(gpu_batch.images);
+  EXPECT_LT(max_rel_diff(cpu_logits, gpu_logits), tolerance) << spec.name << " logits";
+  CrossEntropyLoss cpu_loss, gpu_loss;
+  EXPECT_LT(max_rel_diff(cpu_loss.forward(cpu_logits, cpu_batch.labels), gpu_loss.forward(gpu_logits, gpu_batch.labels)),
+            tolerance)
+      << spec.name << " loss";
+  cpu_model->backward(cpu_loss.backward(), false);
+  gpu_model->backward(gpu_loss.backward(), false);
+  auto cpu_params = cpu_model->parameters(), gpu_params = gpu_model->parameters();
+  ASSERT_EQ(cpu_params.size(), gpu_params.size());
+  for (size_t i = 0; i < cpu_params.size(); ++i)
+    EXPECT_LT(max_rel_diff(cpu_params[i]->grad, gpu_params[i]->grad), 10 * tolerance)
+        << spec.name << " gradient of " << cpu_params[i]->name;
+
+  SgdOptions options;
+  options.lr = 0.1f;
+  options.momentum = 0.9f;
+  Sgd cpu_sgd(cpu_params, options), gpu_sgd(gpu_params, options);
+  cpu_sgd.step();
+  gpu_sgd.step();
+  for (size_t i = 0; i < cpu_params.size(); ++i)
+    EXPECT_LT(max_rel_diff(cpu_params[i]->value, gpu_params[i]->value), tolerance)
+        << spec.name << " updated " << cpu_params[i]->name;
+}
+
+class GpuModelParity : public GpuTest {};
+
+TEST_F(GpuModelParity, MlpStepMatchesTheCpu) { expect_step_matches(ModelSpec{"mlp", {256}, 0.f}, AmpMode::kOff, 1e-5, gpu()); }
+
+TEST_F(GpuModelParity, CnnStepMatchesTheCpu) { expect_step_matches(ModelSpec{"cnn", {}, 0.f}, AmpMode::kOff, 1e-5, gpu()); }
+
+// bf16 operands are the same on both devices; only the fp32 accumulation order differs.
+TEST_F(GpuModelParity, MlpBf16AmpStepMatchesTheCpuEmulation) {
+  expect_step_matches(ModelSpec{"mlp", {256}, 0.f}, AmpMode::kBf16, 1e-3, gpu());
+}
+
+}  // namespace
+}  // namespace dtrain
