@@ -40,9 +40,11 @@ MpiCommunicator::MpiCommunicator(MPI_Comm parent) {
   MPI_CHECK(MPI_Comm_rank(node, &local_rank_));
   MPI_CHECK(MPI_Comm_size(node, &local_size_));
   MPI_CHECK(MPI_Comm_free(&node));
-  // Every rank decides alike: size and local size are the same everywhere, and the launcher
-  // forwards the environment to every rank.
-  if (size_ > 1 && local_size_ == size_ && shm_allreduce_enabled()) shm_ = ShmAllreduce::create(comm_, kShmSlotBytes);
+  // Creating it is collective, so the ranks agree first: an environment variable set on only
+  // some ranks must not leave the others waiting in a collective those never join.
+  int use_shm = size_ > 1 && local_size_ == size_ && shm_allreduce_enabled() ? 1 : 0;
+  if (size_ > 1) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &use_shm, 1, MPI_INT, MPI_MIN, comm_));
+  if (use_shm) shm_ = ShmAllreduce::create(comm_, kShmSlotBytes);
   stream_ = make_stream(Device::cpu());
 }
 

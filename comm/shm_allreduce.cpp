@@ -3,6 +3,7 @@
 #include "comm/shm_allreduce.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "comm/mpi_check.h"
@@ -131,9 +132,11 @@ void ShmAllreduce::reduce_block(const std::vector<float*>& blocks, float* out, i
 void ShmAllreduce::allreduce(float* buf, int64_t count, ReduceOp op) {
   const bool average = op == ReduceOp::kAvg;
   for (const Region& region : regions_) {
-    const float* mine = region.bases[static_cast<size_t>(rank_)];
-    if (buf < mine || buf + count > mine + region.floats) continue;
-    const int64_t offset = buf - mine;
+    // Compared as addresses: `buf` usually points into some other allocation.
+    const auto mine = reinterpret_cast<uintptr_t>(region.bases[static_cast<size_t>(rank_)]);
+    const auto at = reinterpret_cast<uintptr_t>(buf);
+    if (at < mine || at + static_cast<uintptr_t>(count) * sizeof(float) > mine + region.floats * sizeof(float)) continue;
+    const int64_t offset = static_cast<int64_t>((at - mine) / sizeof(float));
     for (int r = 0; r < size_; ++r) scratch_[static_cast<size_t>(r)] = region.bases[static_cast<size_t>(r)] + offset;
     reduce_block(scratch_, buf, count, average);
     return;
