@@ -84,18 +84,14 @@ float* ShmAllreduce::allocate_region(int64_t floats) {
   return mine;
 }
 
-void ShmAllreduce::barrier() {
-  // Every window of this object shares the communicator, so one window's sync orders them all
-  // on the platforms Open MPI's shared windows run on; sync each anyway, as MPI asks.
-  MPI_CHECK(MPI_Win_sync(slots_.win));  // this rank's stores are visible...
-  for (const Region& r : regions_) MPI_CHECK(MPI_Win_sync(r.win));
+void ShmAllreduce::barrier(MPI_Win win) {
+  MPI_CHECK(MPI_Win_sync(win));  // this rank's stores are visible...
   MPI_CHECK(MPI_Barrier(comm_));
-  MPI_CHECK(MPI_Win_sync(slots_.win));  // ...and so are everyone else's
-  for (const Region& r : regions_) MPI_CHECK(MPI_Win_sync(r.win));
+  MPI_CHECK(MPI_Win_sync(win));  // ...and so are everyone else's
 }
 
-void ShmAllreduce::reduce_block(const std::vector<float*>& blocks, float* out, int64_t n, bool average) {
-  barrier();  // every rank's block is complete
+void ShmAllreduce::reduce_block(MPI_Win win, const std::vector<float*>& blocks, float* out, int64_t n, bool average) {
+  barrier(win);  // every rank's block is complete
 
   // This rank owns [lo, hi): it alone sums it, in rank order, so every rank gets its bits. The
   // sum goes through a stack block because blocks[rank_] is both read and written.
@@ -118,7 +114,7 @@ void ShmAllreduce::reduce_block(const std::vector<float*>& blocks, float* out, i
       for (int64_t i = 0; i < m; ++i) acc[i] /= divisor;  // as divide_in_place does
     std::memcpy(mine + b, acc, static_cast<size_t>(m) * sizeof(float));
   }
-  barrier();  // every segment is reduced
+  barrier(win);  // every segment is reduced
 
   for (int r = 0; r < size_; ++r) {
     const float* src = blocks[static_cast<size_t>(r)];
@@ -126,7 +122,7 @@ void ShmAllreduce::reduce_block(const std::vector<float*>& blocks, float* out, i
     if (rhi > rlo && src != out)
       std::memcpy(out + rlo, src + rlo, static_cast<size_t>(rhi - rlo) * sizeof(float));
   }
-  barrier();  // nobody reads the blocks any more: their owners may overwrite them
+  barrier(win);  // nobody reads the blocks any more: their owners may overwrite them
 }
 
 void ShmAllreduce::allreduce(float* buf, int64_t count, ReduceOp op) {
@@ -138,27 +134,27 @@ void ShmAllreduce::allreduce(float* buf, int64_t count, ReduceOp op) {
     if (at < mine || at + static_cast<uintptr_t>(count) * sizeof(float) > mine + region.floats * sizeof(float)) continue;
     const int64_t offset = static_cast<int64_t>((at - mine) / sizeof(float));
     for (int r = 0; r < size_; ++r) scratch_[static_cast<size_t>(r)] = region.bases[static_cast<size_t>(r)] + offset;
-    reduce_block(scratch_, buf, count, average);
+    reduce_block(region.win, scratch_, buf, count, average);
     return;
   }
   const int64_t slot_floats = slots_.floats;
   for (int64_t base = 0; base < count; base += slot_floats) {
     const int64_t n = std::min(slot_floats, count - base);
     std::memcpy(slots_.bases[static_cast<size_t>(rank_)], buf + base, static_cast<size_t>(n) * sizeof(float));
-    reduce_block(slots_.bases, buf + base, n, average);
+    reduce_block(slots_.win, slots_.bases, buf + base, n, average);
   }
 }
 
+void ShmAllreduce::free_window(Region& region) {
+  if (region.win == MPI_WIN_NULL) return;
+  MPI_CHECK(MPI_Win_unlock_all(region.win));
+  MPI_CHECK(MPI_Win_free(&region.win));
+}
+
 void ShmAllreduce::release() {
-  for (Region& r : regions_) {
-    MPI_CHECK(MPI_Win_unlock_all(r.win));
-    MPI_CHECK(MPI_Win_free(&r.win));
-  }
+  for (Region& r : regions_) free_window(r);
   regions_.clear();
-  if (slots_.win != MPI_WIN_NULL) {
-    MPI_CHECK(MPI_Win_unlock_all(slots_.win));
-    MPI_CHECK(MPI_Win_free(&slots_.win));
-  }
+  free_window(slots_);
   if (comm_ != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&comm_));
 }
 

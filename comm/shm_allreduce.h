@@ -56,10 +56,12 @@ class ShmAllreduce {
   ShmAllreduce() = default;
   // MPI_Win_allocate_shared on every rank, agreeing on success; fills `region` when all succeed.
   bool allocate_window(int64_t floats, Region& region);
-  void barrier();
-  // `blocks[r]` is rank r's copy of the n floats; blocks[rank_] receives the reduced segment this
-  // rank owns, and `out` (which may be blocks[rank_]) every reduced segment.
-  void reduce_block(const std::vector<float*>& blocks, float* out, int64_t n, bool average);
+  void free_window(Region& region);
+  // MPI_Barrier with MPI_Win_sync of `win` (the window the blocks lie in) on either side.
+  void barrier(MPI_Win win);
+  // `blocks[r]` is rank r's copy of the n floats, in `win`; blocks[rank_] receives the reduced
+  // segment this rank owns, and `out` (which may be blocks[rank_]) every reduced segment.
+  void reduce_block(MPI_Win win, const std::vector<float*>& blocks, float* out, int64_t n, bool average);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;

@@ -53,6 +53,14 @@ void gemm_bf16(Device device, bool trans_a, bool trans_b, int64_t m, int64_t n, 
 
 void fill(Tensor& t, float value) { launch(t.device(), t.numel(), kernels::Fill{t.data(), value}); }
 
+const float* ones(Tensor& t, int64_t n, Device device) {
+  if (!t.defined() || t.numel() < n || t.device() != device) {
+    t = Tensor::empty({n}, device);
+    fill(t, 1.f);
+  }
+  return t.data();
+}
+
 void scale(Tensor& t, float alpha) { launch(t.device(), t.numel(), kernels::Scale{t.data(), alpha}); }
 
 void axpy(Tensor& y, const Tensor& x, float alpha) {

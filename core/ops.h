@@ -21,6 +21,9 @@ void gemm_bf16(Device device, bool trans_a, bool trans_b, int64_t m, int64_t n, 
                const uint16_t* a, const uint16_t* b, float beta, float* c);
 
 void fill(Tensor& t, float value);
+// A vector of at least n ones on `device`, kept in `t` and only ever grown (a smaller n uses a
+// prefix): layers compute bias gradients as a GEMM against it.
+const float* ones(Tensor& t, int64_t n, Device device);
 void scale(Tensor& t, float alpha);            // t *= alpha
 void axpy(Tensor& y, const Tensor& x, float alpha);  // y += alpha * x
 

@@ -51,12 +51,8 @@ Tensor Conv2d::backward(const Tensor& grad_output, bool need_input_grad) {
   const int64_t ncols = batch * plane;
   // out_cols_ held forward's GEMM result, no longer needed: it now takes dY in the columns layout.
   launch(dev, out_cols_.numel(), kernels::NchwToColumns{out_cols_.data(), grad_output.data(), batch, out_c_, plane});
-  if (!ones_.defined() || ones_.numel() < ncols) {  // only grows: a smaller batch uses a prefix
-    ones_ = Tensor::empty({ncols}, dev);
-    fill(ones_, 1.f);
-  }
   // db = dY' 1 as a GEMM (a parallel reduction on the GPU); beta 0 overwrites after zero_grad.
-  gemm(dev, false, false, out_c_, 1, ncols, 1.f, out_cols_.data(), ones_.data(), take_grad_beta(bias_),
+  gemm(dev, false, false, out_c_, 1, ncols, 1.f, out_cols_.data(), ones(ones_, ncols, dev), take_grad_beta(bias_),
        bias_.grad.data());
   grad_ready(bias_);
   gemm(dev, false, true, out_c_, rows, ncols, 1.f, out_cols_.data(), cols_.data(), take_grad_beta(weight_),

@@ -58,11 +58,7 @@ Tensor Linear::backward(const Tensor& grad_output, bool need_input_grad) {
   // Bias first, then weight: reverse parameter order, and each hook fires before the
   // input-gradient GEMM so its all-reduce overlaps that GEMM.
   if (has_bias_) {
-    if (!ones_.defined() || ones_.numel() != batch) {
-      ones_ = Tensor::empty({batch}, dev);
-      launch(dev, batch, kernels::Fill{ones_.data(), 1.f});
-    }
-    gemm(dev, false, false, 1, out_, batch, 1.f, ones_.data(), grad_output.data(), take_grad_beta(bias_),
+    gemm(dev, false, false, 1, out_, batch, 1.f, ones(ones_, batch, dev), grad_output.data(), take_grad_beta(bias_),
          bias_.grad.data());
     grad_ready(bias_);
   }

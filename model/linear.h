@@ -23,7 +23,7 @@ class Linear : public Module {
   bool has_bias_;
   Parameter weight_, bias_;
   Tensor input_, output_, grad_input_;
-  Tensor ones_;  // [batch] of 1: the bias gradient is the GEMM ones^T dY (fast on BLAS and cuBLAS)
+  Tensor ones_;  // >= batch ones (core ones()): the bias gradient is the GEMM ones^T dY
   AmpMode amp_ = AmpMode::kOff;
   bool bf16_forward_ = false;  // the last forward ran in bf16: backward uses its packed operands
   // bf16 copies of the GEMM operands, refilled every step (the weight changes every step).
