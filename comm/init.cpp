@@ -2,17 +2,14 @@
 // that takes every peer down with it.
 #include "comm/init.h"
 
-#include <sched.h>
-
-#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <thread>
 
 #include "comm/local_topology.h"
 #include "comm/mpi_check.h"
 #include "comm/mpi_communicator.h"
+#include "core/ops.h"
 
 namespace dtrain {
 
@@ -25,20 +22,17 @@ std::string rank_for_messages() {
   int rank = g_world_rank.load();
   if (rank >= 0) return std::to_string(rank);
   // Before init (or singleton failures), the launcher's variables still say who we are.
-  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"})
-    if (const char* v = std::getenv(name)) return v;
-  return "?";
-}
-
-// The CPUs this process is bound to (mpirun's --bind-to), or every online CPU when unbound.
-int cores_this_process_may_use() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const std::string launched = launcher_rank();
+  return launched.empty() ? "?" : launched;
 }
 
 }  // namespace
+
+std::string launcher_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", "RANK"})
+    if (const char* v = std::getenv(name)) return v;
+  return "";
+}
 
 DistributedContext init(int* argc, char*** argv) {
   int initialized = 0;
@@ -51,7 +45,7 @@ DistributedContext init(int* argc, char*** argv) {
     // communication thread takes that core from its compute (Open MPI yields by itself only when
     // ranks outnumber cores). A rank with cores to spare answers fastest without yielding: on a
     // 16-core VM the 2-rank gradient all-reduce took 102-126 us so, and 224-381 us yielding.
-    if (cores_this_process_may_use() < 2) setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);
+    if (cpus_this_process_may_use() < 2) setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);
     MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided));
     g_owns_mpi = true;
   }

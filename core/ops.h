@@ -29,6 +29,8 @@ void axpy(Tensor& y, const Tensor& x, float alpha);  // y += alpha * x
 
 // Threads the CPU GEMM may use in this process (OpenBLAS); returns the number in force.
 int set_cpu_threads(int threads);
+// The CPUs this process is bound to (mpirun's --bind-to), or every online CPU when unbound.
+int cpus_this_process_may_use();
 
 // Whether cuBLAS may use TF32 tensor cores for float32 GEMM (off by default, as in PyTorch).
 void set_allow_tf32(bool allow);

@@ -110,8 +110,10 @@ void check_one_rank_per_gpu(Device device, Communicator& comm) {
 
 int default_cpu_threads(const Communicator& comm) {
   if (std::getenv("OPENBLAS_NUM_THREADS")) return 0;  // the launcher or the user decided
+  // The node's cores shared among its ranks, but never more than this rank is bound to: plain
+  // mpirun binds each of 2 ranks to one core, where more threads would only take turns.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::max(1, cores / std::max(1, comm.local_size()));
+  return std::max(1, std::min(cpus_this_process_may_use(), cores / std::max(1, comm.local_size())));
 }
 
 }  // namespace
