@@ -29,7 +29,7 @@ if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 build=${DTRAIN_BUILD_DIR:-build}
-[ -x "$build/examples/dtrain" ] || bash scripts/setup.sh build >/dev/null
+DTRAIN_BUILD_DIR=$build bash scripts/setup.sh build >/dev/null  # incremental: never time a stale binary
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 

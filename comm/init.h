@@ -21,6 +21,10 @@ struct DistributedContext {
 DistributedContext init(int* argc, char*** argv);
 void finalize(DistributedContext& ctx);
 
+// This process's rank as its launcher exported it (Open MPI, PMIx, PMI, Slurm, torchrun-style
+// RANK), for messages before init(); "" when started without a launcher.
+std::string launcher_rank();
+
 // Prints "dtrain: rank R: <message>" to stderr and aborts every rank with `exit_code`.
 [[noreturn]] void abort_all(const std::string& message, int exit_code = 1);
 

@@ -30,6 +30,15 @@ void normalize_pixels(const uint8_t* src, float* out, int64_t n, float mean, flo
 
 namespace fs = std::filesystem;
 
+// Throws "<where>: label L of sample I is out of range [0, 10)" for the first bad label.
+void check_labels(const std::vector<uint8_t>& labels, const std::string& where) {
+  for (size_t i = 0; i < labels.size(); ++i) {
+    if (labels[i] >= MnistDataset::kNumClasses)
+      throw Error(fmt::format("{}: label {} of sample {} is out of range [0, {})", where, labels[i], i,
+                              MnistDataset::kNumClasses));
+  }
+}
+
 // The .gz file when present, else the raw one; throws naming both when neither exists.
 std::string find_file(const std::string& dir, const std::string& stem) {
   fs::path gz = fs::path(dir) / (stem + ".gz");
@@ -69,11 +78,7 @@ std::unique_ptr<MnistDataset> MnistDataset::load(const std::string& dir, Split s
   if (images.dims[0] != labels.dims[0])
     throw Error(fmt::format("{}: {} images, but {} has {} labels", image_path, images.dims[0], label_path,
                             labels.dims[0]));
-  for (size_t i = 0; i < labels.data.size(); ++i) {
-    if (labels.data[i] >= kNumClasses)
-      throw Error(fmt::format("{}: label {} of sample {} is out of range [0, {})", label_path, labels.data[i], i,
-                              kNumClasses));
-  }
+  check_labels(labels.data, label_path);
 
   const int64_t rows = images.dims[1], cols = images.dims[2];
   if (limit > 0 && limit < images.dims[0]) {
@@ -91,11 +96,7 @@ MnistDataset::MnistDataset(std::vector<uint8_t> images, std::vector<uint8_t> lab
   if (images_.size() != labels_.size() * static_cast<size_t>(rows * cols))
     throw Error(fmt::format("MNIST data: {} image bytes for {} labels of {}x{} images", images_.size(),
                             labels_.size(), rows, cols));
-  for (size_t i = 0; i < labels_.size(); ++i) {
-    if (labels_[i] >= kNumClasses)
-      throw Error(fmt::format("MNIST data: label {} of sample {} is out of range [0, {})", labels_[i], i,
-                              kNumClasses));
-  }
+  check_labels(labels_, "MNIST data");
   if (!std::isfinite(norm.mean) || !std::isfinite(norm.std) || norm.std == 0.0f)
     throw Error(fmt::format("MNIST normalisation needs a finite mean and non-zero std, got mean {} std {}", norm.mean,
                             norm.std));

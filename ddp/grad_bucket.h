@@ -14,7 +14,6 @@ struct GradBucket {
   size_t index = 0;
   Tensor buffer;                  // flat [numel] on the model's device
   std::vector<size_t> params;     // parameter indices, in the order they become ready
-  std::vector<int64_t> offsets;   // element offset of each parameter's view in `buffer`
   size_t pending = 0;             // gradients not yet ready in this backward
   WorkHandle work;                // the all-reduce in flight, if launched
   int64_t launched_ns = 0;        // host time the all-reduce was launched (for traces)

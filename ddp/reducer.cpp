@@ -34,17 +34,16 @@ Reducer::Reducer(std::vector<Parameter*> params, Communicator& comm, std::unique
     b.index = buckets_.size();
     b.params = std::move(members);
     int64_t numel = 0;
-    for (size_t p : b.params) {
-      b.offsets.push_back(numel);
-      numel += params_[p]->value.numel();
-    }
+    for (size_t p : b.params) numel += params_[p]->value.numel();
     b.buffer = comm_.allocate_reduce_buffer(numel, DType::kF32, device);
-    for (size_t k = 0; k < b.params.size(); ++k) {
-      Parameter& p = *params_[b.params[k]];
-      Tensor view = b.buffer.slice(b.offsets[k], p.value.shape());
-      if (p.grad.defined()) view.copy_from(p.grad);
-      p.grad = view;
-      bucket_of_[b.params[k]] = b.index;
+    int64_t offset = 0;
+    for (size_t p : b.params) {
+      Parameter& param = *params_[p];
+      Tensor view = b.buffer.slice(offset, param.value.shape());
+      offset += param.value.numel();
+      if (param.grad.defined()) view.copy_from(param.grad);
+      param.grad = view;
+      bucket_of_[p] = b.index;
     }
     buckets_.push_back(std::move(b));
   }

@@ -56,7 +56,6 @@ class Reducer {
 
   const std::vector<GradBucket>& buckets() const { return buckets_; }
   const ReducerStats& stats() const { return stats_; }
-  const CommHook& hook() const { return *hook_; }
 
  private:
   void launch_ready_buckets();  // Note [Launch order]

@@ -22,9 +22,8 @@ constexpr const char* kUsage =
     "  runs on every rank it is started with: dtrain-launch -n 2 -- dtrain train --epochs 1\n";
 
 bool is_rank_zero_before_init() {
-  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "RANK"})
-    if (const char* v = std::getenv(var)) return std::string(v) == "0";
-  return true;
+  const std::string rank = dtrain::launcher_rank();
+  return rank.empty() || rank == "0";
 }
 
 int usage_error(const std::string& message) {

@@ -4,17 +4,14 @@
 #include <vector>
 
 #include "core/memory.h"
+#include "model/kernels.h"
 
 namespace dtrain {
 
 float InitRng::uniform(float lo, float hi) {
-  // splitmix64: tiny, fast, and defined by its arithmetic alone (unlike std:: distributions).
-  uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z ^= z >> 31;
-  float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
-  return lo + (hi - lo) * u;
+  // The counter-based splitmix64 that dropout uses: defined by its arithmetic alone (unlike
+  // std:: distributions), so every platform draws the same initial weights.
+  return lo + (hi - lo) * kernels::uniform01(seed_, draws_++);
 }
 
 void uniform_init(Tensor& t, float bound, InitRng& rng) {

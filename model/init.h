@@ -11,11 +11,12 @@ namespace dtrain {
 
 class InitRng {
  public:
-  explicit InitRng(uint64_t seed) : state_(seed) {}
-  float uniform(float lo, float hi);  // [lo, hi)
+  explicit InitRng(uint64_t seed) : seed_(seed) {}
+  float uniform(float lo, float hi);  // [lo, hi): draw n is kernels::uniform01(seed, n)
 
  private:
-  uint64_t state_;
+  uint64_t seed_;
+  uint64_t draws_ = 0;
 };
 
 void uniform_init(Tensor& t, float bound, InitRng& rng);  // U(-bound, bound), any device

@@ -16,7 +16,6 @@ class Linear : public Module {
   std::vector<Parameter*> parameters() override;
   std::string describe() const override;
   void set_amp(AmpMode mode) override { amp_ = mode; }
-  AmpMode amp() const { return amp_; }
 
  private:
   int64_t in_, out_;

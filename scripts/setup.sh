@@ -27,7 +27,10 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 build=${DTRAIN_BUILD_DIR:-build}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release ${DTRAIN_CMAKE_ARGS:-} >/dev/null
-cmake --build "$build" -j "$(nproc)"
+# run and build need only the two programs; test builds everything (the test binaries too).
+targets=(--target dtrain dtrain-launch)
+if [ "$mode" = test ]; then targets=(); fi
+cmake --build "$build" -j "$(nproc)" "${targets[@]}"
 
 case "$mode" in
   run)

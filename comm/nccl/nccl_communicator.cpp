@@ -233,12 +233,4 @@ WorkHandle NcclCommunicator::barrier_async() {
   });
 }
 
-std::string nccl_version() {
-  int code = 0;
-  NCCL_CHECK(ncclGetVersion(&code));
-  // NCCL_VERSION(X,Y,Z) is X*10000 + Y*100 + Z since 2.9 (X*1000 + Y*100 + Z before).
-  return code >= 20900 ? fmt::format("{}.{}.{}", code / 10000, (code / 100) % 100, code % 100)
-                       : fmt::format("{}.{}.{}", code / 1000, (code / 100) % 10, code % 100);
-}
-
 }  // namespace dtrain

@@ -50,7 +50,4 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<Impl> impl_;
 };
 
-// "2.28.9": the NCCL library this process runs with (ncclGetVersion), for start-up logs.
-std::string nccl_version();
-
 }  // namespace dtrain

@@ -54,6 +54,5 @@ void zero(void* dst, size_t bytes) {
   CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, compute_stream_handle()));
 }
 
-void synchronize() { compute_stream().synchronize(); }
 
 }  // namespace dtrain::cuda

@@ -52,8 +52,6 @@ void copy_async(void* dst, bool dst_on_device, const void* src, bool src_on_devi
 void* alloc_pinned(size_t bytes);
 void free_pinned(void* ptr);
 void zero(void* dst, size_t bytes);
-// Waits for all work on the compute stream.
-void synchronize();
 
 }  // namespace dtrain::cuda
 
@@ -74,7 +72,6 @@ namespace dtrain::cuda {
 
 // The process's compute stream (created on first use, on the current device).
 Stream& compute_stream();
-std::unique_ptr<Stream> make_stream();
 // The same for an explicit device (core/stream.h's compute_stream(Device) can pass its index).
 Stream& compute_stream(int device);
 std::unique_ptr<Stream> make_stream(int device);

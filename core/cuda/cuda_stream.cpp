@@ -20,7 +20,7 @@ void EventDeleter::operator()(cudaEvent_t e) const {
   if (e) (void)cudaEventDestroy(e);
 }
 
-CudaEvent::CudaEvent(int device) : device_(device) {
+CudaEvent::CudaEvent(int device) {
   DeviceGuard guard(device);  // events belong to the device current at creation
   cudaEvent_t e = nullptr;
   CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -92,6 +92,5 @@ cudaStream_t compute_stream_handle() { return static_cast<cudaStream_t>(compute_
 
 std::unique_ptr<Stream> make_stream(int device) { return std::make_unique<CudaStream>(device); }
 
-std::unique_ptr<Stream> make_stream() { return make_stream(current_device()); }
 
 }  // namespace dtrain::cuda

@@ -27,10 +27,8 @@ class CudaEvent final : public Event {
   bool query() const override;     // throws dtrain::Error if the recorded work failed
   void synchronize() override;
   cudaEvent_t native() const { return event_.get(); }
-  int device() const { return device_; }
 
  private:
-  int device_;
   EventHandle event_;
 };
 

@@ -16,17 +16,12 @@
 #include "model/loss.h"
 #include "model/models.h"
 #include "model/optimizer.h"
+#include "gradcheck.h"
 
 namespace dtrain {
 namespace {
 
-std::vector<float> random_values(size_t n, unsigned seed, float lo = -1.f, float hi = 1.f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using testing::random_values;
 
 std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
   std::vector<uint16_t> out(v.size());
