@@ -1,5 +1,5 @@
-// ShmAllreduce: reduce one segment per rank in place, copy the others' segments out; buffers
-// outside the shared regions go through the window's slots, one block at a time.
+// ShmAllreduce: each rank reduces one segment of every block and writes it into every block;
+// buffers outside the shared regions go through the window's slots, one block at a time.
 #include "comm/shm_allreduce.h"
 
 #include <algorithm>
@@ -93,13 +93,13 @@ void ShmAllreduce::barrier(MPI_Win win) {
 void ShmAllreduce::reduce_block(MPI_Win win, const std::vector<float*>& blocks, float* out, int64_t n, bool average) {
   barrier(win);  // every rank's block is complete
 
-  // This rank owns [lo, hi): it alone sums it, in rank order, so every rank gets its bits. The
-  // sum goes through a stack block because blocks[rank_] is both read and written.
+  // This rank owns [lo, hi) of every block: it alone reads and writes it until the next barrier,
+  // so summing in place is race-free. It sums in rank order, so every rank gets its bits, and
+  // pushes the sum into every rank's block (Note [Push, not pull]).
   const int64_t seg = segment_floats(n, size_);
   const int64_t lo = std::min(n, rank_ * seg), hi = std::min(n, lo + seg);
   constexpr int64_t kChunk = 512;
   alignas(64) float acc[kChunk];
-  float* mine = blocks[static_cast<size_t>(rank_)];
   const float divisor = static_cast<float>(size_);
   for (int64_t b = lo; b < hi; b += kChunk) {
     const int64_t m = std::min(kChunk, hi - b);
@@ -112,17 +112,12 @@ void ShmAllreduce::reduce_block(MPI_Win win, const std::vector<float*>& blocks, 
     }
     if (average)
       for (int64_t i = 0; i < m; ++i) acc[i] /= divisor;  // as divide_in_place does
-    std::memcpy(mine + b, acc, static_cast<size_t>(m) * sizeof(float));
+    for (float* dst : blocks) std::memcpy(dst + b, acc, static_cast<size_t>(m) * sizeof(float));
   }
-  barrier(win);  // every segment is reduced
+  barrier(win);  // every segment is in every block; nobody touches another rank's block again
 
-  for (int r = 0; r < size_; ++r) {
-    const float* src = blocks[static_cast<size_t>(r)];
-    const int64_t rlo = std::min(n, r * seg), rhi = std::min(n, rlo + seg);
-    if (rhi > rlo && src != out)
-      std::memcpy(out + rlo, src + rlo, static_cast<size_t>(rhi - rlo) * sizeof(float));
-  }
-  barrier(win);  // nobody reads the blocks any more: their owners may overwrite them
+  float* mine = blocks[static_cast<size_t>(rank_)];
+  if (out != mine) std::memcpy(out, mine, static_cast<size_t>(n) * sizeof(float));
 }
 
 void ShmAllreduce::allreduce(float* buf, int64_t count, ReduceOp op) {
