@@ -9,44 +9,52 @@ namespace dtrain {
 
 namespace {
 
+// One entry per parameter ("name shape"), then one per buffer ("buffer#k shape"); `text` is
+// the entries joined with newlines, the form rank 0 broadcasts.
 struct ParamSignature {
   std::vector<std::string> names, shapes;
-  std::string text;  // "name shape\n" per parameter, then buffers
+  std::string text;
 };
+
+void add_entry(ParamSignature& s, std::string name, std::string shape) {
+  s.text += name + " " + shape + "\n";
+  s.names.push_back(std::move(name));
+  s.shapes.push_back(std::move(shape));
+}
 
 ParamSignature signature_of(Module& module) {
   ParamSignature s;
-  for (Parameter* p : module.parameters()) {
-    s.names.push_back(p->name);
-    s.shapes.push_back(shape_str(p->value.shape()));
-    s.text += p->name + " " + s.shapes.back() + "\n";
-  }
-  for (Tensor* b : module.buffers()) s.text += "buffer " + shape_str(b->shape()) + "\n";
+  for (Parameter* p : module.parameters()) add_entry(s, p->name, shape_str(p->value.shape()));
+  int k = 0;
+  for (Tensor* b : module.buffers()) add_entry(s, fmt::format("buffer#{}", k++), shape_str(b->shape()));
   return s;
 }
 
 ParamSignature parse_signature(const std::string& text) {
   ParamSignature s;
-  s.text = text;
   size_t start = 0;
   while (start < text.size()) {
     size_t end = text.find('\n', start);
     std::string line = text.substr(start, end - start);
     size_t space = line.find(' ');
-    s.names.push_back(line.substr(0, space));
-    s.shapes.push_back(line.substr(space + 1));
+    add_entry(s, line.substr(0, space), line.substr(space + 1));
     start = end + 1;
   }
   return s;
+}
+
+std::string entry_str(const std::string& name) {
+  return name.starts_with("buffer#") ? name : fmt::format("parameter '{}'", name);
 }
 
 std::string first_difference(const ParamSignature& mine, const ParamSignature& root) {
   const size_t n = std::min(mine.names.size(), root.names.size());
   for (size_t i = 0; i < n; ++i) {
     if (mine.names[i] != root.names[i])
-      return fmt::format("parameter #{} is '{}' here but '{}' on rank 0", i, mine.names[i], root.names[i]);
+      return fmt::format("entry #{} of the parameters and buffers is {} here but {} on rank 0", i,
+                         entry_str(mine.names[i]), entry_str(root.names[i]));
     if (mine.shapes[i] != root.shapes[i])
-      return fmt::format("parameter '{}' has shape {} here but {} on rank 0", mine.names[i], mine.shapes[i],
+      return fmt::format("{} has shape {} here but {} on rank 0", entry_str(mine.names[i]), mine.shapes[i],
                          root.shapes[i]);
   }
   return fmt::format("{} parameters and buffers here but {} on rank 0", mine.names.size(), root.names.size());

@@ -229,6 +229,47 @@ TEST(ModelMismatch, RanksThatDisagreeFailFastWithTheDifference) {
   }
 }
 
+// Non-trained state that must match across replicas, as BatchNorm's running statistics would.
+class WithBuffer : public Module {
+ public:
+  WithBuffer(int64_t state_size, float state_value)
+      : linear_(64, 10, Device::cpu(), rng_),
+        state_(Tensor::from_vector(std::vector<float>(static_cast<size_t>(state_size), state_value), {state_size})) {}
+  Tensor forward(const Tensor& x) override { return linear_.forward(x.view({x.dim(0), 64})); }
+  Tensor backward(const Tensor& g, bool need) override { return linear_.backward(g, need); }
+  std::vector<Parameter*> parameters() override { return linear_.parameters(); }
+  std::vector<Tensor*> buffers() override { return {&state_}; }
+  void set_grad_ready_hook(GradReadyHook hook) override { linear_.set_grad_ready_hook(std::move(hook)); }
+  std::string describe() const override { return "WithBuffer"; }
+  const Tensor& state() const { return state_; }
+
+ private:
+  InitRng rng_{1};
+  Linear linear_;
+  Tensor state_;
+};
+
+TEST(ModelMismatch, ABufferOfAnotherShapeIsNamed) {
+  const int rank = world().rank();
+  WithBuffer model(rank == 1 ? 3 : 2, 0.f);
+  try {
+    DistributedDataParallel ddp(model, world());
+    FAIL() << "expected an error on rank " << rank;
+  } catch (const dtrain::Error& e) {
+    const std::string msg = e.what();
+    if (rank == 1)
+      EXPECT_EQ(msg, "rank 1 disagrees with rank 0 on the model: buffer#0 has shape [3] here but [2] on rank 0");
+    else
+      EXPECT_EQ(msg, "1 rank(s) disagree with rank 0 on the model (their errors name the difference)");
+  }
+}
+
+TEST(Broadcast, BuffersStartAsRankZerosCopy) {
+  WithBuffer model(4, static_cast<float>(world().rank() + 1));
+  DistributedDataParallel ddp(model, world());
+  EXPECT_EQ(model.state().to_vector(), std::vector<float>(4, 1.f));
+}
+
 class Compression : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Compression, AveragedGradientsWithinHalfPrecisionOfFloat32) {
