@@ -51,8 +51,8 @@ std::string first_difference(const ParamSignature& mine, const ParamSignature& r
   const size_t n = std::min(mine.names.size(), root.names.size());
   for (size_t i = 0; i < n; ++i) {
     if (mine.names[i] != root.names[i])
-      return fmt::format("entry #{} of the parameters and buffers is {} here but {} on rank 0", i,
-                         entry_str(mine.names[i]), entry_str(root.names[i]));
+      return fmt::format("entry #{} is {} here but {} on rank 0", i, entry_str(mine.names[i]),
+                         entry_str(root.names[i]));
     if (mine.shapes[i] != root.shapes[i])
       return fmt::format("{} has shape {} here but {} on rank 0", entry_str(mine.names[i]), mine.shapes[i],
                          root.shapes[i]);

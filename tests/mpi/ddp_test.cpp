@@ -264,6 +264,24 @@ TEST(ModelMismatch, ABufferOfAnotherShapeIsNamed) {
   }
 }
 
+TEST(ModelMismatch, AParameterWhereRankZeroHasABufferIsNamed) {
+  const int rank = world().rank();
+  std::unique_ptr<Module> model;
+  if (rank == 1)
+    model = std::make_unique<WithUnusedParameter>();
+  else
+    model = std::make_unique<WithBuffer>(5, 0.f);
+  try {
+    DistributedDataParallel ddp(*model, world());
+    FAIL() << "expected an error on rank " << rank;
+  } catch (const dtrain::Error& e) {
+    if (rank == 1) {
+      EXPECT_EQ(std::string(e.what()),
+                "rank 1 disagrees with rank 0 on the model: entry #2 is parameter 'unused' here but buffer#0 on rank 0");
+    }
+  }
+}
+
 TEST(Broadcast, BuffersStartAsRankZerosCopy) {
   WithBuffer model(4, static_cast<float>(world().rank() + 1));
   DistributedDataParallel ddp(model, world());
