@@ -91,8 +91,9 @@ DeviceChoice choose_device(const std::string& flag, int local_rank, int local_si
   // auto with devices, or cuda: one device per local rank.
   if (local_size > inv.count && !allow_gpu_sharing) {
     throw Error(fmt::format("{} local ranks but only {} visible GPU{} (CUDA_VISIBLE_DEVICES={}); pass "
-                            "--allow-gpu-sharing to share",
-                            local_size, inv.count, inv.count == 1 ? "" : "s", inv.visible_env));
+                            "--allow-gpu-sharing to map local rank r to visible GPU r mod {} (also when each "
+                            "rank's own CUDA_VISIBLE_DEVICES names a different GPU)",
+                            local_size, inv.count, inv.count == 1 ? "" : "s", inv.visible_env, inv.count));
   }
   return cuda_choice(local_rank % inv.count, local_rank, local_size, inv);
 }

@@ -98,7 +98,9 @@ TEST(DeviceSelect, CudaMapsLocalRankToLogicalDevice) {
 
 TEST(DeviceSelect, MoreLocalRanksThanGpusNeedsSharing) {
   std::string msg = error_of("cuda", 0, 4, false, gpus(2, "0,1"));
-  EXPECT_EQ(msg, "4 local ranks but only 2 visible GPUs (CUDA_VISIBLE_DEVICES=0,1); pass --allow-gpu-sharing to share");
+  EXPECT_EQ(msg, "4 local ranks but only 2 visible GPUs (CUDA_VISIBLE_DEVICES=0,1); pass --allow-gpu-sharing to map "
+                 "local rank r to visible GPU r mod 2 (also when each rank's own CUDA_VISIBLE_DEVICES names a "
+                 "different GPU)");
   EXPECT_FALSE(error_of("auto", 3, 4, false, gpus(2)).empty());
   // With sharing, ranks wrap around the visible devices.
   EXPECT_EQ(choose_device("cuda", 2, 4, true, gpus(2)).device, Device::cuda(0));
