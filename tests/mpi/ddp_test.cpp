@@ -213,20 +213,26 @@ TEST(UnusedParameters, WithFlagTheyAreReadyWithZeroGradient) {
   EXPECT_TRUE(replicas_bitwise_equal(model));
 }
 
-TEST(ModelMismatch, RanksThatDisagreeFailFastWithTheDifference) {
+// Wrapping `model` must fail on every rank: rank 1, the one that differs, names the difference
+// (`rank1_message`); the others say how many ranks differ.
+void expect_model_check_fails(Module& model, const std::string& rank1_message) {
   const int rank = world().rank();
-  auto model = build_model(ModelSpec{"mlp", {rank == 1 ? 32 : 16}}, {1, 8, 8}, 10, Device::cpu(), 1);
   try {
-    DistributedDataParallel ddp(*model, world());
+    DistributedDataParallel ddp(model, world());
     FAIL() << "expected an error on rank " << rank;
   } catch (const dtrain::Error& e) {
     const std::string msg = e.what();
     if (rank == 1)
-      EXPECT_EQ(msg, "rank 1 disagrees with rank 0 on the model: parameter '1.weight' has shape [32, 64] here but "
-                     "[16, 64] on rank 0");
+      EXPECT_EQ(msg, rank1_message);
     else
       EXPECT_EQ(msg, "1 rank(s) disagree with rank 0 on the model (their errors name the difference)");
   }
+}
+
+TEST(ModelMismatch, RanksThatDisagreeFailFastWithTheDifference) {
+  auto model = build_model(ModelSpec{"mlp", {world().rank() == 1 ? 32 : 16}}, {1, 8, 8}, 10, Device::cpu(), 1);
+  expect_model_check_fails(*model, "rank 1 disagrees with rank 0 on the model: parameter '1.weight' has shape "
+                                   "[32, 64] here but [16, 64] on rank 0");
 }
 
 // Non-trained state that must match across replicas, as BatchNorm's running statistics would.
@@ -250,38 +256,19 @@ class WithBuffer : public Module {
 };
 
 TEST(ModelMismatch, ABufferOfAnotherShapeIsNamed) {
-  const int rank = world().rank();
-  WithBuffer model(rank == 1 ? 3 : 2, 0.f);
-  try {
-    DistributedDataParallel ddp(model, world());
-    FAIL() << "expected an error on rank " << rank;
-  } catch (const dtrain::Error& e) {
-    const std::string msg = e.what();
-    if (rank == 1)
-      EXPECT_EQ(msg, "rank 1 disagrees with rank 0 on the model: buffer#0 has shape [3] here but [2] on rank 0");
-    else
-      EXPECT_EQ(msg, "1 rank(s) disagree with rank 0 on the model (their errors name the difference)");
-  }
+  WithBuffer model(world().rank() == 1 ? 3 : 2, 0.f);
+  expect_model_check_fails(model, "rank 1 disagrees with rank 0 on the model: buffer#0 has shape [3] here but [2] "
+                                  "on rank 0");
 }
 
 TEST(ModelMismatch, AParameterWhereRankZeroHasABufferIsNamed) {
-  const int rank = world().rank();
   std::unique_ptr<Module> model;
-  if (rank == 1)
+  if (world().rank() == 1)
     model = std::make_unique<WithUnusedParameter>();
   else
     model = std::make_unique<WithBuffer>(5, 0.f);
-  try {
-    DistributedDataParallel ddp(*model, world());
-    FAIL() << "expected an error on rank " << rank;
-  } catch (const dtrain::Error& e) {
-    const std::string msg = e.what();
-    if (rank == 1)
-      EXPECT_EQ(msg, "rank 1 disagrees with rank 0 on the model: entry #2 is parameter 'unused' here but buffer#0 on "
-                     "rank 0");
-    else
-      EXPECT_EQ(msg, "1 rank(s) disagree with rank 0 on the model (their errors name the difference)");
-  }
+  expect_model_check_fails(*model, "rank 1 disagrees with rank 0 on the model: entry #2 is parameter 'unused' here "
+                                   "but buffer#0 on rank 0");
 }
 
 TEST(Broadcast, BuffersStartAsRankZerosCopy) {
