@@ -33,6 +33,8 @@ class MpiCommunicator final : public Communicator {
   std::string backend() const override { return "mpi"; }
   // True when float32 all-reduces go through the node-shared window (see ShmAllreduce).
   bool shared_memory_allreduce() const { return shm_ != nullptr; }
+  // How many all-reduces went through it so far (0 when it is off).
+  int64_t shared_memory_reductions() const { return shm_ ? shm_->reductions() : 0; }
   Stream& stream() override { return *stream_; }
 
   // F32, I32, BF16, F16. kAvg divides the sum by size() (float types only: I32 throws here).

@@ -130,6 +130,7 @@ void ShmAllreduce::allreduce(float* buf, int64_t count, ReduceOp op) {
     const int64_t offset = static_cast<int64_t>((at - mine) / sizeof(float));
     for (int r = 0; r < size_; ++r) scratch_[static_cast<size_t>(r)] = region.bases[static_cast<size_t>(r)] + offset;
     reduce_block(region.win, scratch_, buf, count, average);
+    reductions_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   const int64_t slot_floats = slots_.floats;
@@ -138,6 +139,7 @@ void ShmAllreduce::allreduce(float* buf, int64_t count, ReduceOp op) {
     std::memcpy(slots_.bases[static_cast<size_t>(rank_)], buf + base, static_cast<size_t>(n) * sizeof(float));
     reduce_block(slots_.win, slots_.bases, buf + base, n, average);
   }
+  reductions_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void ShmAllreduce::free_window(Region& region) {

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -52,6 +53,8 @@ class ShmAllreduce {
   // In place over `count` floats; every rank calls it with the same count, in the same order,
   // and, for a buffer in a region, at the same offset in the same region.
   void allreduce(float* buf, int64_t count, ReduceOp op);
+  // All-reduces this object has completed (calls of allreduce()), for tests and logs.
+  int64_t reductions() const { return reductions_.load(std::memory_order_relaxed); }
   // Frees the window and the communicator. Idempotent.
   void release();
 
@@ -77,6 +80,7 @@ class ShmAllreduce {
   Region slots_;                 // the copy-in staging area, one slot per rank
   std::vector<Region> regions_;  // from allocate_region
   std::vector<float*> scratch_;  // per-call block pointers
+  std::atomic<int64_t> reductions_{0};
 };
 
 }  // namespace dtrain

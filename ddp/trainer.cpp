@@ -18,6 +18,7 @@
 #include "data/mnist.h"
 #include "ddp/batch_stager.h"
 #include "ddp/distributed_data_parallel.h"
+#include "model/fingerprint.h"
 #include "model/loss.h"
 #include "model/optimizer.h"
 #ifdef DTRAIN_WITH_CUDA
@@ -122,8 +123,6 @@ TrainResult train(const TrainConfig& c, Communicator& comm) {
   const bool log = comm.rank() == 0 && !c.quiet;
   const DeviceChoice choice = select_device(c.device, comm.local_rank(), comm.local_size(), c.allow_gpu_sharing);
   const Device device = choice.device;
-  if (!choice.log_line.empty() && comm.local_rank() == 0 && !c.quiet)
-    fmt::print("rank {}: {}\n", comm.rank(), choice.log_line);
   // Every rank must take the same path (NCCL or MPI for gradients): with --device auto on a
   // job whose nodes differ, the ranks would otherwise issue different collectives and hang.
   int32_t cuda_ranks = device.is_cuda() ? 1 : 0;
@@ -138,6 +137,9 @@ TrainResult train(const TrainConfig& c, Communicator& comm) {
   const Normalize norm{c.norm_mean, c.norm_std};
   auto train_set = MnistDataset::load(c.data_dir, Split::kTrain, norm, c.train_limit);
   auto test_set = MnistDataset::load(c.data_dir, Split::kTest, norm, c.test_limit);
+  // Logged once the data has loaded, so a run that fails on its input prints only the error.
+  if (!choice.log_line.empty() && comm.local_rank() == 0 && !c.quiet)
+    fmt::print("rank {}: {}\n", comm.rank(), choice.log_line);
 
   auto model = build_model(c.model, train_set->sample_shape(), train_set->num_classes(), device, c.seed);
   model->set_amp(c.amp);
@@ -248,6 +250,7 @@ TrainResult train(const TrainConfig& c, Communicator& comm) {
     }
   }
   result.samples_per_second = result.train_seconds > 0 ? static_cast<double>(result.train_samples) / result.train_seconds : 0;
+  result.parameters_fingerprint = parameters_fingerprint(*model);
 
   if (tracer.enabled()) {
     Tracer::Overlap o = tracer.write(c.trace_path, comm);

@@ -54,6 +54,7 @@ struct TrainResult {
   double test_loss = 0;
   double test_accuracy = 0;
   double allreduce_overlap = -1;  // fraction of all-reduce time inside backward (with --trace)
+  uint64_t parameters_fingerprint = 0;  // this rank's final parameters (model/fingerprint.h)
   std::string device;
 };
 

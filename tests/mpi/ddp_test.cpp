@@ -3,12 +3,14 @@
 // no_sync accumulation, unused parameters, mismatched models, compressed hooks.
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
 
 #include <gtest/gtest.h>
 
 #include "comm/init.h"
 #include "core/error.h"
+#include "core/kernels.h"
 #include "tests/mpi/mpi_test_env.h"
 #include "ddp/distributed_data_parallel.h"
 #include "model/linear.h"
@@ -55,14 +57,31 @@ std::vector<float> flat_params(Module& m) {
   return out;
 }
 
-// True on every rank iff every rank's parameters are bit-for-bit rank 0's.
-bool replicas_bitwise_equal(Module& m) {
-  std::vector<float> mine = flat_params(m), root = mine;
+std::vector<float> flat_grads(Module& m) {
+  std::vector<float> out;
+  for (Parameter* p : m.parameters()) {
+    auto v = p->grad.to_vector();
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+// True on every rank iff `mine` is bit-for-bit rank 0's.
+bool bitwise_equal_on_all_ranks(const std::vector<float>& mine) {
+  std::vector<float> root = mine;
   world().broadcast(root.data(), static_cast<int64_t>(root.size()), DType::kF32, 0);
   int32_t differ = std::memcmp(mine.data(), root.data(), mine.size() * sizeof(float)) != 0;
   world().allreduce(&differ, 1, DType::kI32, ReduceOp::kSum);
   return differ == 0;
 }
+
+// Parameters after an optimizer step: equal only if every rank applied the same gradients.
+bool replicas_bitwise_equal(Module& m) { return bitwise_equal_on_all_ranks(flat_params(m)); }
+
+// Gradients after a synced backward on rank-dependent data: equal only if they were reduced.
+// (Parameters right after a backward are always equal: they have not changed since the
+// broadcast, so comparing them would test nothing.)
+bool gradients_bitwise_equal(Module& m) { return bitwise_equal_on_all_ranks(flat_grads(m)); }
 
 std::unique_ptr<Optimizer> make_opt(const std::string& kind, Module& m) {
   if (kind == "sgd") return std::make_unique<Sgd>(m.parameters(), SgdOptions{0.05f, 0.9f, 0.f, 1e-4f, false});
@@ -120,14 +139,32 @@ TEST(Overlap, ABucketAllReduceStartsBeforeBackwardEnds) {
   size_t grad_bytes = 0;
   for (Parameter* p : model->parameters()) grad_bytes += p->grad.nbytes();
   ASSERT_GE(grad_bytes, 16u << 20);
-  ASSERT_GE(ddp.reducer().buckets().size(), 2u);
-  Tensor x = Tensor::from_vector(std::vector<float>(8 * 784, 0.1f), {8, 1, 28, 28});
+  const auto& buckets = ddp.reducer().buckets();
+  ASSERT_GE(buckets.size(), 2u);
+  // Record when each gradient hook fires, then hand the parameter to the reducer as DDP does.
+  std::map<std::string, int64_t> ready_ns;
+  model->set_grad_ready_hook([&](Parameter& p) {
+    ready_ns[p.name] = steady_now_ns();
+    ddp.reducer().mark_ready(p);
+  });
+  // Rank-dependent data: without the all-reduce the ranks' gradients would differ.
+  const float pixel = 0.1f * static_cast<float>(world().rank() + 1);
+  Tensor x = Tensor::from_vector(std::vector<float>(8 * 784, pixel), {8, 1, 28, 28});
   Tensor y = Tensor::zeros({8}, Device::cpu(), DType::kI32);
   CrossEntropyLoss loss;
   loss.forward(ddp.forward(x), y);
   ddp.backward(loss.backward());
+  // Bucket 0 holds the last layers' gradients; the first layer's come last in backward and sit
+  // in the last bucket. Overlap means bucket 0's all-reduce was launched before those hooks ran.
+  ASSERT_EQ(ready_ns.size(), model->parameters().size());
+  const size_t first_layer_bucket = buckets.size() - 1;
+  for (size_t p : buckets[first_layer_bucket].params) {
+    const std::string& name = model->parameters()[p]->name;
+    EXPECT_LT(buckets[0].launched_ns, ready_ns.at(name))
+        << "bucket 0 was launched only after the gradient of " << name << " (an earlier layer) was ready";
+  }
   EXPECT_GE(ddp.reducer().stats().buckets_launched_during_backward, 1);
-  EXPECT_TRUE(replicas_bitwise_equal(*model));
+  EXPECT_TRUE(gradients_bitwise_equal(*model));
 }
 
 TEST(NoSync, AccumulatedMicroBatchesEqualOneBigBatch) {
@@ -210,7 +247,7 @@ TEST(UnusedParameters, WithFlagTheyAreReadyWithZeroGradient) {
   loss.forward(ddp.forward(x), y);
   ddp.backward(loss.backward());
   EXPECT_EQ(model.parameters()[2]->grad.to_vector(), std::vector<float>(5, 0.f));
-  EXPECT_TRUE(replicas_bitwise_equal(model));
+  EXPECT_TRUE(gradients_bitwise_equal(model));
 }
 
 // Wrapping `model` must fail on every rank: rank 1, the one that differs, names the difference
@@ -305,7 +342,22 @@ TEST_P(Compression, AveragedGradientsWithinHalfPrecisionOfFloat32) {
     for (float v : a) scale = std::max(scale, std::abs(v));
     for (size_t j = 0; j < a.size(); ++j) ASSERT_NEAR(b[j], a[j], tol * scale) << pe[i]->name << "[" << j << "]";
   }
-  EXPECT_TRUE(replicas_bitwise_equal(*packed));
+  EXPECT_TRUE(gradients_bitwise_equal(*packed));
+  // The averages went over the wire in 16 bits and were unpacked from them: every value is
+  // exactly representable in the wire type (a float32 fallback would not give that).
+  const bool bf16 = GetParam() == "bf16";
+  int64_t not_representable = 0, differs_from_float32 = 0;
+  for (size_t i = 0; i < pe.size(); ++i) {
+    auto a = pe[i]->grad.to_vector(), b = pp[i]->grad.to_vector();
+    for (size_t j = 0; j < b.size(); ++j) {
+      const float round_trip = bf16 ? kernels::bf16_to_float(kernels::float_to_bf16(b[j]))
+                                    : kernels::fp16_to_float(kernels::float_to_fp16(b[j]));
+      not_representable += std::memcmp(&round_trip, &b[j], sizeof(float)) != 0;
+      differs_from_float32 += a[j] != b[j];
+    }
+  }
+  EXPECT_EQ(not_representable, 0) << "gradients that are not " << GetParam() << " values";
+  EXPECT_GT(differs_from_float32, 0) << "the " << GetParam() << " hook gave exactly the float32 averages";
 }
 
 INSTANTIATE_TEST_SUITE_P(Hooks, Compression, ::testing::Values("bf16", "fp16"));
@@ -365,7 +417,7 @@ TEST(FailedBackward, LaunchedAllReducesFinishAndTheNextBackwardWorks) {
   for (const GradBucket& b : ddp.reducer().buckets()) EXPECT_FALSE(b.work) << "bucket " << b.index << " in flight";
   loss.forward(ddp.forward(x), y);
   ddp.backward(loss.backward());  // "still in flight" before the fix
-  EXPECT_TRUE(replicas_bitwise_equal(model));
+  EXPECT_TRUE(gradients_bitwise_equal(model));
 }
 
 }  // namespace

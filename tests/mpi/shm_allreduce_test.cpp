@@ -111,6 +111,7 @@ TEST(ShmAllreduce, CommunicatorUsesItOnOneNodeUnlessTurnedOff) {
   {
     MpiCommunicator on(MPI_COMM_WORLD);
     EXPECT_TRUE(on.shared_memory_allreduce());
+    const int64_t before = on.shared_memory_reductions();
     std::vector<float> v(3000, 1.f);
     on.allreduce(v.data(), static_cast<int64_t>(v.size()), DType::kF32, ReduceOp::kSum);
     EXPECT_EQ(v.front(), static_cast<float>(world_size()));
@@ -121,6 +122,12 @@ TEST(ShmAllreduce, CommunicatorUsesItOnOneNodeUnlessTurnedOff) {
     float expect = 0;
     for (int r = 0; r < world_size(); ++r) expect += exact_value(r, 4321);
     EXPECT_EQ(bucket.data()[4321], expect / static_cast<float>(world_size()));
+    EXPECT_EQ(on.shared_memory_reductions() - before, 2) << "float32 all-reduces that took the shared-memory path";
+    // Types it does not handle take MPI's path.
+    int32_t count = 1;
+    on.allreduce(&count, 1, DType::kI32, ReduceOp::kSum);
+    EXPECT_EQ(count, world_size());
+    EXPECT_EQ(on.shared_memory_reductions() - before, 2);
     bucket = Tensor();
     on.shutdown();
   }
@@ -128,6 +135,10 @@ TEST(ShmAllreduce, CommunicatorUsesItOnOneNodeUnlessTurnedOff) {
   MpiCommunicator off(MPI_COMM_WORLD);
   unsetenv("DTRAIN_SHM_ALLREDUCE");
   EXPECT_FALSE(off.shared_memory_allreduce());
+  std::vector<float> v(3000, 1.f);
+  off.allreduce(v.data(), static_cast<int64_t>(v.size()), DType::kF32, ReduceOp::kSum);
+  EXPECT_EQ(v.front(), static_cast<float>(world_size()));
+  EXPECT_EQ(off.shared_memory_reductions(), 0);
   off.shutdown();
 }
 

@@ -41,11 +41,16 @@ TEST(TrainOptions, ParsesEveryGroup) {
   EXPECT_EQ(c.epochs, 3);
   EXPECT_EQ(c.batch_size, 128);
   EXPECT_EQ(c.optimizer, "adamw");
+  EXPECT_FLOAT_EQ(c.lr, 0.001f);
+  EXPECT_FLOAT_EQ(c.weight_decay, 0.05f);
   EXPECT_EQ(c.lr_schedule, LrSchedule::Kind::kCosine);
+  EXPECT_EQ(c.device, "cpu");
   EXPECT_EQ(c.comm_hook, "bf16");
+  EXPECT_DOUBLE_EQ(c.bucket_cap_mb, 4.0);
   EXPECT_TRUE(c.find_unused_parameters);
   EXPECT_EQ(c.accumulate, 2);
   EXPECT_FLOAT_EQ(c.norm_mean, 0.286f);
+  EXPECT_FLOAT_EQ(c.norm_std, 0.353f);
   EXPECT_EQ(c.trace_path, "t.json");
 }
 

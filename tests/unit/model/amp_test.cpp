@@ -151,15 +151,39 @@ TEST(LinearAmp, IsExactlyRoundedOperandsWithFloatAccumulation) {
   EXPECT_LE(worst, 1e-4);  // float32 accumulation of 96 terms of magnitude <= ~0.3
 }
 
+// The MLP's forward written out by hand with every Linear's input and weight rounded to bf16
+// and the product summed in float32 (bias as the GEMM's initial C, as Linear does it).
+std::vector<float> bf16_reference_forward(Module& mlp, const Tensor& x) {
+  const auto params = mlp.parameters();  // weight, bias per Linear
+  const int64_t batch = x.dim(0);
+  std::vector<float> act = x.to_vector();
+  for (size_t l = 0; l < params.size(); l += 2) {
+    const Tensor& w = params[l]->value;
+    const int64_t out = w.dim(0), in = w.dim(1);
+    std::vector<float> xr = act, wr = w.to_vector(), bias = params[l + 1]->value.to_vector();
+    for (float& v : xr) v = kernels::bf16_to_float(kernels::float_to_bf16(v));
+    for (float& v : wr) v = kernels::bf16_to_float(kernels::float_to_bf16(v));
+    std::vector<float> y(static_cast<size_t>(batch * out));
+    for (int64_t r = 0; r < batch; ++r) std::copy(bias.begin(), bias.end(), y.begin() + r * out);
+    gemm(Device::cpu(), false, true, batch, out, in, 1.f, xr.data(), wr.data(), 1.f, y.data());
+    if (l + 2 < params.size())
+      for (float& v : y) v = v > 0.f ? v : 0.f;  // ReLU between Linears
+    act = std::move(y);
+  }
+  return act;
+}
+
 TEST(LinearAmp, SequentialPassesTheModeToItsLinearLayers) {
-  // An MLP under bf16 gives the same logits as one built from bf16-rounded inputs and weights
-  // in float32, and different ones from the plain float32 model.
+  // Under bf16 every Linear of the MLP (not just the first) rounds its operands: the logits
+  // equal, bit for bit, a reference that rounds every layer's input and weight; and they
+  // differ from the plain float32 model's.
   const Shape sample{1, 6, 6};
-  auto plain = build_model(ModelSpec{"mlp", {16}}, sample, 4, Device::cpu(), 9);
-  auto amp = build_model(ModelSpec{"mlp", {16}}, sample, 4, Device::cpu(), 9);
+  auto plain = build_model(ModelSpec{"mlp", {16, 12}}, sample, 4, Device::cpu(), 9);
+  auto amp = build_model(ModelSpec{"mlp", {16, 12}}, sample, 4, Device::cpu(), 9);
   amp->set_amp(AmpMode::kBf16);
   const Tensor x = Tensor::from_vector(random_values(8 * 36, 41), {8, 1, 6, 6});
   const std::vector<float> y32 = plain->forward(x).to_vector(), y16 = amp->forward(x).to_vector();
+  EXPECT_EQ(y16, bf16_reference_forward(*amp, x.view({8, 36})));
   EXPECT_GT(max_abs_diff(y16, y32), 0.f);
   EXPECT_LE(max_abs_diff(y16, y32), 2e-2f * max_abs(y32));
   amp->set_amp(AmpMode::kOff);
