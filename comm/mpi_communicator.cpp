@@ -52,7 +52,7 @@ MpiCommunicator::~MpiCommunicator() = default;
 
 WorkHandle MpiCommunicator::allreduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) {
   check_count(count, buf, "allreduce");
-  DTRAIN_CHECK(op != ReduceOp::kAvg || dtype != DType::kI32, "allreduce: ReduceOp::kAvg needs a floating-point dtype, got {}",
+  DTRAIN_CHECK(op != ReduceOp::kAvg || !is_integer(dtype), "allreduce: ReduceOp::kAvg needs a floating-point dtype, got {}",
                dtype_name(dtype));
   if (count == 0) return WorkQueue::completed();
   if (shm_ && ShmAllreduce::supports(dtype))

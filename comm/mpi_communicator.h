@@ -37,7 +37,7 @@ class MpiCommunicator final : public Communicator {
   int64_t shared_memory_reductions() const { return shm_ ? shm_->reductions() : 0; }
   Stream& stream() override { return *stream_; }
 
-  // F32, I32, BF16, F16. kAvg divides the sum by size() (float types only: I32 throws here).
+  // F32, I32, BF16, F16, U8. kAvg divides the sum by size() (float types only: I32/U8 throw here).
   // count 0 returns a completed Work without touching MPI. F32 goes through ShmAllreduce when
   // every rank is on this node (DTRAIN_SHM_ALLREDUCE=0 turns that off), else MPI_Allreduce.
   WorkHandle allreduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) override;

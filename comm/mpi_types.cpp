@@ -32,6 +32,7 @@ MPI_Datatype mpi_datatype(DType dtype) {
     case DType::kI32: return MPI_INT;
     case DType::kBF16:
     case DType::kF16: return MPI_UINT16_T;
+    case DType::kU8: return MPI_UINT8_T;
   }
   throw Error(fmt::format("no MPI datatype for dtype {}", static_cast<int>(dtype)));
 }
@@ -51,7 +52,8 @@ void HalfSumOps::release() {
 MPI_Op HalfSumOps::sum(DType dtype) const {
   switch (dtype) {
     case DType::kF32:
-    case DType::kI32: return MPI_SUM;
+    case DType::kI32:
+    case DType::kU8: return MPI_SUM;
     case DType::kBF16: return bf16_;
     case DType::kF16: return fp16_;
   }
@@ -76,7 +78,8 @@ void divide_in_place(void* buf, int64_t count, DType dtype, int divisor) {
       for (int64_t i = 0; i < count; ++i) x[i] = kernels::float_to_fp16(kernels::fp16_to_float(x[i]) / d);
       return;
     }
-    case DType::kI32: break;
+    case DType::kI32:
+    case DType::kU8: break;
   }
   throw Error(fmt::format("ReduceOp::kAvg needs a floating-point dtype, got {}", dtype_name(dtype)));
 }

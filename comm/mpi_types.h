@@ -11,7 +11,7 @@
 
 namespace dtrain {
 
-// MPI_FLOAT, MPI_INT, or MPI_UINT16_T for the 16-bit floats (moved as raw words).
+// MPI_FLOAT, MPI_INT, MPI_UINT8_T, or MPI_UINT16_T for the 16-bit floats (moved as raw words).
 MPI_Datatype mpi_datatype(DType dtype);
 
 // The summing ops for BF16 and F16 words: each element is widened to float, added, and rounded
@@ -25,7 +25,7 @@ class HalfSumOps {
   HalfSumOps& operator=(const HalfSumOps&) = delete;
 
   void release();  // MPI_Op_free both; idempotent
-  // MPI_SUM for F32/I32, the user op for BF16/F16.
+  // MPI_SUM for F32/I32/U8, the user op for BF16/F16.
   MPI_Op sum(DType dtype) const;
 
  private:
@@ -33,7 +33,7 @@ class HalfSumOps {
   MPI_Op fp16_ = MPI_OP_NULL;
 };
 
-// buf[i] /= divisor for F32/BF16/F16 (16-bit values widened, divided, rounded back). I32 throws.
+// buf[i] /= divisor for F32/BF16/F16 (16-bit values widened, divided, rounded back). I32/U8 throw.
 void divide_in_place(void* buf, int64_t count, DType dtype, int divisor);
 
 }  // namespace dtrain

@@ -27,6 +27,7 @@ size_t dtype_size(DType dtype) {
     case DType::kI32: return 4;
     case DType::kBF16: return 2;
     case DType::kF16: return 2;
+    case DType::kU8: return 1;
   }
   return 0;
 }
@@ -37,6 +38,7 @@ const char* dtype_name(DType dtype) {
     case DType::kI32: return "int32";
     case DType::kBF16: return "bfloat16";
     case DType::kF16: return "float16";
+    case DType::kU8: return "uint8";
   }
   return "?";
 }

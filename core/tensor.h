@@ -1,6 +1,7 @@
 // Tensor: a contiguous, typed buffer with a shape and a device. Copying a Tensor copies the
 // handle, not the data (views share storage); data moves only through copy_from / to().
-// Float32 is the working type; I32 holds labels, BF16/F16 hold compressed gradients.
+// Float32 is the working type; I32 holds labels, BF16/F16 hold compressed gradients, U8 holds
+// bytes (strings and records that ranks exchange).
 #pragma once
 
 #include <cstdint>
@@ -13,8 +14,9 @@
 
 namespace dtrain {
 
-enum class DType : uint8_t { kF32, kI32, kBF16, kF16 };
+enum class DType : uint8_t { kF32, kI32, kBF16, kF16, kU8 };
 size_t dtype_size(DType dtype);
+inline bool is_integer(DType dtype) { return dtype == DType::kI32 || dtype == DType::kU8; }
 const char* dtype_name(DType dtype);
 
 using Shape = std::vector<int64_t>;

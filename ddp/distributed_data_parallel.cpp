@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "comm/exchange.h"
 #include "core/error.h"
 #include "core/ops.h"
 
@@ -64,14 +65,9 @@ std::string first_difference(const ParamSignature& mine, const ParamSignature& r
 
 void verify_same_model_on_all_ranks(Module& module, Communicator& comm) {
   ParamSignature mine = signature_of(module);
-  // Broadcast rank 0's signature (length, then int32 words) and compare locally: every rank
-  // then knows whether it differs, and one all-reduce tells everyone whether anyone does.
-  int32_t len = static_cast<int32_t>(mine.text.size());
-  comm.broadcast(&len, 1, DType::kI32, 0);
-  std::vector<int32_t> words(static_cast<size_t>((len + 3) / 4), 0);
-  if (comm.rank() == 0) std::copy(mine.text.begin(), mine.text.end(), reinterpret_cast<char*>(words.data()));
-  comm.broadcast(words.data(), static_cast<int64_t>(words.size()), DType::kI32, 0);
-  const std::string root_text(reinterpret_cast<const char*>(words.data()), static_cast<size_t>(len));
+  // Broadcast rank 0's signature and compare locally: every rank then knows whether it
+  // differs, and one all-reduce tells everyone whether anyone does.
+  const std::string root_text = broadcast_string(comm, mine.text, 0);
   int32_t differs = root_text != mine.text ? 1 : 0;
   int32_t ranks_differing = differs;
   comm.allreduce(&ranks_differing, 1, DType::kI32, ReduceOp::kSum);

@@ -1,10 +1,8 @@
 // NcclCommunicator (see nccl_communicator.h).
 #include "comm/nccl/nccl_communicator.h"
 
-#include <array>
 #include <atomic>
 #include <exception>
-#include <cstring>
 #include <mutex>
 
 #include <fmt/format.h>
@@ -26,6 +24,7 @@ ncclDataType_t nccl_type(DType dtype) {
     case DType::kI32: return ncclInt32;
     case DType::kBF16: return ncclBfloat16;
     case DType::kF16: return ncclFloat16;
+    case DType::kU8: return ncclUint8;
   }
   throw Error(fmt::format("NCCL: unsupported dtype {}", static_cast<int>(dtype)));
 }
@@ -142,16 +141,10 @@ NcclCommunicator::NcclCommunicator(Communicator& bootstrap, Device device, NcclO
   s.comm_stream = std::make_unique<cuda::CudaStream>(device.index);
   s.watchdog = std::make_shared<NcclWatchdog>(s.rank, device.index, options.timeout, options.poll_interval);
 
-  // Rank 0 makes the id; the bootstrap communicator carries it as 32-bit words (a type every
-  // backend moves bit-exactly), sizeof(ncclUniqueId) rounded up.
+  // Rank 0 makes the id; the bootstrap communicator carries its bytes.
   ncclUniqueId id{};
-  std::array<int32_t, (sizeof(ncclUniqueId) + sizeof(int32_t) - 1) / sizeof(int32_t)> words{};
-  if (s.rank == 0) {
-    NCCL_CHECK(ncclGetUniqueId(&id));
-    std::memcpy(words.data(), &id, sizeof id);
-  }
-  bootstrap.broadcast(words.data(), static_cast<int64_t>(words.size()), DType::kI32, 0);
-  std::memcpy(&id, words.data(), sizeof id);
+  if (s.rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+  bootstrap.broadcast(&id, static_cast<int64_t>(sizeof id), DType::kU8, 0);
 
   const int64_t key = s.watchdog->begin(0, "init");
   NCCL_CHECK(ncclCommInitRank(&s.comm, s.size, id, s.rank));

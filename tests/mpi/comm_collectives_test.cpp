@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "comm/exchange.h"
 #include "core/error.h"
 #include "core/kernels.h"
 #include "tests/mpi/mpi_test_env.h"
@@ -255,6 +256,32 @@ TEST(Barrier, OrdersSideEffectsAcrossRanks) {
   EXPECT_EQ(missing, 0);
   comm.barrier_async()->wait();  // everyone has looked before anyone deletes
   std::filesystem::remove(marker(comm.rank()));
+}
+
+// Strings and records move as bytes: any length (empty, odd, longer than every other rank's),
+// any content (zero bytes included), and every rank gets every rank's exactly.
+TEST(Exchange, StringsAndValuesOfEveryRankArriveExactly) {
+  Communicator& comm = test_comm();
+  auto text_of = [](int r) {
+    std::string s(static_cast<size_t>(r * 37), 'a');
+    for (size_t i = 0; i < s.size(); ++i) s[i] = static_cast<char>((i * 31 + static_cast<size_t>(r)) % 256);
+    return s;
+  };
+  const std::vector<std::string> all = allgather_strings(comm, text_of(comm.rank()));
+  ASSERT_EQ(static_cast<int>(all.size()), comm.size());
+  for (int r = 0; r < comm.size(); ++r) EXPECT_EQ(all[static_cast<size_t>(r)], text_of(r)) << "rank " << r;
+  const std::string root("rank 0's\0text", 14);
+  EXPECT_EQ(broadcast_string(comm, comm.rank() == 0 ? root : std::string("ignored")), root);
+  EXPECT_EQ(broadcast_string(comm, comm.rank() == 0 ? std::string() : std::string("x")), "");
+  struct Record {
+    uint64_t id;
+    int32_t rank;
+  };
+  const std::vector<Record> records = allgather_values(comm, Record{0x0123456789abcdefull + static_cast<uint64_t>(comm.rank()), comm.rank()});
+  for (int r = 0; r < comm.size(); ++r) {
+    EXPECT_EQ(records[static_cast<size_t>(r)].id, 0x0123456789abcdefull + static_cast<uint64_t>(r));
+    EXPECT_EQ(records[static_cast<size_t>(r)].rank, r);
+  }
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "comm/exchange.h"
 #include "ddp/trainer.h"
 #include "tests/mpi/mpi_test_env.h"
 
@@ -32,9 +33,7 @@ TEST(RealTraining, FashionMnistSubsetReachesStatedAccuracy) {
   EXPECT_EQ(r.train_samples % comm.size(), 0);
   // Test accuracy is itself all-reduced, so ranks agree on it even if they trained apart: what
   // shows they trained one model is that every rank ends with the same parameters, bit for bit.
-  std::vector<uint64_t> fingerprints(static_cast<size_t>(comm.size()));
-  uint64_t mine = r.parameters_fingerprint;
-  comm.allgather(&mine, fingerprints.data(), 2, DType::kI32);  // 8 bytes as two int32 words
+  const std::vector<uint64_t> fingerprints = allgather_values(comm, r.parameters_fingerprint);
   for (int rank = 1; rank < comm.size(); ++rank)
     EXPECT_EQ(fingerprints[static_cast<size_t>(rank)], fingerprints[0]) << "rank " << rank << "'s parameters differ";
 }
