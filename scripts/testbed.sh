@@ -45,7 +45,8 @@ say() { echo "testbed: $*" >&2; }
 die() { say "$*"; exit 1; }
 script_path() { cd "$(dirname "${BASH_SOURCE[0]}")" && echo "$PWD/$(basename "${BASH_SOURCE[0]}")"; }
 
-node_name() { printf 'node%s' "$(printf "\\x$(printf '%x' $((65 + $1)))")"; }  # 0 -> nodeA
+readonly LETTERS=ABCDEFGHIJKLMNOPQRSTUVWXYZ
+node_name() { echo "node${LETTERS:$1:1}"; }  # 0 -> nodeA
 netns_of() { echo "$1-$2"; }  # bed, node (or "bridge")
 
 # Why a bed cannot be made here (empty when it can). Makes and removes a scratch namespace
@@ -223,7 +224,9 @@ parse_bed_flags() {  # sets nodes, rate, name, timeout; leaves the rest in cmd
       *) die "unknown argument '$1'" ;;
     esac
   done
-  [[ "$nodes" =~ ^[0-9]+$ ]] && [ "$nodes" -ge 1 ] && [ "$nodes" -le 26 ] || die "--nodes: expected 1 to 26, got '$nodes'"
+  if ! [[ "$nodes" =~ ^[0-9]+$ ]] || [ "$nodes" -lt 1 ] || [ "$nodes" -gt 26 ]; then
+    die "--nodes: expected 1 to 26, got '$nodes'"
+  fi
   [ -z "$timeout" ] || [[ "$timeout" =~ ^[0-9]+$ ]] || die "--timeout: expected whole seconds, got '$timeout'"
   [ -z "$rate" ] || rate_bytes_per_s "$rate" >/dev/null
   [[ "$name" =~ ^[A-Za-z0-9_.-]*$ ]] || die "--name: letters, digits, '.', '_' and '-' only"

@@ -16,12 +16,12 @@ readonly BED_TIMEOUT_S=100  # below CTest's TIMEOUT, so the bed's own trap alway
 layout=${1:?usage: on_testbed.sh NODESxRANKS mpirun|launch ...}
 mode=${2:?usage: on_testbed.sh NODESxRANKS mpirun|launch ...}
 shift 2
-[[ "$layout" =~ ^([1-9][0-9]?)x([1-9][0-9]?)$ ]] || { echo "on_testbed.sh: layout '$layout' is not like 2x2" >&2; exit 2; }
+[[ "$layout" =~ ^([1-9]|1[0-9]|2[0-6])x([1-9][0-9]?)$ ]] || { echo "on_testbed.sh: layout '$layout' is not like 2x2" >&2; exit 2; }
 nodes=${BASH_REMATCH[1]} ranks=${BASH_REMATCH[2]}
 
-hosts=""
+hosts="" letters=ABCDEFGHIJKLMNOPQRSTUVWXYZ
 for ((i = 0; i < nodes; i++)); do
-  hosts+="${hosts:+,}node$(printf "\\x$(printf '%x' $((65 + i)))"):$ranks"
+  hosts+="${hosts:+,}node${letters:i:1}:$ranks"
 done
 export DTRAIN_TEST_HOSTS=$hosts OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
