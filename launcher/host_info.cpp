@@ -1,8 +1,13 @@
 // Reads the core count (sysfs topology within the affinity mask), user id and environment.
 #include "launcher/host_info.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <unistd.h>
+
+#include <bit>
 
 #include <fstream>
 #include <set>
@@ -42,10 +47,25 @@ int physical_cores() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
+std::vector<NetInterface> network_interfaces() {
+  std::vector<NetInterface> interfaces;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return interfaces;
+  for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET || a->ifa_netmask == nullptr) continue;
+    const auto* address = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+    const auto* mask = reinterpret_cast<const sockaddr_in*>(a->ifa_netmask);
+    interfaces.push_back({a->ifa_name, ntohl(address->sin_addr.s_addr), std::popcount(mask->sin_addr.s_addr)});
+  }
+  freeifaddrs(list);
+  return interfaces;
+}
+
 LaunchHost current_host() {
   LaunchHost host;
   host.cores = physical_cores();
   host.is_root = geteuid() == 0;
+  host.interfaces = network_interfaces();
   for (char** e = environ; *e != nullptr; ++e) {
     std::string entry(*e);
     size_t eq = entry.find('=');

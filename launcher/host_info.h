@@ -1,5 +1,6 @@
 // The facts about this machine that shape the mpirun command: physical cores this process may
-// use, whether it runs as root, and its environment (the only non-pure part of the launcher).
+// use, whether it runs as root, its environment and network interfaces (the only non-pure part
+// of the launcher).
 #pragma once
 
 #include "launcher/mpirun_command.h"
@@ -9,6 +10,9 @@ namespace dtrain::launcher {
 // Physical cores (not hardware threads: mpirun binds and counts slots per core) in this
 // process's CPU affinity mask; falls back to std::thread::hardware_concurrency().
 int physical_cores();
+
+// IPv4 addresses of this node's interfaces (getifaddrs); empty if they cannot be read.
+std::vector<NetInterface> network_interfaces();
 
 LaunchHost current_host();
 

@@ -8,6 +8,7 @@
 #include <cxxopts.hpp>
 
 #include "core/error.h"
+#include "launcher/iface.h"
 
 namespace dtrain::launcher {
 
@@ -15,12 +16,16 @@ namespace {
 
 cxxopts::Options make_options() {
   cxxopts::Options options("dtrain-launch", "Starts a dtrain job under mpirun, one rank per GPU or core.");
-  options.custom_help("-n N [OPTION...] -- PROGRAM [ARGS...]");
+  options.custom_help("[-n N] [OPTION...] -- PROGRAM [ARGS...]");
   options.add_options()
-      ("n,np", "number of ranks", cxxopts::value<std::string>())
-      ("hosts", "nodes and ranks per node, e.g. h1:2,h2:2", cxxopts::value<std::string>())
+      ("n,np", "number of ranks (default: the slots of --hosts, --hostfile or the Slurm allocation)",
+       cxxopts::value<std::string>())
+      ("hosts", "nodes and ranks per node, e.g. h1:2,h2:2 (inside Slurm: the allocation's)",
+       cxxopts::value<std::string>())
       ("hostfile", "Open MPI hostfile", cxxopts::value<std::string>())
       ("gpus-per-node", "one rank per GPU, this many per node", cxxopts::value<std::string>())
+      ("iface", "network for Open MPI's TCP and out-of-band traffic: interface names or IPv4 CIDRs, "
+                "e.g. eth1 or 10.1.0.0/16", cxxopts::value<std::string>())
       ("dry-run", "print the mpirun command and exit")
       ("mpi-verbose", "show Open MPI's own error and help messages (hidden by default: ranks print one line each)")
       ("mpirun", "mpirun to run", cxxopts::value<std::string>()->default_value("mpirun"))
@@ -101,8 +106,7 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& args) {
   }
   if (!result.unmatched().empty())
     throw UsageError(fmt::format("unexpected argument '{}' (the program to run goes after --)", result.unmatched()[0]));
-  if (!result.count("np")) throw UsageError("-n (number of ranks) is required");
-  opts.np = parse_positive(result["np"].as<std::string>(), "-n");
+  if (result.count("np")) opts.np = parse_positive(result["np"].as<std::string>(), "-n");
   if (result.count("hosts") && result.count("hostfile")) throw UsageError("give --hosts or --hostfile, not both");
   if (result.count("hosts")) {
     opts.hosts_flag = result["hosts"].as<std::string>();
@@ -114,6 +118,10 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& args) {
   }
   if (result.count("gpus-per-node"))
     opts.gpus_per_node = parse_positive(result["gpus-per-node"].as<std::string>(), "--gpus-per-node");
+  if (result.count("iface")) {
+    opts.iface = result["iface"].as<std::string>();
+    check_iface(opts.iface);
+  }
   opts.dry_run = result.count("dry-run") > 0;
   opts.mpi_verbose = result.count("mpi-verbose") > 0;
   opts.mpirun = result["mpirun"].as<std::string>();

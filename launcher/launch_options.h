@@ -1,6 +1,6 @@
-// dtrain-launch's command line: `dtrain-launch -n N [--hosts h1:2,h2:2 | --hostfile F]
-// [--gpus-per-node G] [--dry-run] [--mpirun PATH] -- program args...`, parsed into
-// LaunchOptions. Wrong flags throw dtrain::UsageError (the launcher exits 2).
+// dtrain-launch's command line: `dtrain-launch [-n N] [--hosts h1:2,h2:2 | --hostfile F]
+// [--gpus-per-node G] [--iface NAME|CIDR] [--dry-run] [--mpirun PATH] -- program args...`,
+// parsed into LaunchOptions. Wrong flags throw dtrain::UsageError (the launcher exits 2).
 #pragma once
 
 #include <string>
@@ -17,11 +17,13 @@ struct HostSlots {
 };
 
 struct LaunchOptions {
-  int np = 0;
+  int np = 0;                    // 0: not given; resolve_launch makes it the total slots
   std::string hosts_flag;        // --hosts as given ("h1:2,h2:2"), passed to mpirun --host
   std::string hostfile;          // --hostfile path, passed to mpirun --hostfile
-  std::vector<HostSlots> hosts;  // the nodes named by either (empty: this node only)
+  std::vector<HostSlots> hosts;  // the nodes named by either, or by Slurm (empty: this node only)
+  bool hosts_from_slurm = false;  // hosts came from the Slurm allocation (resolve_launch)
   int gpus_per_node = 0;         // 0: CPU ranks, one per core
+  std::string iface;             // network for Open MPI's TCP and out-of-band traffic ("" = Open MPI's choice)
   bool dry_run = false;
   bool mpi_verbose = false;  // keep Open MPI's multi-line abort banners and help messages
   bool help = false;

@@ -63,7 +63,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     load_hostfile(opts);
-    std::vector<std::string> cmd = build_mpirun_argv(opts, current_host());
+    const LaunchHost host = current_host();
+    opts = resolve_launch(std::move(opts), host);
+    std::vector<std::string> cmd = build_mpirun_argv(opts, host);
     if (opts.dry_run) {
       fmt::print("{}\n", shell_join(cmd));
       return 0;

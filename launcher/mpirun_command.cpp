@@ -2,11 +2,14 @@
 #include "launcher/mpirun_command.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <set>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "launcher/slurm.h"
 
 namespace dtrain::launcher {
 
@@ -18,9 +21,63 @@ size_t distinct_nodes(const std::vector<HostSlots>& hosts) {
   return std::max<size_t>(1, names.size());
 }
 
+// Where the hosts came from, for messages.
+std::string host_source(const LaunchOptions& opts) {
+  if (opts.hosts_from_slurm) return "the Slurm allocation";
+  if (!opts.hostfile.empty()) return fmt::format("--hostfile {}", opts.hostfile);
+  return fmt::format("--hosts {}", opts.hosts_flag);
+}
+
+// "a:2,b:2" for mpirun --host; "" when a count is unknown (mpirun then reads the allocation).
+std::string host_list(const std::vector<HostSlots>& hosts) {
+  std::string list;
+  for (const HostSlots& h : hosts) {
+    if (h.slots < 1) return "";
+    list += fmt::format("{}{}:{}", list.empty() ? "" : ",", h.name, h.slots);
+  }
+  return list;
+}
+
 }  // namespace
 
+LaunchOptions resolve_launch(LaunchOptions opts, const LaunchHost& host) {
+  if (!opts.iface.empty() && !host.interfaces.empty()) {
+    if (std::string item = unmatched_iface(opts.iface, host.interfaces); !item.empty())
+      throw UsageError(fmt::format("--iface: '{}' matches no interface of this node ({})", item,
+                                   describe_interfaces(host.interfaces)));
+  }
+  if (opts.hosts.empty() && opts.hostfile.empty()) {
+    opts.hosts = slurm_hosts(host.env);
+    opts.hosts_from_slurm = !opts.hosts.empty();
+    opts.hosts_flag = host_list(opts.hosts);
+  }
+  if (opts.hosts.empty()) {
+    if (opts.np == 0)
+      throw UsageError(
+          "-n (number of ranks) is required when neither --hosts, --hostfile nor a Slurm allocation gives slots");
+    return opts;
+  }
+  auto unstated = std::find_if(opts.hosts.begin(), opts.hosts.end(), [](const HostSlots& h) { return h.slots < 1; });
+  if (unstated != opts.hosts.end()) {
+    if (opts.np == 0)
+      throw UsageError(fmt::format("-n (number of ranks) is required: {} gives no slot count for {}", host_source(opts),
+                                   unstated->name));
+    return opts;
+  }
+  int64_t slots = 0;
+  for (const HostSlots& h : opts.hosts) slots += h.slots;
+  if (opts.np == 0) {
+    if (slots > std::numeric_limits<int>::max())
+      throw UsageError(fmt::format("{} gives {} slots, more ranks than one job can have", host_source(opts), slots));
+    opts.np = static_cast<int>(slots);
+  } else if (opts.np > slots) {
+    throw UsageError(fmt::format("-n {} is more ranks than the {} slot(s) of {}", opts.np, slots, host_source(opts)));
+  }
+  return opts;
+}
+
 LaunchPlan plan_launch(const LaunchOptions& opts, const LaunchHost& host) {
+  DTRAIN_CHECK(opts.np > 0, "plan_launch: the rank count is not resolved (resolve_launch)");
   LaunchPlan plan;
   const int nodes = static_cast<int>(distinct_nodes(opts.hosts));
   plan.single_node = nodes == 1;
@@ -70,6 +127,10 @@ std::vector<std::string> build_mpirun_argv(const LaunchOptions& opts, const Laun
   // A failing rank prints its own one-line error; Open MPI's MPI_ABORT banner only repeats it.
   // The launcher reports mpirun's exit status itself, so nothing fails silently.
   if (!opts.mpi_verbose) argv.insert(argv.end(), {"--mca", "orte_execute_quiet", "1"});
+  // The network between nodes: MPI's TCP messages and mpirun's own out-of-band traffic (its
+  // daemons' wire-up, the classic multi-node hang when it picks an unreachable interface).
+  if (!opts.iface.empty())
+    argv.insert(argv.end(), {"--mca", "btl_tcp_if_include", opts.iface, "--mca", "oob_tcp_if_include", opts.iface});
 
   // Forward by name (mpirun reads the value), so the printed command carries no values.
   for (const auto& [name, value] : host.env) {

@@ -1,7 +1,8 @@
 // The mpirun command dtrain-launch runs: pure logic from LaunchOptions and the facts about
 // this machine (LaunchHost), so every decision is testable without starting anything.
 //   mpirun -np N [--host LIST | --hostfile F] [--map-by M] --bind-to core|none [--oversubscribe]
-//          [--allow-run-as-root] -x VAR... PROGRAM ARGS...
+//          [--allow-run-as-root] [--mca btl_tcp_if_include I --mca oob_tcp_if_include I]
+//          -x VAR... PROGRAM ARGS...
 #pragma once
 
 #include <map>
@@ -9,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "launcher/iface.h"
 #include "launcher/launch_options.h"
 
 namespace dtrain::launcher {
@@ -19,6 +21,7 @@ struct LaunchHost {
   int cores = 1;         // physical cores this process may run on
   bool is_root = false;  // Open MPI 4 refuses root without --allow-run-as-root
   std::map<std::string, std::string> env;  // the caller's environment
+  std::vector<NetInterface> interfaces;    // this node's IPv4 addresses (empty: not known, --iface unchecked)
 };
 
 // The decisions behind the command.
@@ -30,7 +33,15 @@ struct LaunchPlan {
   bool oversubscribe = false;  // more ranks than cores on a single node
 };
 
-// Throws UsageError when the ranks cannot be placed (e.g. -n above gpus-per-node x nodes).
+// Completes the options from where the job runs: inside a Slurm allocation without --hosts or
+// --hostfile, the allocation's nodes and tasks per node (host.env); -n, when not given, is the
+// total of the slots. Throws UsageError when -n is missing and no slot counts are known, when
+// -n is more than the slots stated, or when --iface names no network this node is on (mpirun's
+// out-of-band traffic starts here).
+LaunchOptions resolve_launch(LaunchOptions opts, const LaunchHost& host);
+
+// Expects resolved options (np > 0). Throws UsageError when the ranks cannot be placed (e.g. -n
+// above gpus-per-node x nodes).
 LaunchPlan plan_launch(const LaunchOptions& opts, const LaunchHost& host);
 std::vector<std::string> build_mpirun_argv(const LaunchOptions& opts, const LaunchHost& host);
 

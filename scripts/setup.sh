@@ -2,6 +2,7 @@
 # One-command set-up for dtrain on Debian 12 (as root, or with sudo available).
 #   bash scripts/setup.sh run    install deps, build Release, run the main job (2-rank training)
 #   bash scripts/setup.sh test   install deps, build (CUDA variant when nvcc is present), run CTest
+#                                (label multinode: a test bed of network namespaces; skipped unless root)
 # Idempotent: installs only what is missing, reuses the build folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +11,7 @@ mode=${1:-}
 case "$mode" in run|test|build) ;; *) echo "usage: bash scripts/setup.sh run|test|build" >&2; exit 2 ;; esac
 
 packages=(cmake g++ make libopenmpi-dev openmpi-bin libcxxopts-dev libfmt-dev libgtest-dev libopenblas-dev
-          zlib1g-dev dataset-fashion-mnist)
+          zlib1g-dev dataset-fashion-mnist iproute2)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

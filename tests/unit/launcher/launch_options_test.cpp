@@ -52,7 +52,6 @@ TEST(LaunchOptions, Defaults) {
 TEST(LaunchOptions, HelpNeedsNothingElse) { EXPECT_TRUE(parse_launch_args({"--help"}).help); }
 
 TEST(LaunchOptions, BadFlagsAreUsageErrors) {
-  EXPECT_THAT(usage_error({"--", "prog"}), HasSubstr("-n"));
   EXPECT_THAT(usage_error({"-n", "0", "--", "prog"}), HasSubstr("-n: '0' is not a positive integer"));
   EXPECT_THAT(usage_error({"-n", "two", "--", "prog"}), HasSubstr("-n: 'two'"));
   EXPECT_THAT(usage_error({"-n", "2"}), HasSubstr("no program to run"));
@@ -64,6 +63,18 @@ TEST(LaunchOptions, BadFlagsAreUsageErrors) {
   EXPECT_THAT(usage_error({"-n", "2", "--hosts", "a:x", "--", "p"}), HasSubstr("slot count"));
   EXPECT_THAT(usage_error({"-n", "2", "--hosts", "a,,b", "--", "p"}), HasSubstr("empty host name"));
   EXPECT_THAT(usage_error({"-n", "2", "--mpirun", "", "--", "p"}), HasSubstr("--mpirun"));
+}
+
+TEST(LaunchOptions, RankCountIsOptional) {
+  // resolve_launch (mpirun_command.h) takes it from the slots, or says it is missing.
+  EXPECT_EQ(parse_launch_args({"--hosts", "a:2,b:2", "--", "prog"}).np, 0);
+  EXPECT_EQ(parse_launch_args({"--", "prog"}).np, 0);
+}
+
+TEST(LaunchOptions, IfaceIsCheckedWhenParsed) {
+  EXPECT_EQ(parse_launch_args({"-n", "2", "--iface", "198.18.0.0/24", "--", "p"}).iface, "198.18.0.0/24");
+  EXPECT_EQ(usage_error({"-n", "2", "--iface", "10.0.0.0/33", "--", "p"}),
+            "--iface: '10.0.0.0/33' is neither an interface name (eth1) nor an IPv4 CIDR (10.1.0.0/16)");
 }
 
 TEST(LaunchOptions, HostsWithoutCountsHaveOneSlot) {

@@ -19,12 +19,28 @@ using ::testing::Not;
 LaunchOptions opts(std::vector<std::string> args) { return parse_launch_args(args); }
 
 LaunchHost machine(int cores, bool root = false, std::map<std::string, std::string> env = {}) {
-  return LaunchHost{cores, root, std::move(env)};
+  LaunchHost host;
+  host.cores = cores;
+  host.is_root = root;
+  host.env = std::move(env);
+  return host;
 }
 
 std::string command(const std::vector<std::string>& args, const LaunchHost& host) {
-  return shell_join(build_mpirun_argv(opts(args), host));
+  return shell_join(build_mpirun_argv(resolve_launch(opts(args), host), host));
 }
+
+std::string resolve_error(const LaunchOptions& o, const LaunchHost& host) {
+  try {
+    resolve_launch(o, host);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+const std::map<std::string, std::string> kSlurmTwoByTwo = {{"SLURM_JOB_NODELIST", "node[01-02]"},
+                                                           {"SLURM_TASKS_PER_NODE", "2(x2)"}};
 
 TEST(MpirunCommand, TwoRanksOnTwoCores) {
   EXPECT_THAT(build_mpirun_argv(opts({"-n", "2", "--", "dtrain", "train", "--epochs", "1"}), machine(2)),
@@ -65,6 +81,71 @@ TEST(MpirunCommand, HostsAcrossNodes) {
             "mpirun -np 4 --host h1:2,h2:2 --map-by core --bind-to core --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=1 p");
   EXPECT_EQ(command({"-n", "8", "--hosts", "h1:4,h2:4", "--gpus-per-node", "4", "--", "p"}, machine(32)),
             "mpirun -np 8 --host h1:4,h2:4 --map-by ppr:4:node:PE=8 --bind-to core --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=8 p");
+}
+
+TEST(MpirunCommand, RankCountDefaultsToTheSlotsOfTheHosts) {
+  EXPECT_EQ(command({"--hosts", "nodeA:2,nodeB:2", "--", "p"}, machine(2)),
+            "mpirun -np 4 --host nodeA:2,nodeB:2 --map-by core --bind-to core --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=1 p");
+  EXPECT_THAT(command({"--hosts", "a,b,c", "--", "p"}, machine(2)), HasSubstr("-np 3 "));  // no count: one slot
+  LaunchOptions o = opts({"--hostfile", "/etc/hosts.mpi", "--", "p"});
+  o.hosts = {{"a", 2}, {"b", 3}};  // what load_hostfile would read
+  EXPECT_EQ(resolve_launch(o, machine(4)).np, 5);
+  EXPECT_EQ(resolve_launch(opts({"-n", "3", "--hosts", "a:2,b:2", "--", "p"}), machine(4)).np, 3);  // -n wins
+}
+
+TEST(MpirunCommand, MissingOrImpossibleRankCountsAreUsageErrors) {
+  EXPECT_THAT(resolve_error(opts({"--", "p"}), machine(2)), HasSubstr("-n (number of ranks) is required when neither"));
+  LaunchOptions o = opts({"--hostfile", "hf", "--", "p"});
+  o.hosts = {{"a", 2}, {"b", 0}};
+  EXPECT_THAT(resolve_error(o, machine(2)), HasSubstr("--hostfile hf gives no slot count for b"));
+  EXPECT_THAT(resolve_error(opts({"-n", "5", "--hosts", "a:2,b:2", "--", "p"}), machine(2)),
+              HasSubstr("-n 5 is more ranks than the 4 slot(s) of --hosts a:2,b:2"));
+  EXPECT_THAT(resolve_error(opts({"-n", "2", "--", "p"}), machine(2)), ::testing::IsEmpty());
+}
+
+TEST(MpirunCommand, InsideSlurmTheAllocationGivesTheHosts) {
+  EXPECT_EQ(command({"--", "p"}, machine(2, false, kSlurmTwoByTwo)),
+            "mpirun -np 4 --host node01:2,node02:2 --map-by core --bind-to core --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=1 p");
+  LaunchOptions o = resolve_launch(opts({"-n", "3", "--", "p"}), machine(2, false, kSlurmTwoByTwo));
+  EXPECT_TRUE(o.hosts_from_slurm);
+  EXPECT_EQ(o.np, 3);
+  EXPECT_THAT(resolve_error(opts({"-n", "5", "--", "p"}), machine(2, false, kSlurmTwoByTwo)),
+              HasSubstr("-n 5 is more ranks than the 4 slot(s) of the Slurm allocation"));
+}
+
+TEST(MpirunCommand, ExplicitHostsWinOverSlurm) {
+  EXPECT_THAT(command({"--hosts", "x:1", "--", "p"}, machine(2, false, kSlurmTwoByTwo)),
+              ::testing::StartsWith("mpirun -np 1 --host x:1 "));
+  LaunchOptions o = opts({"-n", "2", "--hostfile", "hf", "--", "p"});
+  o.hosts = {{"y", 0}};
+  EXPECT_FALSE(resolve_launch(o, machine(2, false, kSlurmTwoByTwo)).hosts_from_slurm);
+}
+
+TEST(MpirunCommand, SlurmWithoutTaskCountsNeedsRankCount) {
+  const std::map<std::string, std::string> env = {{"SLURM_JOB_NODELIST", "n[1-2]"}};
+  EXPECT_THAT(resolve_error(opts({"--", "p"}), machine(2, false, env)),
+              HasSubstr("the Slurm allocation gives no slot count for n1"));
+  // With -n, mpirun reads the allocation itself: no --host.
+  EXPECT_EQ(command({"-n", "4", "--", "p"}, machine(2, false, env)),
+            "mpirun -np 4 --map-by core --bind-to core --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=1 p");
+}
+
+TEST(MpirunCommand, IfacePicksTheNetworkForTcpAndOutOfBand) {
+  EXPECT_EQ(command({"--hosts", "a:1,b:1", "--iface", "198.18.0.0/24", "--", "p"}, machine(2)),
+            "mpirun -np 2 --host a:1,b:1 --map-by slot:PE=2 --bind-to core --mca orte_execute_quiet 1 "
+            "--mca btl_tcp_if_include 198.18.0.0/24 --mca oob_tcp_if_include 198.18.0.0/24 -x OPENBLAS_NUM_THREADS=2 p");
+  EXPECT_THAT(command({"-n", "2", "--", "p"}, machine(2)), Not(HasSubstr("if_include")));
+}
+
+// Open MPI only warns about an if_include that matches nothing and then uses every interface.
+TEST(MpirunCommand, IfaceThisNodeIsNotOnIsAUsageError) {
+  LaunchHost host = machine(2);
+  host.interfaces = {{"lo", 0x7f000001, 8}, {"eth0", 0xc6120001, 24}};  // 198.18.0.1/24
+  EXPECT_NO_THROW(resolve_launch(opts({"-n", "2", "--iface", "198.18.0.0/24", "--", "p"}), host));
+  EXPECT_NO_THROW(resolve_launch(opts({"-n", "2", "--iface", "eth0", "--", "p"}), host));
+  EXPECT_EQ(resolve_error(opts({"-n", "2", "--iface", "10.99.0.0/24", "--", "p"}), host),
+            "--iface: '10.99.0.0/24' matches no interface of this node (lo 127.0.0.1/8, eth0 198.18.0.1/24)");
+  EXPECT_THAT(resolve_error(opts({"-n", "2", "--iface", "eth0,ib0", "--", "p"}), host), HasSubstr("'ib0'"));
 }
 
 TEST(MpirunCommand, OneHostIsASingleNode) {

@@ -1,0 +1,33 @@
+// --iface: which network Open MPI's TCP messages and out-of-band traffic use, as interface
+// names or IPv4 CIDRs (Open MPI's btl_tcp_if_include / oob_tcp_if_include syntax), checked for
+// form and against this node's interfaces. Open MPI itself only warns about a value that
+// matches nothing and then uses every interface, so a typo would go unnoticed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dtrain::launcher {
+
+// One address of one interface of this node (getifaddrs; IPv4 only).
+struct NetInterface {
+  std::string name;
+  uint32_t ipv4 = 0;  // host byte order
+  int prefix_len = 0;
+  friend bool operator==(const NetInterface&, const NetInterface&) = default;
+};
+
+// Throws UsageError unless every comma-separated item is an interface name (1-15 bytes) or an
+// IPv4 CIDR such as 10.1.0.0/16.
+void check_iface(std::string_view spec);
+
+// The first item of spec that names no interface of `interfaces` (a name equal to one, a CIDR
+// containing one's address); "" when all match.
+std::string unmatched_iface(std::string_view spec, const std::vector<NetInterface>& interfaces);
+
+// "eth0 198.18.0.1/24, lo 127.0.0.1/8" for messages.
+std::string describe_interfaces(const std::vector<NetInterface>& interfaces);
+
+}  // namespace dtrain::launcher
