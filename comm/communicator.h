@@ -48,7 +48,9 @@ class Communicator {
   virtual int size() const = 0;
   virtual int local_rank() const = 0;   // rank among the processes on this node
   virtual int local_size() const = 0;
-  virtual std::string backend() const = 0;  // "mpi" or "nccl"
+  virtual std::string backend() const = 0;  // "mpi", "nccl" or "self"
+  // The backend and how it moves data, for logs: "mpi (shared-memory all-reduce)".
+  virtual std::string describe() const { return backend(); }
   // The stream the collectives run on; callers make it wait on the compute stream first.
   virtual Stream& stream() = 0;
 
@@ -66,6 +68,10 @@ class Communicator {
   virtual Tensor allocate_reduce_buffer(int64_t numel, DType dtype, Device device) {
     return Tensor::zeros({numel}, device, dtype);
   }
+
+  // Finishes every collective already issued and releases the backend's resources (call it from
+  // the thread that created the communicator). Later collectives throw. Idempotent.
+  virtual void shutdown() {}
 
   // Blocking forms.
   void allreduce(void* buf, int64_t count, DType dtype, ReduceOp op) { allreduce_async(buf, count, dtype, op)->wait(); }

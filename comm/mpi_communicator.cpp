@@ -80,6 +80,10 @@ Tensor MpiCommunicator::allocate_reduce_buffer(int64_t numel, DType dtype, Devic
   return Tensor::from_external(region, {numel}, device, dtype);
 }
 
+std::string MpiCommunicator::describe() const {
+  return shm_ ? "mpi (shared-memory all-reduce)" : "mpi";
+}
+
 WorkHandle MpiCommunicator::broadcast_async(void* buf, int64_t count, DType dtype, int root) {
   check_count(count, buf, "broadcast");
   DTRAIN_CHECK(root >= 0 && root < size_, "broadcast: root {} is not a rank of {}", root, size_);

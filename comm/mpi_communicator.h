@@ -31,6 +31,7 @@ class MpiCommunicator final : public Communicator {
   int local_rank() const override { return local_rank_; }
   int local_size() const override { return local_size_; }
   std::string backend() const override { return "mpi"; }
+  std::string describe() const override;
   // True when float32 all-reduces go through the node-shared window (see ShmAllreduce).
   bool shared_memory_allreduce() const { return shm_ != nullptr; }
   // How many all-reduces went through it so far (0 when it is off).
@@ -53,7 +54,7 @@ class MpiCommunicator final : public Communicator {
   // Runs every queued collective, stops the communication thread, then frees the duplicate
   // communicator and the ops on the calling thread (which must be the one that owns MPI).
   // Later collectives throw dtrain::Error. Idempotent; dtrain::finalize() calls it.
-  void shutdown();
+  void shutdown() override;
 
  private:
   MPI_Comm comm_ = MPI_COMM_NULL;

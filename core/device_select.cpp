@@ -1,4 +1,4 @@
-// --device parsing and per-rank device selection (see device_select.h).
+// Device requests and per-rank device selection (see device_select.h).
 #include "core/device_select.h"
 
 #include <charconv>
@@ -15,29 +15,6 @@ namespace dtrain {
 
 namespace {
 
-enum class Kind { kAuto, kCpu, kCuda, kCudaIndex };
-
-struct Flag {
-  Kind kind;
-  int index = -1;
-};
-
-Flag parse_flag(const std::string& flag) {
-  if (flag == "auto") return {Kind::kAuto};
-  if (flag == "cpu") return {Kind::kCpu};
-  if (flag == "cuda") return {Kind::kCuda};
-  constexpr std::string_view prefix = "cuda:";
-  if (flag.size() > prefix.size() && flag.starts_with(prefix)) {
-    const char* first = flag.data() + prefix.size();
-    const char* last = flag.data() + flag.size();
-    int index = -1;
-    auto [end, ec] = std::from_chars(first, last, index);
-    // Digits only: from_chars accepts a leading '-', which is not a device.
-    if (ec == std::errc() && end == last && *first != '-' && *first != '+') return {Kind::kCudaIndex, index};
-  }
-  throw UsageError(fmt::format("--device: expected auto, cpu, cuda or cuda:N, got '{}'", flag));
-}
-
 // Why there is no GPU, for logs and errors.
 std::string no_gpu_detail(const DeviceInventory& inv) {
   if (!inv.cuda_build) return "this dtrain binary was built without CUDA";
@@ -53,8 +30,35 @@ DeviceChoice cuda_choice(int index, int local_rank, int local_size, const Device
 
 }  // namespace
 
+std::optional<DeviceRequest> DeviceRequest::parse(const std::string& text) {
+  if (text == "auto") return automatic();
+  if (text == "cpu") return cpu();
+  if (text == "cuda") return cuda();
+  constexpr std::string_view prefix = "cuda:";
+  if (text.size() > prefix.size() && text.starts_with(prefix)) {
+    const char* first = text.data() + prefix.size();
+    const char* last = text.data() + text.size();
+    int index = -1;
+    auto [end, ec] = std::from_chars(first, last, index);
+    // Digits only: from_chars accepts a leading '-', which is not a device.
+    if (ec == std::errc() && end == last && *first != '-' && *first != '+') return cuda(index);
+  }
+  return std::nullopt;
+}
+
+std::string DeviceRequest::str() const {
+  switch (kind) {
+    case Kind::kAuto: return "auto";
+    case Kind::kCpu: return "cpu";
+    case Kind::kCuda: return "cuda";
+    case Kind::kCudaIndex: return fmt::format("cuda:{}", index);
+  }
+  return "?";
+}
+
 DeviceInventory probe_devices() {
   DeviceInventory inv;
+  inv.cuda_build = built_with_cuda();
   const char* env = std::getenv("CUDA_VISIBLE_DEVICES");
   inv.visible_env = env ? env : "<unset>";
 #ifdef DTRAIN_WITH_CUDA
@@ -64,42 +68,42 @@ DeviceInventory probe_devices() {
   return inv;
 }
 
-DeviceChoice choose_device(const std::string& flag, int local_rank, int local_size, bool allow_gpu_sharing,
+DeviceChoice choose_device(const DeviceRequest& request, int local_rank, int local_size, bool allow_gpu_sharing,
                            const DeviceInventory& inv) {
-  const Flag parsed = parse_flag(flag);
+  using Kind = DeviceRequest::Kind;
   DTRAIN_CHECK(local_rank >= 0 && local_rank < local_size, "local rank {} of {}", local_rank, local_size);
-  if (parsed.kind == Kind::kCpu) return {Device::cpu(), "using cpu (--device cpu)"};
+  const std::string what = request.str();
+  if (request.kind == Kind::kCpu) return {Device::cpu(), "using cpu (requested)"};
   if (inv.count == 0) {
-    if (parsed.kind == Kind::kAuto) {
+    if (request.kind == Kind::kAuto)
       return {Device::cpu(), fmt::format("no CUDA device visible; using CPU ({})", no_gpu_detail(inv))};
-    }
-    throw Error(inv.cuda_build ? fmt::format("--device {}: no CUDA device visible ({})", flag, no_gpu_detail(inv))
-                               : fmt::format("--device {}: {}", flag, no_gpu_detail(inv)));
+    throw Error(inv.cuda_build ? fmt::format("device {}: no CUDA device visible ({})", what, no_gpu_detail(inv))
+                               : fmt::format("device {}: {}", what, no_gpu_detail(inv)));
   }
-  if (parsed.kind == Kind::kCudaIndex) {
-    if (parsed.index >= inv.count) {
-      throw Error(fmt::format("--device {}: only {} CUDA device{} visible (CUDA_VISIBLE_DEVICES={})", flag,
-                              inv.count, inv.count == 1 ? "" : "s", inv.visible_env));
+  if (request.kind == Kind::kCudaIndex) {
+    if (request.index >= inv.count) {
+      throw Error(fmt::format("device {}: only {} CUDA device{} visible (CUDA_VISIBLE_DEVICES={})", what, inv.count,
+                              inv.count == 1 ? "" : "s", inv.visible_env));
     }
     if (local_size > 1 && !allow_gpu_sharing) {
-      throw Error(fmt::format("--device {} puts all {} local ranks on one GPU; use --device cuda for one GPU per "
-                              "rank, or pass --allow-gpu-sharing to share",
-                              flag, local_size));
+      throw Error(fmt::format("device {} puts all {} local ranks on one GPU; request device cuda for one GPU per "
+                              "rank, or allow GPU sharing",
+                              what, local_size));
     }
-    return cuda_choice(parsed.index, local_rank, local_size, inv);
+    return cuda_choice(request.index, local_rank, local_size, inv);
   }
   // auto with devices, or cuda: one device per local rank.
   if (local_size > inv.count && !allow_gpu_sharing) {
-    throw Error(fmt::format("{} local ranks but only {} visible GPU{} (CUDA_VISIBLE_DEVICES={}); pass "
-                            "--allow-gpu-sharing to map local rank r to visible GPU r mod {} (also when each "
-                            "rank's own CUDA_VISIBLE_DEVICES names a different GPU)",
+    throw Error(fmt::format("{} local ranks but only {} visible GPU{} (CUDA_VISIBLE_DEVICES={}); allow GPU sharing to "
+                            "map local rank r to visible GPU r mod {} (also when each rank's own "
+                            "CUDA_VISIBLE_DEVICES names a different GPU)",
                             local_size, inv.count, inv.count == 1 ? "" : "s", inv.visible_env, inv.count));
   }
   return cuda_choice(local_rank % inv.count, local_rank, local_size, inv);
 }
 
-DeviceChoice select_device(const std::string& flag, int local_rank, int local_size, bool allow_gpu_sharing) {
-  DeviceChoice choice = choose_device(flag, local_rank, local_size, allow_gpu_sharing, probe_devices());
+DeviceChoice select_device(const DeviceRequest& request, int local_rank, int local_size, bool allow_gpu_sharing) {
+  DeviceChoice choice = choose_device(request, local_rank, local_size, allow_gpu_sharing, probe_devices());
 #ifdef DTRAIN_WITH_CUDA
   if (choice.device.is_cuda()) {
     cuda::set_device(choice.device.index);

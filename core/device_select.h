@@ -1,13 +1,29 @@
-// select_device(): turns the --device flag (auto | cpu | cuda | cuda:N) and this process's
-// place on its node into a Device, pins the process to it (cudaSetDevice), and explains the
-// choice in one log line. choose_device() is the pure decision, so it is tested without GPUs.
+// Device selection: a DeviceRequest (auto | cpu | cuda | cuda:N) and this process's place on its
+// node become a Device, the process is pinned to it (cudaSetDevice), and one log line explains
+// the choice. choose_device() is the pure decision, so it is tested without GPUs.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "core/device.h"
 
 namespace dtrain {
+
+struct DeviceRequest {
+  enum class Kind { kAuto, kCpu, kCuda, kCudaIndex };
+  Kind kind = Kind::kAuto;
+  int index = 0;  // kCudaIndex: a logical index into CUDA_VISIBLE_DEVICES
+
+  static DeviceRequest automatic() { return {Kind::kAuto, 0}; }
+  static DeviceRequest cpu() { return {Kind::kCpu, 0}; }
+  static DeviceRequest cuda() { return {Kind::kCuda, 0}; }
+  static DeviceRequest cuda(int index) { return {Kind::kCudaIndex, index}; }
+  // "auto", "cpu", "cuda" or "cuda:N" (N decimal digits); nullopt for anything else.
+  static std::optional<DeviceRequest> parse(const std::string& text);
+  std::string str() const;
+  friend bool operator==(const DeviceRequest&, const DeviceRequest&) = default;
+};
 
 struct DeviceChoice {
   Device device;
@@ -16,24 +32,25 @@ struct DeviceChoice {
 
 // What this process can see.
 struct DeviceInventory {
-  bool cuda_build = built_with_cuda();
+  bool cuda_build = false;   // the CUDA backend is available to this binary
   int count = 0;             // visible CUDA devices
   std::string visible_env;   // CUDA_VISIBLE_DEVICES, or "<unset>"
   std::string count_error;   // why count is 0 (cudaGetDeviceCount's error), may be empty
 };
 DeviceInventory probe_devices();
 
-// The decision alone: no CUDA calls, no PCI id in the log line. Throws UsageError for a
-// malformed flag and Error for a flag this inventory cannot satisfy.
+// The decision alone: no CUDA calls, no PCI id in the log line. Throws Error for a request
+// this inventory cannot satisfy.
 //   cpu      -> cpu
 //   auto     -> as cuda when a device is visible, else cpu ("no CUDA device visible; using CPU")
 //   cuda     -> logical device local_rank; more local ranks than devices is an error unless
 //               allow_gpu_sharing, which maps local_rank % count
 //   cuda:N   -> device N for every local rank (several local ranks need allow_gpu_sharing)
-DeviceChoice choose_device(const std::string& flag, int local_rank, int local_size, bool allow_gpu_sharing,
+DeviceChoice choose_device(const DeviceRequest& request, int local_rank, int local_size, bool allow_gpu_sharing,
                            const DeviceInventory& inventory);
 
-// probe_devices() + choose_device() + cuda::set_device(), the PCI bus id appended to the log.
-DeviceChoice select_device(const std::string& flag, int local_rank, int local_size, bool allow_gpu_sharing);
+// probe_devices() + choose_device() + pinning the process to the device, its PCI bus id
+// appended to the log line.
+DeviceChoice select_device(const DeviceRequest& request, int local_rank, int local_size, bool allow_gpu_sharing);
 
 }  // namespace dtrain

@@ -1,9 +1,6 @@
 #include "core/ops.h"
 
-#include <sched.h>
-
 #include <algorithm>
-#include <thread>
 #include <vector>
 
 #include <cblas.h>
@@ -76,13 +73,6 @@ void axpy(Tensor& y, const Tensor& x, float alpha) {
 int set_cpu_threads(int threads) {
   if (threads > 0) openblas_set_num_threads(threads);
   return openblas_get_num_threads();
-}
-
-int cpus_this_process_may_use() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 void set_allow_tf32([[maybe_unused]] bool allow) {

@@ -28,9 +28,8 @@ void scale(Tensor& t, float alpha);            // t *= alpha
 void axpy(Tensor& y, const Tensor& x, float alpha);  // y += alpha * x
 
 // Threads the CPU GEMM may use in this process (OpenBLAS); returns the number in force.
+// How many a rank should use is core/thread_policy.h's decision.
 int set_cpu_threads(int threads);
-// The CPUs this process is bound to (mpirun's --bind-to), or every online CPU when unbound.
-int cpus_this_process_may_use();
 
 // Whether cuBLAS may use TF32 tensor cores for float32 GEMM (off by default, as in PyTorch).
 void set_allow_tf32(bool allow);

@@ -77,11 +77,28 @@ std::unique_ptr<CommHook> make_allreduce_hook() { return std::make_unique<Allred
 
 std::unique_ptr<CommHook> make_compress_hook(DType wire_dtype) { return std::make_unique<CompressHook>(wire_dtype); }
 
-std::unique_ptr<CommHook> make_comm_hook(const std::string& name) {
-  if (name == "allreduce" || name == "none") return make_allreduce_hook();
-  if (name == "bf16") return make_compress_hook(DType::kBF16);
-  if (name == "fp16") return make_compress_hook(DType::kF16);
-  throw UsageError(fmt::format("--comm-hook: expected allreduce, bf16 or fp16, got '{}'", name));
+const char* comm_hook_name(CommHookKind kind) {
+  switch (kind) {
+    case CommHookKind::kAllreduce: return "allreduce";
+    case CommHookKind::kBf16: return "bf16";
+    case CommHookKind::kFp16: return "fp16";
+  }
+  return "?";
+}
+
+std::optional<CommHookKind> parse_comm_hook_kind(const std::string& name) {
+  for (auto kind : {CommHookKind::kAllreduce, CommHookKind::kBf16, CommHookKind::kFp16})
+    if (name == comm_hook_name(kind)) return kind;
+  return std::nullopt;
+}
+
+std::unique_ptr<CommHook> make_comm_hook(CommHookKind kind) {
+  switch (kind) {
+    case CommHookKind::kBf16: return make_compress_hook(DType::kBF16);
+    case CommHookKind::kFp16: return make_compress_hook(DType::kF16);
+    case CommHookKind::kAllreduce: break;
+  }
+  return make_allreduce_hook();
 }
 
 }  // namespace dtrain

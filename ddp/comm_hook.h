@@ -11,6 +11,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "comm/communicator.h"
@@ -27,9 +28,12 @@ class CommHook {
   virtual std::string name() const = 0;
 };
 
+enum class CommHookKind { kAllreduce, kBf16, kFp16 };
+const char* comm_hook_name(CommHookKind kind);                           // "allreduce", "bf16", "fp16"
+std::optional<CommHookKind> parse_comm_hook_kind(const std::string& name);  // the names above
+
 std::unique_ptr<CommHook> make_allreduce_hook();
 std::unique_ptr<CommHook> make_compress_hook(DType wire_dtype);  // kBF16 or kF16
-// "allreduce" | "bf16" | "fp16"; anything else is a UsageError naming the flag.
-std::unique_ptr<CommHook> make_comm_hook(const std::string& name);
+std::unique_ptr<CommHook> make_comm_hook(CommHookKind kind);
 
 }  // namespace dtrain

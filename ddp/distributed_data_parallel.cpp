@@ -79,10 +79,13 @@ void verify_same_model_on_all_ranks(Module& module, Communicator& comm) {
                             ranks_differing));
 }
 
-DistributedDataParallel::DistributedDataParallel(Module& module, Communicator& comm, DdpOptions options,
-                                                 Tracer* tracer, Stream* compute, Communicator* control)
-    : module_(module), comm_(comm), tracer_(tracer) {
-  verify_same_model_on_all_ranks(module_, control ? *control : comm_);
+DistributedDataParallel::DistributedDataParallel(Module& module, Runtime& runtime, DdpOptions options)
+    : DistributedDataParallel(module, runtime.gradients(), runtime.control(), runtime.compute_stream(), options) {}
+
+DistributedDataParallel::DistributedDataParallel(Module& module, Communicator& gradients, Communicator& control,
+                                                 Stream& compute, DdpOptions options)
+    : module_(module), comm_(gradients) {
+  verify_same_model_on_all_ranks(module_, control);
   std::vector<WorkHandle> pending;
   for (Parameter* p : module_.parameters())
     pending.push_back(comm_.broadcast_async(p->value.raw(), p->value.numel(), p->value.dtype(), 0));
@@ -90,35 +93,30 @@ DistributedDataParallel::DistributedDataParallel(Module& module, Communicator& c
   for (auto& w : pending) w->wait();
 
   ReducerOptions ro{options.first_bucket_bytes, options.bucket_cap_bytes, options.find_unused_parameters};
-  reducer_ = std::make_unique<Reducer>(module_.parameters(), comm_, make_comm_hook(options.comm_hook), ro, compute,
-                                       tracer_);
+  reducer_ = std::make_unique<Reducer>(module_.parameters(), comm_, make_comm_hook(options.comm_hook), ro, compute);
   module_.set_grad_ready_hook([this](Parameter& p) { reducer_->mark_ready(p); });
 }
 
 DistributedDataParallel::~DistributedDataParallel() { module_.set_grad_ready_hook(nullptr); }
 
-Tensor DistributedDataParallel::forward(const Tensor& input) {
-  ScopedSpan span(tracer_, "forward");
-  return module_.forward(input);
-}
+Tensor DistributedDataParallel::forward(const Tensor& input) { return module_.forward(input); }
 
 void DistributedDataParallel::backward(const Tensor& grad_output) {
+  const int64_t start = steady_now_ns();
   reducer_->prepare_for_backward(sync_);
-  {
-    ScopedSpan span(tracer_, "backward");
-    // Note [Averaging folded into backward] (ddp/comm_hook.h).
-    ensure_tensor(scaled_grad_output_, grad_output.shape(), grad_output.device());
-    scaled_grad_output_.copy_from(grad_output);
-    scale(scaled_grad_output_, 1.f / static_cast<float>(comm_.size()));
-    try {
-      module_.backward(scaled_grad_output_, false);
-    } catch (...) {
-      reducer_->abort_backward();  // no all-reduce may outlive the buffers it writes
-      throw;
-    }
+  // Note [Averaging folded into backward] (ddp/comm_hook.h).
+  ensure_tensor(scaled_grad_output_, grad_output.shape(), grad_output.device());
+  scaled_grad_output_.copy_from(grad_output);
+  scale(scaled_grad_output_, 1.f / static_cast<float>(comm_.size()));
+  try {
+    module_.backward(scaled_grad_output_, false);
+  } catch (...) {
+    reducer_->abort_backward();  // no all-reduce may outlive the buffers it writes
+    throw;
   }
-  ScopedSpan span(tracer_, "gradient sync wait");
+  const int64_t end = steady_now_ns();
   reducer_->finalize_backward();
+  if (sync_) timing_ = {start, end, steady_now_ns(), reducer_->last_timings()};
 }
 
 }  // namespace dtrain

@@ -6,10 +6,11 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
+#include "comm/runtime.h"
 #include "ddp/reducer.h"
-#include "ddp/trace.h"
 #include "model/module.h"
 
 namespace dtrain {
@@ -17,17 +18,29 @@ namespace dtrain {
 struct DdpOptions {
   size_t bucket_cap_bytes = kDefaultBucketCapBytes;
   size_t first_bucket_bytes = kDefaultFirstBucketBytes;
+  // A parameter without a gradient in a backward counts as ready with a zero gradient (without
+  // it, such a backward is an error naming the parameter, not a hang).
   bool find_unused_parameters = false;
-  std::string comm_hook = "allreduce";  // "allreduce" | "bf16" | "fp16"
+  CommHookKind comm_hook = CommHookKind::kAllreduce;
+};
+
+// The last synced backward, in steady_now_ns(): backward from start to end, then the wait for
+// the remaining all-reduces until `synced`; each bucket's all-reduce. For traces and tests.
+struct BackwardTiming {
+  int64_t start_ns = 0, end_ns = 0, synced_ns = 0;
+  std::vector<BucketTiming> buckets;
 };
 
 class DistributedDataParallel {
  public:
-  // `comm` reduces gradients and broadcasts parameters (device memory: MPI on CPU, NCCL on GPU);
-  // `control` runs the model check on host memory (defaults to `comm`; pass the MPI communicator
-  // when `comm` is NCCL).
-  DistributedDataParallel(Module& module, Communicator& comm, DdpOptions options = {}, Tracer* tracer = nullptr,
-                          Stream* compute = nullptr, Communicator* control = nullptr);
+  // Gradients move over the runtime's gradient communicator, ordered after its compute stream;
+  // the model check runs over its control communicator.
+  DistributedDataParallel(Module& module, Runtime& runtime, DdpOptions options = {});
+  // The same with each part named: `gradients` reduces gradients and broadcasts parameters
+  // (device memory: MPI on CPU, NCCL on GPU), `control` checks that the ranks hold the same model
+  // (host memory), `compute` is the stream backward runs on.
+  DistributedDataParallel(Module& module, Communicator& gradients, Communicator& control, Stream& compute,
+                          DdpOptions options = {});
   ~DistributedDataParallel();
 
   Tensor forward(const Tensor& input);
@@ -52,14 +65,15 @@ class DistributedDataParallel {
 
   Module& module() { return module_; }
   Reducer& reducer() { return *reducer_; }
+  const BackwardTiming& last_backward() const { return timing_; }
 
  private:
   Module& module_;
   Communicator& comm_;
-  Tracer* tracer_;
   std::unique_ptr<Reducer> reducer_;
   Tensor scaled_grad_output_;  // the loss gradient / world size
   bool sync_ = true;
+  BackwardTiming timing_;
 };
 
 // The collective check behind the constructor, exposed for tests: throws dtrain::Error on

@@ -9,11 +9,10 @@
 namespace dtrain {
 
 Reducer::Reducer(std::vector<Parameter*> params, Communicator& comm, std::unique_ptr<CommHook> hook,
-                 ReducerOptions options, Stream* compute, Tracer* tracer)
-    : params_(std::move(params)), comm_(comm), hook_(std::move(hook)), options_(options), tracer_(tracer) {
+                 ReducerOptions options, Stream& compute)
+    : params_(std::move(params)), comm_(comm), hook_(std::move(hook)), options_(options), compute_(compute) {
   DTRAIN_CHECK(!params_.empty(), "DistributedDataParallel needs a module with parameters");
   const Device device = params_.front()->value.device();
-  compute_ = compute ? compute : &compute_stream(device);
 
   std::vector<size_t> bytes;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -100,7 +99,7 @@ void Reducer::launch_ready_buckets() {
 
 void Reducer::launch(GradBucket& bucket) {
   // Note [Stream ordering]
-  comm_.stream().wait(*compute_->record());
+  comm_.stream().wait(*compute_.record());
   bucket.launched_ns = steady_now_ns();
   bucket.work = hook_->run(bucket, comm_);
 }
@@ -125,14 +124,15 @@ void Reducer::finalize_backward() {
   }
   if (!missing.empty()) {
     abort_backward();  // launched buckets finish before we report: no collective left dangling
-    throw Error(fmt::format("parameter(s) {} received no gradient in this backward; pass "
-                            "--find-unused-parameters if some parameters do not take part in every step",
+    throw Error(fmt::format("parameter(s) {} received no gradient in this backward; enable "
+                            "find_unused_parameters if some parameters do not take part in every step",
                             fmt::join(missing, ", ")));
   }
   const int64_t before = next_to_launch_;
   launch_ready_buckets();
   stats_.buckets_launched_in_finalize += static_cast<int64_t>(next_to_launch_) - before;
   DTRAIN_CHECK(next_to_launch_ == buckets_.size(), "only {} of {} buckets launched", next_to_launch_, buckets_.size());
+  timings_.clear();
   for (GradBucket& b : buckets_) {
     WorkHandle work = b.work;
     try {
@@ -142,12 +142,9 @@ void Reducer::finalize_backward() {
       throw;
     }
     b.work = nullptr;
-    if (tracer_ && tracer_->enabled()) {
-      const int64_t start = work->started_ns() ? work->started_ns() : b.launched_ns;
-      const int64_t end = work->finished_ns() ? work->finished_ns() : steady_now_ns();
-      tracer_->add(fmt::format("allreduce bucket {} ({} KiB)", b.index, b.buffer.nbytes() / 1024), "comm", 1, start,
-                   end);
-    }
+    const int64_t start = work->started_ns() ? work->started_ns() : b.launched_ns;
+    const int64_t end = work->finished_ns() ? work->finished_ns() : steady_now_ns();
+    timings_.push_back({b.index, b.buffer.nbytes(), b.launched_ns, start, end});
   }
   std::fill(used_since_sync_.begin(), used_since_sync_.end(), false);
   ++stats_.synced_backwards;

@@ -21,7 +21,6 @@
 #include "ddp/bucket_plan.h"
 #include "ddp/comm_hook.h"
 #include "ddp/grad_bucket.h"
-#include "ddp/trace.h"
 #include "model/module.h"
 
 namespace dtrain {
@@ -30,6 +29,14 @@ struct ReducerOptions {
   size_t first_bucket_bytes = kDefaultFirstBucketBytes;
   size_t bucket_cap_bytes = kDefaultBucketCapBytes;
   bool find_unused_parameters = false;
+};
+
+// When one bucket's all-reduce was launched (from a hook or finalize), started and finished on
+// the communication side, in steady_now_ns(); for traces and tests.
+struct BucketTiming {
+  size_t bucket = 0;
+  size_t bytes = 0;
+  int64_t launched_ns = 0, started_ns = 0, finished_ns = 0;
 };
 
 // What the reducer did, for tests and traces (instrumentation, not timing).
@@ -41,9 +48,9 @@ struct ReducerStats {
 
 class Reducer {
  public:
-  // `compute` defaults to the device's compute stream; tests pass a recording stream.
+  // `compute` is the stream backward runs on (tests pass a recording stream).
   Reducer(std::vector<Parameter*> params, Communicator& comm, std::unique_ptr<CommHook> hook, ReducerOptions options,
-          Stream* compute = nullptr, Tracer* tracer = nullptr);
+          Stream& compute);
 
   void prepare_for_backward(bool sync);  // sync == false inside no_sync: gradients only accumulate
   void mark_ready(Parameter& param);     // the gradient-ready hook
@@ -56,6 +63,8 @@ class Reducer {
 
   const std::vector<GradBucket>& buckets() const { return buckets_; }
   const ReducerStats& stats() const { return stats_; }
+  // Every bucket of the last synced backward, in launch order.
+  const std::vector<BucketTiming>& last_timings() const { return timings_; }
 
  private:
   void launch_ready_buckets();  // Note [Launch order]
@@ -65,8 +74,7 @@ class Reducer {
   Communicator& comm_;
   std::unique_ptr<CommHook> hook_;
   ReducerOptions options_;
-  Stream* compute_;
-  Tracer* tracer_;
+  Stream& compute_;
   std::vector<GradBucket> buckets_;
   std::unordered_map<const Parameter*, size_t> index_of_;
   std::vector<size_t> bucket_of_;            // parameter index -> bucket
@@ -76,6 +84,7 @@ class Reducer {
   bool sync_ = true;
   bool in_backward_ = false;
   ReducerStats stats_;
+  std::vector<BucketTiming> timings_;
 };
 
 }  // namespace dtrain

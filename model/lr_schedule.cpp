@@ -19,11 +19,19 @@ float LrSchedule::lr_at(int64_t epoch) const {
   return base_lr;
 }
 
-LrSchedule::Kind LrSchedule::parse_kind(const std::string& name) {
-  if (name == "none" || name == "constant") return Kind::kConstant;
-  if (name == "step") return Kind::kStep;
-  if (name == "cosine") return Kind::kCosine;
-  throw UsageError(fmt::format("--lr-schedule: expected none, step or cosine, got '{}'", name));
+const char* lr_schedule_name(LrSchedule::Kind kind) {
+  switch (kind) {
+    case LrSchedule::Kind::kConstant: return "none";
+    case LrSchedule::Kind::kStep: return "step";
+    case LrSchedule::Kind::kCosine: return "cosine";
+  }
+  return "?";
+}
+
+std::optional<LrSchedule::Kind> parse_lr_schedule_kind(const std::string& name) {
+  for (auto kind : {LrSchedule::Kind::kConstant, LrSchedule::Kind::kStep, LrSchedule::Kind::kCosine})
+    if (name == lr_schedule_name(kind)) return kind;
+  return std::nullopt;
 }
 
 }  // namespace dtrain

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace dtrain {
@@ -15,7 +16,9 @@ struct LrSchedule {
   float min_lr = 0.f;        // kCosine: eta_min
 
   float lr_at(int64_t epoch) const;  // epoch counts from 0
-  static Kind parse_kind(const std::string& name);  // "none" | "step" | "cosine"
 };
+
+const char* lr_schedule_name(LrSchedule::Kind kind);                               // "none", "step", "cosine"
+std::optional<LrSchedule::Kind> parse_lr_schedule_kind(const std::string& name);  // the names above
 
 }  // namespace dtrain

@@ -13,6 +13,7 @@ static std::unique_ptr<Sequential> build_mlp(const ModelSpec& spec, const Shape&
   model->emplace<Flatten>();
   int64_t width = shape_numel(sample_shape);
   for (size_t i = 0; i < spec.hidden.size(); ++i) {
+    DTRAIN_CHECK(spec.hidden[i] > 0, "MLP hidden width {} is not positive", spec.hidden[i]);
     model->emplace<Linear>(width, spec.hidden[i], device, rng);
     model->emplace<ReLU>();
     if (spec.dropout > 0.f) model->emplace<Dropout>(spec.dropout, seed + 1000 + i);
@@ -43,16 +44,22 @@ static std::unique_ptr<Sequential> build_cnn(const ModelSpec& spec, const Shape&
   return model;
 }
 
+const char* model_kind_name(ModelKind kind) { return kind == ModelKind::kCnn ? "cnn" : "mlp"; }
+
+std::optional<ModelKind> parse_model_kind(const std::string& name) {
+  if (name == "mlp") return ModelKind::kMlp;
+  if (name == "cnn") return ModelKind::kCnn;
+  return std::nullopt;
+}
+
 std::unique_ptr<Sequential> build_model(const ModelSpec& spec, const Shape& sample_shape, int num_classes,
                                         Device device, uint64_t seed) {
   InitRng rng(seed);
-  if (spec.name == "mlp") {
-    for (int64_t h : spec.hidden)
-      if (h <= 0) throw UsageError(fmt::format("--hidden: widths must be positive, got {}", h));
-    return build_mlp(spec, sample_shape, num_classes, device, rng, seed);
+  switch (spec.kind) {
+    case ModelKind::kMlp: return build_mlp(spec, sample_shape, num_classes, device, rng, seed);
+    case ModelKind::kCnn: return build_cnn(spec, sample_shape, num_classes, device, rng, seed);
   }
-  if (spec.name == "cnn") return build_cnn(spec, sample_shape, num_classes, device, rng, seed);
-  throw UsageError(fmt::format("--model: expected mlp or cnn, got '{}'", spec.name));
+  throw Error(fmt::format("unknown model kind {}", static_cast<int>(spec.kind)));
 }
 
 }  // namespace dtrain

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,10 +12,14 @@
 
 namespace dtrain {
 
+enum class ModelKind { kMlp, kCnn };
+const char* model_kind_name(ModelKind kind);                      // "mlp", "cnn"
+std::optional<ModelKind> parse_model_kind(const std::string& name);  // the names above
+
 struct ModelSpec {
-  std::string name = "mlp";
-  std::vector<int64_t> hidden = {256};  // mlp only
-  float dropout = 0.f;                  // after each hidden activation
+  ModelKind kind = ModelKind::kMlp;
+  std::vector<int64_t> hidden = {256};  // mlp only; every width positive
+  float dropout = 0.f;                  // after each hidden activation, in [0, 1)
 };
 
 std::unique_ptr<Sequential> build_model(const ModelSpec& spec, const Shape& sample_shape, int num_classes,

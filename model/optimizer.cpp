@@ -11,8 +11,6 @@ void Optimizer::zero_grad() {
   for (Parameter* p : params_) p->grad_is_zero = true;
 }
 
-
-
 Sgd::Sgd(std::vector<Parameter*> params, SgdOptions options) : Optimizer(std::move(params), options.lr), opt_(options) {
   DTRAIN_CHECK(!opt_.nesterov || (opt_.momentum > 0.f && opt_.dampening == 0.f),
                "Nesterov momentum needs momentum > 0 and dampening 0");
@@ -55,6 +53,24 @@ void AdamW::step() {
            kernels::AdamWUpdate{p.value.data(), p.grad.data(), m_[i].data(), v_[i].data(), lr_, opt_.beta1,
                                 opt_.beta2, opt_.eps, opt_.weight_decay, bc1, bc2});
   }
+}
+
+const char* optimizer_name(OptimizerKind kind) { return kind == OptimizerKind::kAdamW ? "adamw" : "sgd"; }
+
+std::optional<OptimizerKind> parse_optimizer_kind(const std::string& name) {
+  if (name == "sgd") return OptimizerKind::kSgd;
+  if (name == "adamw") return OptimizerKind::kAdamW;
+  return std::nullopt;
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec, std::vector<Parameter*> params) {
+  if (spec.kind == OptimizerKind::kAdamW) {
+    AdamWOptions o;
+    o.lr = spec.lr;
+    o.weight_decay = spec.weight_decay;
+    return std::make_unique<AdamW>(std::move(params), o);
+  }
+  return std::make_unique<Sgd>(std::move(params), SgdOptions{spec.lr, spec.momentum, 0.f, spec.weight_decay, spec.nesterov});
 }
 
 }  // namespace dtrain

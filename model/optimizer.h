@@ -3,6 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "model/module.h"
@@ -63,5 +66,19 @@ class AdamW : public Optimizer {
   std::vector<Tensor> m_, v_;
   std::vector<int64_t> steps_;  // per parameter
 };
+
+enum class OptimizerKind { kSgd, kAdamW };
+const char* optimizer_name(OptimizerKind kind);                          // "sgd", "adamw"
+std::optional<OptimizerKind> parse_optimizer_kind(const std::string& name);  // the names above
+
+// What make_optimizer() builds: SGD uses momentum (and Nesterov), AdamW its default betas and eps.
+struct OptimizerSpec {
+  OptimizerKind kind = OptimizerKind::kSgd;
+  float lr = 0.01f;
+  float momentum = 0.9f;
+  float weight_decay = 0.f;  // L2 for SGD, decoupled for AdamW
+  bool nesterov = false;
+};
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec, std::vector<Parameter*> params);
 
 }  // namespace dtrain

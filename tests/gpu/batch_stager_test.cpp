@@ -3,7 +3,7 @@
 // when the compute stream is still busy with the previous step while the next copy is queued
 // (the copy must wait for it before refilling its buffer), when host batches are recycled
 // right after stage(), and when a batch is smaller or larger than the ones before.
-#include "ddp/batch_stager.h"
+#include "app/batch_stager.h"
 
 #include <cstdint>
 #include <vector>

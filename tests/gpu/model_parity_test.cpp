@@ -80,13 +80,13 @@ void expect_step_matches(const ModelSpec& spec, AmpMode amp, double tolerance, D
 
 class GpuModelParity : public GpuTest {};
 
-TEST_F(GpuModelParity, MlpStepMatchesTheCpu) { expect_step_matches(ModelSpec{"mlp", {256}, 0.f}, AmpMode::kOff, 1e-5, gpu()); }
+TEST_F(GpuModelParity, MlpStepMatchesTheCpu) { expect_step_matches(ModelSpec{ModelKind::kMlp, {256}, 0.f}, AmpMode::kOff, 1e-5, gpu()); }
 
-TEST_F(GpuModelParity, CnnStepMatchesTheCpu) { expect_step_matches(ModelSpec{"cnn", {}, 0.f}, AmpMode::kOff, 1e-5, gpu()); }
+TEST_F(GpuModelParity, CnnStepMatchesTheCpu) { expect_step_matches(ModelSpec{ModelKind::kCnn, {}, 0.f}, AmpMode::kOff, 1e-5, gpu()); }
 
 // bf16 operands are the same on both devices; only the fp32 accumulation order differs.
 TEST_F(GpuModelParity, MlpBf16AmpStepMatchesTheCpuEmulation) {
-  expect_step_matches(ModelSpec{"mlp", {256}, 0.f}, AmpMode::kBf16, 1e-3, gpu());
+  expect_step_matches(ModelSpec{ModelKind::kMlp, {256}, 0.f}, AmpMode::kBf16, 1e-3, gpu());
 }
 
 }  // namespace

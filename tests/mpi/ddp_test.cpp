@@ -8,7 +8,6 @@
 
 #include <gtest/gtest.h>
 
-#include "comm/init.h"
 #include "core/error.h"
 #include "core/kernels.h"
 #include "tests/mpi/mpi_test_env.h"
@@ -21,7 +20,8 @@
 namespace dtrain {
 namespace {
 
-Communicator& world() { return *testing::test_context().comm; }
+Communicator& world() { return testing::test_comm(); }
+Runtime& runtime() { return testing::test_runtime(); }
 
 struct GlobalBatch {
   std::vector<float> images;   // [N*B, 1, 8, 8]
@@ -94,13 +94,13 @@ TEST_P(Equivalence, NRanksBatchBEqualsOneProcessBatchNB) {
   const auto [opt_kind, bucket_cap_mb] = GetParam();
   const int n = world().size(), rank = world().rank();
   const int64_t B = 4, steps = 6;
-  const ModelSpec spec{"mlp", {32, 16}};
+  const ModelSpec spec{ModelKind::kMlp, {32, 16}};
   auto model = build_model(spec, {1, 8, 8}, 10, Device::cpu(), 11 + rank);  // different init per rank:
   auto reference = build_model(spec, {1, 8, 8}, 10, Device::cpu(), 11);     // DDP must broadcast rank 0's
   DdpOptions options;
   options.bucket_cap_bytes = static_cast<size_t>(bucket_cap_mb * 1024 * 1024);
   options.first_bucket_bytes = std::min<size_t>(options.bucket_cap_bytes, options.first_bucket_bytes);
-  DistributedDataParallel ddp(*model, world(), options);
+  DistributedDataParallel ddp(*model, runtime(), options);
   ASSERT_EQ(flat_params(*model), flat_params(*reference));
   auto opt = make_opt(opt_kind, *model);
   auto ref_opt = make_opt(opt_kind, *reference);
@@ -134,8 +134,8 @@ INSTANTIATE_TEST_SUITE_P(OptimizersAndBuckets, Equivalence,
 
 TEST(Overlap, ABucketAllReduceStartsBeforeBackwardEnds) {
   // 784-2048-2048-10: 23 MB of gradients, so the first (1 MiB) bucket closes at 2.weight.
-  auto model = build_model(ModelSpec{"mlp", {2048, 2048}}, {1, 28, 28}, 10, Device::cpu(), 3);
-  DistributedDataParallel ddp(*model, world());
+  auto model = build_model(ModelSpec{ModelKind::kMlp, {2048, 2048}}, {1, 28, 28}, 10, Device::cpu(), 3);
+  DistributedDataParallel ddp(*model, runtime());
   size_t grad_bytes = 0;
   for (Parameter* p : model->parameters()) grad_bytes += p->grad.nbytes();
   ASSERT_GE(grad_bytes, 16u << 20);
@@ -170,9 +170,9 @@ TEST(Overlap, ABucketAllReduceStartsBeforeBackwardEnds) {
 TEST(NoSync, AccumulatedMicroBatchesEqualOneBigBatch) {
   const int n = world().size(), rank = world().rank();
   const int64_t B = 3, K = 4;
-  auto model = build_model(ModelSpec{"mlp", {16}}, {1, 8, 8}, 10, Device::cpu(), 5);
-  auto reference = build_model(ModelSpec{"mlp", {16}}, {1, 8, 8}, 10, Device::cpu(), 5);
-  DistributedDataParallel ddp(*model, world());
+  auto model = build_model(ModelSpec{ModelKind::kMlp, {16}}, {1, 8, 8}, 10, Device::cpu(), 5);
+  auto reference = build_model(ModelSpec{ModelKind::kMlp, {16}}, {1, 8, 8}, 10, Device::cpu(), 5);
+  DistributedDataParallel ddp(*model, runtime());
   GlobalBatch g = make_global_batch(n * B * K, 77);
   CrossEntropyLoss loss(Reduction::kSum), ref_loss(Reduction::kSum);
   for (Parameter* p : model->parameters()) p->grad.zero_();
@@ -223,7 +223,7 @@ class WithUnusedParameter : public Module {
 
 TEST(UnusedParameters, ErrorWithoutFlagNamesTheParameter) {
   WithUnusedParameter model;
-  DistributedDataParallel ddp(model, world());
+  DistributedDataParallel ddp(model, runtime());
   auto [x, y] = rows_of(make_global_batch(2, 1), 0, 2);
   CrossEntropyLoss loss;
   loss.forward(ddp.forward(x), y);
@@ -232,7 +232,7 @@ TEST(UnusedParameters, ErrorWithoutFlagNamesTheParameter) {
     FAIL() << "expected an error";
   } catch (const dtrain::Error& e) {
     EXPECT_NE(std::string(e.what()).find("unused received no gradient"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("--find-unused-parameters"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("enable find_unused_parameters"), std::string::npos) << e.what();
   }
 }
 
@@ -240,7 +240,7 @@ TEST(UnusedParameters, WithFlagTheyAreReadyWithZeroGradient) {
   WithUnusedParameter model;
   DdpOptions options;
   options.find_unused_parameters = true;
-  DistributedDataParallel ddp(model, world(), options);
+  DistributedDataParallel ddp(model, runtime(), options);
   model.parameters()[2]->grad.copy_from(Tensor::from_vector(std::vector<float>(5, 3.f), {5}));  // stale
   auto [x, y] = rows_of(make_global_batch(2 * world().size(), 1), 2 * world().rank(), 2);
   CrossEntropyLoss loss;
@@ -255,7 +255,7 @@ TEST(UnusedParameters, WithFlagTheyAreReadyWithZeroGradient) {
 void expect_model_check_fails(Module& model, const std::string& rank1_message) {
   const int rank = world().rank();
   try {
-    DistributedDataParallel ddp(model, world());
+    DistributedDataParallel ddp(model, runtime());
     FAIL() << "expected an error on rank " << rank;
   } catch (const dtrain::Error& e) {
     const std::string msg = e.what();
@@ -267,7 +267,7 @@ void expect_model_check_fails(Module& model, const std::string& rank1_message) {
 }
 
 TEST(ModelMismatch, RanksThatDisagreeFailFastWithTheDifference) {
-  auto model = build_model(ModelSpec{"mlp", {world().rank() == 1 ? 32 : 16}}, {1, 8, 8}, 10, Device::cpu(), 1);
+  auto model = build_model(ModelSpec{ModelKind::kMlp, {world().rank() == 1 ? 32 : 16}}, {1, 8, 8}, 10, Device::cpu(), 1);
   expect_model_check_fails(*model, "rank 1 disagrees with rank 0 on the model: parameter '1.weight' has shape "
                                    "[32, 64] here but [16, 64] on rank 0");
 }
@@ -310,7 +310,7 @@ TEST(ModelMismatch, AParameterWhereRankZeroHasABufferIsNamed) {
 
 TEST(Broadcast, BuffersStartAsRankZerosCopy) {
   WithBuffer model(4, static_cast<float>(world().rank() + 1));
-  DistributedDataParallel ddp(model, world());
+  DistributedDataParallel ddp(model, runtime());
   EXPECT_EQ(model.state().to_vector(), std::vector<float>(4, 1.f));
 }
 
@@ -318,12 +318,12 @@ class Compression : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Compression, AveragedGradientsWithinHalfPrecisionOfFloat32) {
   const int n = world().size(), rank = world().rank();
-  auto exact = build_model(ModelSpec{"mlp", {32}}, {1, 8, 8}, 10, Device::cpu(), 9);
-  auto packed = build_model(ModelSpec{"mlp", {32}}, {1, 8, 8}, 10, Device::cpu(), 9);
-  DistributedDataParallel ddp_exact(*exact, world());
+  auto exact = build_model(ModelSpec{ModelKind::kMlp, {32}}, {1, 8, 8}, 10, Device::cpu(), 9);
+  auto packed = build_model(ModelSpec{ModelKind::kMlp, {32}}, {1, 8, 8}, 10, Device::cpu(), 9);
+  DistributedDataParallel ddp_exact(*exact, runtime());
   DdpOptions options;
-  options.comm_hook = GetParam();
-  DistributedDataParallel ddp_packed(*packed, world(), options);
+  options.comm_hook = *parse_comm_hook_kind(GetParam());
+  DistributedDataParallel ddp_packed(*packed, runtime(), options);
   GlobalBatch g = make_global_batch(4 * n, 3);
   auto [x, y] = rows_of(g, 4 * rank, 4);
   CrossEntropyLoss l1, l2;
@@ -369,8 +369,8 @@ namespace dtrain {
 namespace {
 
 TEST(NoSync, NestedGuardsKeepTheOuterState) {
-  auto model = build_model(ModelSpec{"mlp", {8}}, {1, 8, 8}, 10, Device::cpu(), 1);
-  DistributedDataParallel ddp(*model, world());
+  auto model = build_model(ModelSpec{ModelKind::kMlp, {8}}, {1, 8, 8}, 10, Device::cpu(), 1);
+  DistributedDataParallel ddp(*model, runtime());
   auto [x, y] = rows_of(make_global_batch(2, 1), 0, 2);
   CrossEntropyLoss loss;
   {
@@ -405,10 +405,10 @@ class ThrowsAfterHooks : public Module {
 };
 
 TEST(FailedBackward, LaunchedAllReducesFinishAndTheNextBackwardWorks) {
-  ThrowsAfterHooks model(build_model(ModelSpec{"mlp", {16}}, {1, 8, 8}, 10, Device::cpu(), 2));
+  ThrowsAfterHooks model(build_model(ModelSpec{ModelKind::kMlp, {16}}, {1, 8, 8}, 10, Device::cpu(), 2));
   DdpOptions options;
   options.bucket_cap_bytes = options.first_bucket_bytes = 512;  // several buckets in flight
-  DistributedDataParallel ddp(model, world(), options);
+  DistributedDataParallel ddp(model, runtime(), options);
   ASSERT_GE(ddp.reducer().buckets().size(), 2u);
   auto [x, y] = rows_of(make_global_batch(2 * world().size(), 4), 2 * world().rank(), 2);
   CrossEntropyLoss loss;

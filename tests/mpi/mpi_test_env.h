@@ -1,13 +1,13 @@
-// The world communicator for MPI tests: mpi_test_main.cpp initialises dtrain once per process
-// and every test reaches the communicator through these.
+// The runtime for MPI tests: mpi_test_main.cpp starts dtrain once per process (CPU device) and
+// every test reaches the runtime and its communicator through these.
 #pragma once
 
 #include "comm/communicator.h"
-#include "comm/init.h"
+#include "comm/runtime.h"
 
 namespace dtrain::testing {
 
-DistributedContext& test_context();
-inline Communicator& test_comm() { return *test_context().comm; }
+Runtime& test_runtime();
+inline Communicator& test_comm() { return test_runtime().control(); }
 
 }  // namespace dtrain::testing

@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "comm/exchange.h"
-#include "ddp/trainer.h"
+#include "app/trainer.h"
 #include "tests/mpi/mpi_test_env.h"
 
 namespace dtrain {
@@ -17,15 +17,16 @@ TEST(RealTraining, FashionMnistSubsetReachesStatedAccuracy) {
   if (!std::filesystem::exists(std::string(DTRAIN_FMNIST_DIR) + "/train-images-idx3-ubyte.gz"))
     GTEST_SKIP() << "Fashion-MNIST not installed at " << DTRAIN_FMNIST_DIR << " (apt-get install dataset-fashion-mnist)";
   TrainConfig c;
-  c.data_dir = DTRAIN_FMNIST_DIR;
-  c.train_limit = 12000;
-  c.test_limit = 2000;
+  c.data.dir = DTRAIN_FMNIST_DIR;
+  c.data.train_limit = 12000;
+  c.data.test_limit = 2000;
   c.epochs = 2;
   c.batch_size = 32;
-  c.quiet = true;
-  c.threads = 1;
-  Communicator& comm = testing::test_comm();
-  TrainResult r = train(c, comm);
+  c.output.quiet = true;
+  c.runtime.cpu_threads = 1;
+  Runtime& runtime = testing::test_runtime();
+  Communicator& comm = runtime.control();
+  TrainResult r = train(runtime, c);
   // PyTorch reaches ~0.78 with these settings on 12k samples; a broken gradient sync or sampler
   // stays far below (chance is 0.10).
   EXPECT_GE(r.test_accuracy, 0.72) << "test accuracy " << r.test_accuracy;
@@ -48,19 +49,20 @@ TEST(RealTraining, SameSeedAndWorldSizeGiveTheSameRunToTheBit) {
   if (!std::filesystem::exists(std::string(DTRAIN_FMNIST_DIR) + "/train-images-idx3-ubyte.gz"))
     GTEST_SKIP() << "Fashion-MNIST not installed at " << DTRAIN_FMNIST_DIR;
   TrainConfig c;
-  c.data_dir = DTRAIN_FMNIST_DIR;
-  c.train_limit = 3000;
-  c.test_limit = 1000;
+  c.data.dir = DTRAIN_FMNIST_DIR;
+  c.data.train_limit = 3000;
+  c.data.test_limit = 1000;
   c.batch_size = 32;
-  c.quiet = true;
-  c.threads = 1;
+  c.output.quiet = true;
+  c.runtime.cpu_threads = 1;
   c.seed = 7;
-  Communicator& comm = testing::test_comm();
-  TrainResult a = train(c, comm), b = train(c, comm);
+  Runtime& runtime = testing::test_runtime();
+  Communicator& comm = runtime.control();
+  TrainResult a = train(runtime, c), b = train(runtime, c);
   EXPECT_EQ(a.test_loss, b.test_loss);  // exact: shuffling, init and reduction order are fixed
   EXPECT_EQ(a.test_accuracy, b.test_accuracy);
   c.seed = 8;
-  TrainResult other = train(c, comm);
+  TrainResult other = train(runtime, c);
   EXPECT_NE(a.test_loss, other.test_loss) << "the seed must change the run";
 }
 

@@ -1,8 +1,11 @@
-// --device parsing and per-rank device choice (core/device_select.h), with faked inventories
+// Device requests and per-rank device choice (core/device_select.h), with faked inventories
 // so the GPU rules are checked on machines without GPUs.
 #include "core/device_select.h"
 
 #include <gtest/gtest.h>
+
+#include <optional>
+#include <stdexcept>
 
 #include "core/error.h"
 
@@ -26,27 +29,37 @@ DeviceInventory gpus(int n, std::string env = "<unset>") {
   return inv;
 }
 
-std::string error_of(const std::string& flag, int local_rank, int local_size, bool sharing,
+DeviceRequest req(const std::string& text) {
+  std::optional<DeviceRequest> r = DeviceRequest::parse(text);
+  if (!r) throw std::invalid_argument("test uses a malformed request: " + text);
+  return *r;
+}
+
+DeviceChoice choose_device(const std::string& text, int local_rank, int local_size, bool sharing,
+                           const DeviceInventory& inv) {
+  return dtrain::choose_device(req(text), local_rank, local_size, sharing, inv);
+}
+
+std::string error_of(const std::string& text, int local_rank, int local_size, bool sharing,
                      const DeviceInventory& inv) {
   try {
-    choose_device(flag, local_rank, local_size, sharing, inv);
+    choose_device(text, local_rank, local_size, sharing, inv);
   } catch (const Error& e) {
     return e.what();
   }
   return "";
 }
 
-TEST(DeviceSelect, RejectsMalformedFlagsWithUsageError) {
+TEST(DeviceSelect, ParsesRequestsAndRejectsMalformedOnes) {
   for (const char* bad : {"", "gpu", "CUDA", "cuda:", "cuda:-1", "cuda:+1", "cuda:1x", "cuda:x", "cpu:0",
                           "cuda:99999999999"}) {
-    EXPECT_THROW(choose_device(bad, 0, 1, false, gpus(2)), UsageError) << bad;
+    EXPECT_FALSE(DeviceRequest::parse(bad).has_value()) << bad;
   }
-  try {
-    choose_device("gpu", 0, 1, false, gpus(2));
-    FAIL() << "no error";
-  } catch (const UsageError& e) {
-    EXPECT_STREQ(e.what(), "--device: expected auto, cpu, cuda or cuda:N, got 'gpu'");
-  }
+  EXPECT_EQ(DeviceRequest::parse("auto"), DeviceRequest::automatic());
+  EXPECT_EQ(DeviceRequest::parse("cpu"), DeviceRequest::cpu());
+  EXPECT_EQ(DeviceRequest::parse("cuda"), DeviceRequest::cuda());
+  EXPECT_EQ(DeviceRequest::parse("cuda:3"), DeviceRequest::cuda(3));
+  for (const char* text : {"auto", "cpu", "cuda", "cuda:0", "cuda:12"}) EXPECT_EQ(req(text).str(), text);
 }
 
 TEST(DeviceSelect, CpuIsAlwaysCpu) {
@@ -74,15 +87,15 @@ TEST(DeviceSelect, AutoPicksOneGpuPerLocalRankWhenGpusAreVisible) {
 
 TEST(DeviceSelect, CudaWithoutGpuIsAClearError) {
   std::string msg = error_of("cuda", 0, 1, false, no_gpus());
-  EXPECT_NE(msg.find("--device cuda: no CUDA device visible"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("device cuda: no CUDA device visible"), std::string::npos) << msg;
   EXPECT_NE(msg.find("CUDA_VISIBLE_DEVICES=<unset>"), std::string::npos) << msg;
   msg = error_of("cuda:0", 0, 1, false, no_gpus());
-  EXPECT_NE(msg.find("--device cuda:0: no CUDA device visible"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("device cuda:0: no CUDA device visible"), std::string::npos) << msg;
 
   DeviceInventory cpu_build;
   cpu_build.cuda_build = false;
   msg = error_of("cuda", 0, 1, false, cpu_build);
-  EXPECT_EQ(msg, "--device cuda: this dtrain binary was built without CUDA");
+  EXPECT_EQ(msg, "device cuda: this dtrain binary was built without CUDA");
 }
 
 TEST(DeviceSelect, CudaMapsLocalRankToLogicalDevice) {
@@ -98,7 +111,7 @@ TEST(DeviceSelect, CudaMapsLocalRankToLogicalDevice) {
 
 TEST(DeviceSelect, MoreLocalRanksThanGpusNeedsSharing) {
   std::string msg = error_of("cuda", 0, 4, false, gpus(2, "0,1"));
-  EXPECT_EQ(msg, "4 local ranks but only 2 visible GPUs (CUDA_VISIBLE_DEVICES=0,1); pass --allow-gpu-sharing to map "
+  EXPECT_EQ(msg, "4 local ranks but only 2 visible GPUs (CUDA_VISIBLE_DEVICES=0,1); allow GPU sharing to map "
                  "local rank r to visible GPU r mod 2 (also when each rank's own CUDA_VISIBLE_DEVICES names a "
                  "different GPU)");
   EXPECT_FALSE(error_of("auto", 3, 4, false, gpus(2)).empty());
@@ -110,7 +123,7 @@ TEST(DeviceSelect, MoreLocalRanksThanGpusNeedsSharing) {
 TEST(DeviceSelect, ExplicitIndexIsCheckedAgainstVisibleDevices) {
   EXPECT_EQ(choose_device("cuda:1", 0, 1, false, gpus(2)).device, Device::cuda(1));
   std::string msg = error_of("cuda:2", 0, 1, false, gpus(2, "0,1"));
-  EXPECT_EQ(msg, "--device cuda:2: only 2 CUDA devices visible (CUDA_VISIBLE_DEVICES=0,1)");
+  EXPECT_EQ(msg, "device cuda:2: only 2 CUDA devices visible (CUDA_VISIBLE_DEVICES=0,1)");
   // Several local ranks on one explicit GPU only with sharing.
   EXPECT_FALSE(error_of("cuda:0", 1, 2, false, gpus(2)).empty());
   EXPECT_EQ(choose_device("cuda:0", 1, 2, true, gpus(2)).device, Device::cuda(0));
@@ -119,10 +132,10 @@ TEST(DeviceSelect, ExplicitIndexIsCheckedAgainstVisibleDevices) {
 TEST(DeviceSelect, SelectOnThisMachineAgreesWithTheInventory) {
   // Whatever this machine has: auto never fails, and picks CUDA exactly when devices are visible.
   const DeviceInventory inv = probe_devices();
-  DeviceChoice c = select_device("auto", 0, 1, false);
+  DeviceChoice c = select_device(DeviceRequest::automatic(), 0, 1, false);
   EXPECT_EQ(c.device.is_cuda(), inv.count > 0) << c.log_line;
   if (inv.count == 0) {
-    EXPECT_THROW(select_device("cuda", 0, 1, false), Error);
+    EXPECT_THROW(select_device(DeviceRequest::cuda(), 0, 1, false), Error);
   }
 }
 

@@ -63,12 +63,12 @@ struct LoggingCommunicator : Communicator {
 };
 
 TEST(ReducerOrdering, ComputeEventThenCommWaitThenAllreduceAndWaitsInBucketOrder) {
-  auto model = build_model(ModelSpec{"mlp", {64, 32}}, {1, 28, 28}, 10, Device::cpu(), 1);
+  auto model = build_model(ModelSpec{ModelKind::kMlp, {64, 32}}, {1, 28, 28}, 10, Device::cpu(), 1);
   LoggingCommunicator comm;
   RecordingStream compute("compute");
   // Small caps: several buckets. Param bytes (reverse): 40, 1280, 128, 8192, 256, 200704.
   ReducerOptions options{1024, 4096, false};
-  Reducer reducer(model->parameters(), comm, make_allreduce_hook(), options, &compute);
+  Reducer reducer(model->parameters(), comm, make_allreduce_hook(), options, compute);
   ASSERT_EQ(reducer.buckets().size(), 3u);
   model->set_grad_ready_hook([&](Parameter& p) {
     g_log.push_back("ready " + p.name);
@@ -100,11 +100,11 @@ TEST(ReducerOrdering, ComputeEventThenCommWaitThenAllreduceAndWaitsInBucketOrder
 }
 
 TEST(ReducerOrdering, GradientsAreViewsIntoBucketsAndKeepTheirValues) {
-  auto model = build_model(ModelSpec{"mlp", {8}}, {1, 2, 2}, 3, Device::cpu(), 1);
+  auto model = build_model(ModelSpec{ModelKind::kMlp, {8}}, {1, 2, 2}, 3, Device::cpu(), 1);
   auto params = model->parameters();
   params[0]->grad.copy_from(Tensor::from_vector(std::vector<float>(32, 1.5f), {8, 4}));
   LoggingCommunicator comm;
-  Reducer reducer(params, comm, make_allreduce_hook(), ReducerOptions{});
+  Reducer reducer(params, comm, make_allreduce_hook(), ReducerOptions{}, compute_stream(Device::cpu()));
   ASSERT_EQ(reducer.buckets().size(), 1u);
   const GradBucket& b = reducer.buckets()[0];
   for (size_t k = 0; k < b.params.size(); ++k) EXPECT_TRUE(params[b.params[k]]->grad.shares_storage(b.buffer));

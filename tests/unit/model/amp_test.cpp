@@ -178,8 +178,8 @@ TEST(LinearAmp, SequentialPassesTheModeToItsLinearLayers) {
   // equal, bit for bit, a reference that rounds every layer's input and weight; and they
   // differ from the plain float32 model's.
   const Shape sample{1, 6, 6};
-  auto plain = build_model(ModelSpec{"mlp", {16, 12}}, sample, 4, Device::cpu(), 9);
-  auto amp = build_model(ModelSpec{"mlp", {16, 12}}, sample, 4, Device::cpu(), 9);
+  auto plain = build_model(ModelSpec{ModelKind::kMlp, {16, 12}}, sample, 4, Device::cpu(), 9);
+  auto amp = build_model(ModelSpec{ModelKind::kMlp, {16, 12}}, sample, 4, Device::cpu(), 9);
   amp->set_amp(AmpMode::kBf16);
   const Tensor x = Tensor::from_vector(random_values(8 * 36, 41), {8, 1, 6, 6});
   const std::vector<float> y32 = plain->forward(x).to_vector(), y16 = amp->forward(x).to_vector();
@@ -208,7 +208,7 @@ std::vector<float> train_losses(AmpMode mode, int steps) {
       if (score > best) best = score, labels[static_cast<size_t>(s)] = static_cast<int32_t>(c);
     }
   }
-  auto model = build_model(ModelSpec{"mlp", {32}}, {kDim}, kClasses, Device::cpu(), 7);
+  auto model = build_model(ModelSpec{ModelKind::kMlp, {32}}, {kDim}, kClasses, Device::cpu(), 7);
   model->set_amp(mode);
   Sgd opt(model->parameters(), SgdOptions{0.05f, 0.9f});
   CrossEntropyLoss loss_fn;

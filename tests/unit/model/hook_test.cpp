@@ -15,8 +15,8 @@ namespace dtrain {
 namespace {
 
 TEST(GradReadyHook, FiresOncePerParameterInReverseOrderWithFinalGradient) {
-  for (const char* name : {"mlp", "cnn"}) {
-    ModelSpec spec{name, {32, 16}, 0.f};
+  for (ModelKind kind : {ModelKind::kMlp, ModelKind::kCnn}) {
+    ModelSpec spec{kind, {32, 16}, 0.f};
     auto model = build_model(spec, {1, 28, 28}, 10, Device::cpu(), 3);
     std::vector<std::string> order;
     std::vector<std::vector<float>> at_hook;
@@ -33,18 +33,18 @@ TEST(GradReadyHook, FiresOncePerParameterInReverseOrderWithFinalGradient) {
     model->backward(loss.backward(), false);
 
     auto params = model->parameters();
-    ASSERT_EQ(order.size(), params.size()) << name;
+    ASSERT_EQ(order.size(), params.size()) << model_kind_name(kind);
     for (size_t i = 0; i < params.size(); ++i) {
       const Parameter& p = *params[params.size() - 1 - i];  // reverse of forward order
-      EXPECT_EQ(order[i], p.name) << name;
-      EXPECT_EQ(at_hook[i], p.grad.to_vector()) << name << " " << p.name << " changed after its hook";
+      EXPECT_EQ(order[i], p.name) << model_kind_name(kind);
+      EXPECT_EQ(at_hook[i], p.grad.to_vector()) << model_kind_name(kind) << " " << p.name << " changed after its hook";
     }
   }
 }
 
 TEST(ZeroGrad, BackwardAfterZeroGradOverwritesStaleMemoryThenAccumulates) {
-  for (const char* name : {"mlp", "cnn"}) {
-    auto model = build_model(ModelSpec{name, {16}}, {1, 28, 28}, 10, Device::cpu(), 3);
+  for (ModelKind kind : {ModelKind::kMlp, ModelKind::kCnn}) {
+    auto model = build_model(ModelSpec{kind, {16}}, {1, 28, 28}, 10, Device::cpu(), 3);
     std::vector<float> pixels(2 * 784);
     for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<float>(i % 13) / 13.f;
     Tensor x = Tensor::from_vector(pixels, {2, 1, 28, 28});
@@ -65,12 +65,12 @@ TEST(ZeroGrad, BackwardAfterZeroGradOverwritesStaleMemoryThenAccumulates) {
     for (Parameter* p : model->parameters()) fill(p->grad, std::nanf(""));  // stale garbage
     opt.zero_grad();
     backward_once();
-    EXPECT_EQ(grads(), once) << name << ": the first backward after zero_grad must overwrite";
+    EXPECT_EQ(grads(), once) << model_kind_name(kind) << ": the first backward after zero_grad must overwrite";
     backward_once();
     auto twice = grads();
     for (size_t i = 0; i < once.size(); ++i)
       for (size_t j = 0; j < once[i].size(); ++j)  // same sums, another order: rounding only
-        ASSERT_NEAR(twice[i][j], 2 * once[i][j], 1e-5 * (1e-3 + std::abs(2 * once[i][j]))) << name;
+        ASSERT_NEAR(twice[i][j], 2 * once[i][j], 1e-5 * (1e-3 + std::abs(2 * once[i][j]))) << model_kind_name(kind);
   }
 }
 
@@ -101,9 +101,12 @@ TEST(Init, SeededKaimingUniformWithinBoundsAndReproducible) {
   EXPECT_GT(hi, 0.95f * bound);
 }
 
-TEST(Models, UnknownModelAndBadWidthAreUsageErrors) {
-  EXPECT_THROW(build_model(ModelSpec{"resnet"}, {1, 28, 28}, 10, Device::cpu(), 0), UsageError);
-  EXPECT_THROW(build_model(ModelSpec{"mlp", {0}}, {1, 28, 28}, 10, Device::cpu(), 0), UsageError);
+TEST(Models, KindsParseTheirNamesAndANonPositiveWidthIsRefused) {
+  EXPECT_EQ(parse_model_kind("mlp"), ModelKind::kMlp);
+  EXPECT_EQ(parse_model_kind("cnn"), ModelKind::kCnn);
+  EXPECT_FALSE(parse_model_kind("resnet").has_value());
+  EXPECT_STREQ(model_kind_name(ModelKind::kCnn), "cnn");
+  EXPECT_THROW(build_model(ModelSpec{ModelKind::kMlp, {0}}, {1, 28, 28}, 10, Device::cpu(), 0), Error);
 }
 
 }  // namespace

@@ -102,7 +102,10 @@ TEST(LrSchedule, StepAndCosine) {
   EXPECT_FLOAT_EQ(cosine.lr_at(0), 0.1f);
   EXPECT_NEAR(cosine.lr_at(2), 0.001 + 0.099 * 0.5, 1e-7);
   EXPECT_NEAR(cosine.lr_at(4), 0.001, 1e-7);
-  EXPECT_THROW(LrSchedule::parse_kind("linear"), UsageError);
+  EXPECT_FALSE(parse_lr_schedule_kind("linear").has_value());
+  EXPECT_FALSE(parse_lr_schedule_kind("constant").has_value()) << "one name per schedule: none";
+  for (auto kind : {LrSchedule::Kind::kConstant, LrSchedule::Kind::kStep, LrSchedule::Kind::kCosine})
+    EXPECT_EQ(parse_lr_schedule_kind(lr_schedule_name(kind)), kind);
 }
 
 }  // namespace

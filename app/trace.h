@@ -1,5 +1,6 @@
 // Tracer: per-rank spans (forward, backward, each bucket's all-reduce, optimizer step) written
 // as one Chrome trace JSON for all ranks (pid = rank), which opens in Perfetto / chrome://tracing.
+// DDP's part of a step comes from its record of the last backward (BackwardTiming).
 #pragma once
 
 #include <cstdint>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "ddp/distributed_data_parallel.h"
 
 namespace dtrain {
 
@@ -22,6 +24,8 @@ class Tracer {
   explicit Tracer(bool enabled) : enabled_(enabled) {}
   bool enabled() const { return enabled_; }
   void add(std::string name, const char* category, int tid, int64_t start_ns, int64_t end_ns);
+  // The backward, the wait for its all-reduces, and each bucket's all-reduce (thread 1).
+  void add_backward(const BackwardTiming& timing);
   const std::vector<TraceSpan>& spans() const { return spans_; }
 
   // Time covered by all-reduce spans, and the part of it that lies inside backward spans.

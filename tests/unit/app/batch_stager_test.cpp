@@ -1,7 +1,7 @@
 // BatchStager on CPU: what take() returns is the batch that was staged, batch after batch, in
 // the trainer's prefetch order (stage b+1 before using b) and in its CPU order over a
 // DataLoader (fetch after use); misuse (take without stage, staging twice) is a clear error.
-#include "ddp/batch_stager.h"
+#include "app/batch_stager.h"
 
 #include <vector>
 

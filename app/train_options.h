@@ -1,11 +1,12 @@
-// Parsing of `dtrain train` flags into a TrainConfig (cxxopts). Wrong flags or values throw
-// UsageError with a one-line message; the CLI prints it and exits 2.
+// `dtrain train` flags (cxxopts) parsed into a TrainConfig, once: every value is checked here
+// and nowhere else. A wrong flag or value throws UsageError with one line naming the flag; the
+// CLI prints it and exits 2.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "ddp/trainer.h"
+#include "app/train_config.h"
 
 namespace dtrain {
 

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "examples/train_options.h"
+#include "app/train_options.h"
 
 namespace dtrain {
 namespace {
@@ -19,15 +19,15 @@ std::string usage_error_of(std::vector<std::string> args) {
 
 TEST(TrainOptions, DefaultsAreTheSeedsReferenceJob) {
   TrainConfig c = parse_train_options({"--data", "/tmp"}).config;
-  EXPECT_EQ(c.model.name, "mlp");
+  EXPECT_EQ(c.model.kind, ModelKind::kMlp);
   EXPECT_EQ(c.model.hidden, (std::vector<int64_t>{256}));
   EXPECT_EQ(c.batch_size, 64);
-  EXPECT_EQ(c.optimizer, "sgd");
-  EXPECT_FLOAT_EQ(c.lr, 0.01f);
-  EXPECT_FLOAT_EQ(c.momentum, 0.9f);
-  EXPECT_EQ(c.device, "auto");
+  EXPECT_EQ(c.optimizer.kind, OptimizerKind::kSgd);
+  EXPECT_FLOAT_EQ(c.optimizer.lr, 0.01f);
+  EXPECT_FLOAT_EQ(c.optimizer.momentum, 0.9f);
+  EXPECT_EQ(c.runtime.device, DeviceRequest::automatic());
   EXPECT_EQ(c.epochs, 1);
-  EXPECT_DOUBLE_EQ(c.bucket_cap_mb, 25.0);
+  EXPECT_EQ(c.ddp.bucket_cap_bytes, size_t{25} << 20);
 }
 
 TEST(TrainOptions, ParsesEveryGroup) {
@@ -40,18 +40,18 @@ TEST(TrainOptions, ParsesEveryGroup) {
   EXPECT_EQ(c.model.hidden, (std::vector<int64_t>{1024, 512}));
   EXPECT_EQ(c.epochs, 3);
   EXPECT_EQ(c.batch_size, 128);
-  EXPECT_EQ(c.optimizer, "adamw");
-  EXPECT_FLOAT_EQ(c.lr, 0.001f);
-  EXPECT_FLOAT_EQ(c.weight_decay, 0.05f);
+  EXPECT_EQ(c.optimizer.kind, OptimizerKind::kAdamW);
+  EXPECT_FLOAT_EQ(c.optimizer.lr, 0.001f);
+  EXPECT_FLOAT_EQ(c.optimizer.weight_decay, 0.05f);
   EXPECT_EQ(c.lr_schedule, LrSchedule::Kind::kCosine);
-  EXPECT_EQ(c.device, "cpu");
-  EXPECT_EQ(c.comm_hook, "bf16");
-  EXPECT_DOUBLE_EQ(c.bucket_cap_mb, 4.0);
-  EXPECT_TRUE(c.find_unused_parameters);
+  EXPECT_EQ(c.runtime.device, DeviceRequest::cpu());
+  EXPECT_EQ(c.ddp.comm_hook, CommHookKind::kBf16);
+  EXPECT_EQ(c.ddp.bucket_cap_bytes, size_t{4} << 20);
+  EXPECT_TRUE(c.ddp.find_unused_parameters);
   EXPECT_EQ(c.accumulate, 2);
-  EXPECT_FLOAT_EQ(c.norm_mean, 0.286f);
-  EXPECT_FLOAT_EQ(c.norm_std, 0.353f);
-  EXPECT_EQ(c.trace_path, "t.json");
+  EXPECT_FLOAT_EQ(c.data.normalize.mean, 0.286f);
+  EXPECT_FLOAT_EQ(c.data.normalize.std, 0.353f);
+  EXPECT_EQ(c.output.trace_path, "t.json");
 }
 
 TEST(TrainOptions, WrongFlagsAndValuesAreOneLineUsageErrors) {

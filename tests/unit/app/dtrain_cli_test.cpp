@@ -29,7 +29,7 @@ CliRun run_dtrain(const std::string& args) {
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   const std::string err_path = (std::filesystem::temp_directory_path() / "dtrain_cli_stderr.txt").string();
   // stderr goes to the output stream too (as a terminal shows both) and, through tee, to a file.
-  const std::string cmd = "{ " + std::string(DTRAIN_BINARY_DIR) + "/examples/dtrain " + args + " 2>&1 1>&3 | tee " +
+  const std::string cmd = "{ " + std::string(DTRAIN_BINARY_DIR) + "/app/dtrain " + args + " 2>&1 1>&3 | tee " +
                           err_path + "; } 3>&1 2>&1";
   CliRun r{-1, "", ""};
   FILE* pipe = popen(("bash -c 'set -o pipefail; " + cmd + "'").c_str(), "r");

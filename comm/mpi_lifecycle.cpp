@@ -1,22 +1,17 @@
-// dtrain::init / finalize / abort_all: MPI start-up and shut-down, and the one-line fatal exit
-// that takes every peer down with it.
-#include "comm/init.h"
+// MPI start-up and shut-down, and the one-line fatal exit that takes every peer down with it.
+#include "comm/mpi_lifecycle.h"
 
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 
-#include "comm/local_topology.h"
 #include "comm/mpi_check.h"
-#include "comm/mpi_communicator.h"
-#include "core/ops.h"
 
 namespace dtrain {
 
 namespace {
 
 std::atomic<int> g_world_rank{-1};  // for abort_all, which may run on any thread
-bool g_owns_mpi = false;            // init() initialised MPI, so finalize() finalises it
 
 std::string rank_for_messages() {
   int rank = g_world_rank.load();
@@ -28,16 +23,23 @@ std::string rank_for_messages() {
 
 }  // namespace
 
+bool started_by_launcher(const EnvLookup& env) {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"})
+    if (env(name)) return true;
+  return env("SLURM_STEP_ID") && env("SLURM_STEP_NUM_TASKS");
+}
+
 std::string launcher_rank() {
   for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", "RANK"})
     if (const char* v = std::getenv(name)) return v;
   return "";
 }
 
-DistributedContext init(int* argc, char*** argv) {
+bool start_mpi(int* argc, char*** argv, bool yield_when_idle) {
   int initialized = 0;
   MPI_CHECK(MPI_Initialized(&initialized));
   int provided = MPI_THREAD_SINGLE;
+  bool started = false;
   if (initialized) {
     MPI_CHECK(MPI_Query_thread(&provided));
   } else {
@@ -45,29 +47,26 @@ DistributedContext init(int* argc, char*** argv) {
     // communication thread takes that core from its compute (Open MPI yields by itself only when
     // ranks outnumber cores). A rank with cores to spare answers fastest without yielding: on a
     // 16-core VM the 2-rank gradient all-reduce took 102-126 us so, and 224-381 us yielding.
-    if (cpus_this_process_may_use() < 2) setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);
+    if (yield_when_idle) setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);
     MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided));
-    g_owns_mpi = true;
+    started = true;
   }
   MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   if (provided < MPI_THREAD_SERIALIZED)
     throw Error(fmt::format("MPI provides thread level {}, dtrain needs MPI_THREAD_SERIALIZED ({}) because collectives "
                             "run on a communication thread",
                             provided, MPI_THREAD_SERIALIZED));
-  auto comm = std::make_shared<MpiCommunicator>(MPI_COMM_WORLD);
-  g_world_rank = comm->rank();
-  check_local_topology(comm->local_rank(), comm->local_size(), process_env);
-  return DistributedContext{std::move(comm)};
+  return started;
 }
 
-void finalize(DistributedContext& ctx) {
-  if (auto mpi = std::dynamic_pointer_cast<MpiCommunicator>(ctx.comm)) mpi->shutdown();
-  ctx.comm.reset();
-  int finalized = 0;
+void finish_mpi() {
+  int initialized = 0, finalized = 0;
+  MPI_CHECK(MPI_Initialized(&initialized));
   MPI_CHECK(MPI_Finalized(&finalized));
-  if (g_owns_mpi && !finalized) MPI_CHECK(MPI_Finalize());
-  g_owns_mpi = false;
+  if (initialized && !finalized) MPI_CHECK(MPI_Finalize());
 }
+
+void set_world_rank_for_messages(int rank) { g_world_rank = rank; }
 
 void abort_all(const std::string& message, int exit_code) {
   std::fprintf(stderr, "dtrain: rank %s: %s\n", rank_for_messages().c_str(), message.c_str());

@@ -1,5 +1,5 @@
 // BatchStager (see batch_stager.h): the CPU pass-through and the CUDA double buffering.
-#include "ddp/batch_stager.h"
+#include "app/batch_stager.h"
 
 #include <algorithm>
 #include <cstring>
@@ -117,6 +117,26 @@ void BatchStager::stage_cuda([[maybe_unused]] const Batch& host) {
 #else
   throw Error("this dtrain binary was built without CUDA");
 #endif
+}
+
+StagedBatches::StagedBatches(DataLoader& loader, BatchStager& stager)
+    : loader_(loader), stager_(stager), prefetch_(stager.copies()) {
+  more_ = fetch_and_stage();
+}
+
+bool StagedBatches::fetch_and_stage() {
+  if (!loader_.next(batch_)) return false;
+  stager_.stage(batch_);
+  return true;
+}
+
+bool StagedBatches::next() {
+  if (started_ && !prefetch_) more_ = fetch_and_stage();  // the previous step is done with its buffer
+  started_ = true;
+  if (!more_) return false;
+  stager_.take(images_, labels_);
+  if (prefetch_) more_ = fetch_and_stage();  // batch b+1's copy overlaps step b
+  return true;
 }
 
 }  // namespace dtrain

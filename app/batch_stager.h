@@ -3,6 +3,7 @@
 // copy on a copy stream of its own, into one of two device buffers; take() makes the compute
 // stream wait for that copy. The trainer stages batch b+1 right after taking batch b, so the
 // copy runs while step b computes. On CPU nothing moves: take() returns the batch's tensors.
+// StagedBatches walks an epoch with that order built in.
 #pragma once
 
 #include <array>
@@ -61,6 +62,30 @@ class BatchStager {
   int taken_ = -1;       // slot handed out by the last take()
   bool pending_ = false;  // a batch is staged and not yet taken
   Tensor cpu_images_, cpu_labels_;  // CPU: the staged batch itself
+};
+
+// The batches of a loader's epoch on the stager's device, in order. On CUDA the next batch is
+// staged as soon as the current one is taken, so its copy overlaps the current step. On CPU the
+// current batch is the loader's own buffer, which the loader recycles when asked for the next
+// one, so the next batch is fetched only when next() is called after the step.
+class StagedBatches {
+ public:
+  StagedBatches(DataLoader& loader, BatchStager& stager);
+  // Moves to the next batch; false when the epoch is done.
+  bool next();
+  const Tensor& images() const { return images_; }
+  const Tensor& labels() const { return labels_; }
+
+ private:
+  bool fetch_and_stage();
+
+  DataLoader& loader_;
+  BatchStager& stager_;
+  const bool prefetch_;
+  bool more_;
+  bool started_ = false;
+  Batch batch_;
+  Tensor images_, labels_;
 };
 
 }  // namespace dtrain

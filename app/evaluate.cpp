@@ -1,0 +1,34 @@
+#include "app/evaluate.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "app/batch_stager.h"
+#include "data/data_loader.h"
+#include "model/loss.h"
+
+namespace dtrain {
+
+Evaluation evaluate(Module& model, const Dataset& data, Communicator& control, Device device) {
+  std::vector<int64_t> shard;
+  for (int64_t i = control.rank(); i < data.size(); i += control.size()) shard.push_back(i);
+  DataLoader loader(data, 1000);
+  loader.start_epoch(std::move(shard));
+  model.set_training(false);
+  CrossEntropyLoss loss_fn(Reduction::kSum);
+  BatchStager stager(device);
+  double totals[3] = {0, 0, 0};  // loss sum, correct, count
+  for (StagedBatches batches(loader, stager); batches.next();) {
+    Tensor logits = model.forward(batches.images());
+    totals[0] += loss_value(loss_fn.forward(logits, batches.labels()));
+    totals[1] += static_cast<double>(count_correct(logits, batches.labels()));
+    totals[2] += static_cast<double>(batches.labels().numel());
+  }
+  model.set_training(true);
+  float sums[3] = {static_cast<float>(totals[0]), static_cast<float>(totals[1]), static_cast<float>(totals[2])};
+  control.allreduce(sums, 3, DType::kF32, ReduceOp::kSum);
+  const float count = std::max(sums[2], 1.f);
+  return {sums[0] / count, sums[1] / count, static_cast<int64_t>(sums[2])};
+}
+
+}  // namespace dtrain

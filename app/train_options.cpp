@@ -1,0 +1,238 @@
+#include "app/train_options.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include <cxxopts.hpp>
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace dtrain {
+
+namespace {
+
+std::vector<int64_t> parse_widths(const std::string& text) {
+  std::vector<int64_t> widths;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    std::string item = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || v <= 0)
+      throw UsageError(fmt::format("--hidden: expected positive widths like 256 or 1024,1024, got '{}'", text));
+    widths.push_back(v);
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return widths;
+}
+
+// cxxopts names a value that failed to convert ("Argument 'x' failed to parse") but not its
+// flag: find the flag in `args` that carried it, as "--flag value" or "--flag=value".
+std::string bad_value_message(const std::vector<std::string>& args, const std::string& what) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.rfind("--", 0) != 0) continue;
+    const size_t eq = a.find('=');
+    const std::string flag = a.substr(0, eq);
+    const std::string value = eq != std::string::npos ? a.substr(eq + 1) : i + 1 < args.size() ? args[i + 1] : "";
+    for (const std::string& quoted : {"\u2018" + value + "\u2019", "'" + value + "'"})
+      if (what.find(quoted) != std::string::npos) {
+        // A value that reads as a decimal failed, so the flag takes whole numbers.
+        char* end = nullptr;
+        std::strtod(value.c_str(), &end);
+        const bool decimal = !value.empty() && end == value.c_str() + value.size();
+        return fmt::format("{}: expected {}, got '{}'", flag, decimal ? "a whole number" : "a number", value);
+      }
+  }
+  return what;
+}
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw UsageError(message);
+}
+
+// One of `names` (a parse function's vocabulary) or a UsageError listing them.
+template <class Parse>
+auto parse_choice(const std::string& flag, const std::string& value, Parse parse, const char* expected) {
+  auto kind = parse(value);
+  if (!kind) throw UsageError(fmt::format("{}: expected {}, got '{}'", flag, expected, value));
+  return *kind;
+}
+
+cxxopts::Options make_train_options() {
+  TrainConfig d;  // defaults
+  cxxopts::Options o("dtrain train", "Data-parallel training on (Fashion-)MNIST; data-parallel whenever started "
+                                     "with more than one rank (dtrain-launch, mpirun or srun).");
+  // clang-format off
+  o.add_options("Data")
+    ("data", "Folder with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]", cxxopts::value<std::string>()->default_value(d.data.dir))
+    ("train-limit", "Use only the first N training samples (0: all)", cxxopts::value<int64_t>()->default_value("0"))
+    ("test-limit", "Use only the first N test samples (0: all)", cxxopts::value<int64_t>()->default_value("0"))
+    ("normalize", "Pixel mean,std applied after scaling to [0,1] (e.g. 0.2860,0.3530)", cxxopts::value<std::string>()->default_value(""));
+  o.add_options("Model")
+    ("model", "mlp or cnn", cxxopts::value<std::string>()->default_value("mlp"))
+    ("hidden", "MLP hidden widths, comma separated", cxxopts::value<std::string>()->default_value("256"))
+    ("dropout", "Dropout probability after hidden activations", cxxopts::value<float>()->default_value("0"))
+    ("seed", "Seed for initialisation, shuffling and dropout", cxxopts::value<uint64_t>()->default_value("0"));
+  o.add_options("Optimisation")
+    ("epochs", "Epochs", cxxopts::value<int64_t>()->default_value("1"))
+    ("batch-size", "Batch size per rank", cxxopts::value<int64_t>()->default_value("64"))
+    ("optimizer", "sgd or adamw", cxxopts::value<std::string>()->default_value("sgd"))
+    ("lr", "Learning rate", cxxopts::value<float>()->default_value("0.01"))
+    ("momentum", "SGD momentum", cxxopts::value<float>()->default_value("0.9"))
+    ("nesterov", "SGD with Nesterov momentum")
+    ("weight-decay", "Weight decay (L2 for SGD, decoupled for AdamW)", cxxopts::value<float>()->default_value("0"))
+    ("lr-schedule", "none, step or cosine (per epoch)", cxxopts::value<std::string>()->default_value("none"))
+    ("lr-step-size", "step: epochs between decays", cxxopts::value<int64_t>()->default_value("1"))
+    ("lr-gamma", "step: decay factor", cxxopts::value<float>()->default_value("0.1"))
+    ("accumulate", "Micro-batches per optimizer step (gradients accumulate under no_sync)", cxxopts::value<int64_t>()->default_value("1"));
+  o.add_options("Distributed")
+    ("bucket-cap-mb", "Gradient bucket cap in MiB (the first bucket is 1 MiB)", cxxopts::value<double>()->default_value("25"))
+    ("find-unused-parameters", "Treat parameters without a gradient in a step as ready with zero gradient")
+    ("comm-hook", "Gradient reduction: allreduce, bf16 or fp16 (compressed)", cxxopts::value<std::string>()->default_value("allreduce"));
+  o.add_options("Device")
+    ("device", "auto, cpu, cuda or cuda:N (auto: CUDA when visible, else CPU)", cxxopts::value<std::string>()->default_value("auto"))
+    ("allow-gpu-sharing", "Let several local ranks share a GPU (local rank r on visible GPU r mod count)")
+    ("tf32", "Allow TF32 tensor cores for float32 GEMM on GPU")
+    ("amp", "Mixed precision: off, or bf16 (Linear matmuls in bf16, float32 weights; emulated on CPU)", cxxopts::value<std::string>()->default_value("off"))
+    ("timeout", "Seconds before a stuck GPU collective aborts the job", cxxopts::value<double>()->default_value("600"))
+    ("threads", "CPU BLAS threads per rank (0: cores / local ranks)", cxxopts::value<int>()->default_value("0"));
+  o.add_options("Output")
+    ("log-interval", "Batches between log lines", cxxopts::value<int64_t>()->default_value("100"))
+    ("progress", "auto, on or off: a progress line redrawn in place (auto: when the output is a terminal)", cxxopts::value<std::string>()->default_value("auto"))
+    ("metrics", "Write one JSON object per log interval and per epoch to FILE (JSON lines)", cxxopts::value<std::string>()->default_value(""))
+    ("trace", "Write a Chrome trace JSON (all ranks) to FILE", cxxopts::value<std::string>()->default_value(""))
+    ("json", "Print a final JSON summary line")
+    ("quiet", "Only errors (and --json)")
+    ("h,help", "Show this help");
+  // clang-format on
+  return o;
+}
+
+void read_data(const cxxopts::ParseResult& r, TrainConfig& c) {
+  c.data.dir = r["data"].as<std::string>();
+  c.data.train_limit = r["train-limit"].as<int64_t>();
+  c.data.test_limit = r["test-limit"].as<int64_t>();
+  require(c.data.train_limit >= 0 && c.data.test_limit >= 0, "--train-limit/--test-limit: must be non-negative");
+  require(std::filesystem::is_directory(c.data.dir),
+          fmt::format("--data: no such directory '{}' (Debian: apt-get install dataset-fashion-mnist)", c.data.dir));
+  const std::string norm = r["normalize"].as<std::string>();
+  if (norm.empty()) return;
+  float mean = 0, std = 0;
+  char extra = 0;
+  require(std::sscanf(norm.c_str(), "%f,%f%c", &mean, &std, &extra) == 2 && std::isfinite(mean) &&
+              std::isfinite(std) && std > 0.f,
+          fmt::format("--normalize: expected MEAN,STD with STD > 0, got '{}'", norm));
+  c.data.normalize = {mean, std};
+}
+
+void read_model(const cxxopts::ParseResult& r, TrainConfig& c) {
+  c.model.kind = parse_choice("--model", r["model"].as<std::string>(), parse_model_kind, "mlp or cnn");
+  c.model.hidden = parse_widths(r["hidden"].as<std::string>());
+  c.model.dropout = r["dropout"].as<float>();
+  require(c.model.dropout >= 0.f && c.model.dropout < 1.f,
+          fmt::format("--dropout: must be in [0, 1), got {}", c.model.dropout));
+  c.seed = r["seed"].as<uint64_t>();
+}
+
+void read_optimisation(const cxxopts::ParseResult& r, TrainConfig& c) {
+  c.epochs = r["epochs"].as<int64_t>();
+  c.batch_size = r["batch-size"].as<int64_t>();
+  c.accumulate = r["accumulate"].as<int64_t>();
+  require(c.epochs >= 1, fmt::format("--epochs: must be at least 1, got {}", c.epochs));
+  require(c.batch_size >= 1, fmt::format("--batch-size: must be at least 1, got {}", c.batch_size));
+  require(c.accumulate >= 1, fmt::format("--accumulate: must be at least 1, got {}", c.accumulate));
+  OptimizerSpec& o = c.optimizer;
+  o.kind = parse_choice("--optimizer", r["optimizer"].as<std::string>(), parse_optimizer_kind, "sgd or adamw");
+  o.lr = r["lr"].as<float>();
+  o.momentum = r["momentum"].as<float>();
+  o.nesterov = r.count("nesterov") > 0;
+  o.weight_decay = r["weight-decay"].as<float>();
+  require(std::isfinite(o.lr) && o.lr > 0.f, fmt::format("--lr: must be positive, got {}", o.lr));
+  require(o.momentum >= 0.f && o.momentum < 1.f, fmt::format("--momentum: must be in [0, 1), got {}", o.momentum));
+  require(o.weight_decay >= 0.f, fmt::format("--weight-decay: must be non-negative, got {}", o.weight_decay));
+  require(!o.nesterov || o.kind == OptimizerKind::kSgd, "--nesterov: only with --optimizer sgd");
+  require(!o.nesterov || o.momentum > 0.f, "--nesterov: needs --momentum > 0");
+  c.lr_schedule = parse_choice("--lr-schedule", r["lr-schedule"].as<std::string>(), parse_lr_schedule_kind,
+                               "none, step or cosine");
+  c.lr_step_size = r["lr-step-size"].as<int64_t>();
+  c.lr_gamma = r["lr-gamma"].as<float>();
+  require(c.lr_step_size >= 1, fmt::format("--lr-step-size: must be at least 1, got {}", c.lr_step_size));
+  require(std::isfinite(c.lr_gamma) && c.lr_gamma > 0.f, fmt::format("--lr-gamma: must be positive, got {}", c.lr_gamma));
+}
+
+void read_distributed(const cxxopts::ParseResult& r, TrainConfig& c) {
+  const double cap_mb = r["bucket-cap-mb"].as<double>();
+  require(cap_mb > 0 && cap_mb <= 1e6, fmt::format("--bucket-cap-mb: must be in (0, 1e6], got {}", cap_mb));
+  c.ddp.bucket_cap_bytes = static_cast<size_t>(cap_mb * 1024 * 1024);
+  c.ddp.find_unused_parameters = r.count("find-unused-parameters") > 0;
+  c.ddp.comm_hook = parse_choice("--comm-hook", r["comm-hook"].as<std::string>(), parse_comm_hook_kind,
+                                 "allreduce, bf16 or fp16");
+}
+
+void read_device(const cxxopts::ParseResult& r, TrainConfig& c) {
+  RuntimeOptions& rt = c.runtime;
+  rt.device = parse_choice("--device", r["device"].as<std::string>(), DeviceRequest::parse, "auto, cpu, cuda or cuda:N");
+  rt.allow_gpu_sharing = r.count("allow-gpu-sharing") > 0;
+  rt.tf32 = r.count("tf32") > 0;
+  rt.collective_timeout_s = r["timeout"].as<double>();
+  rt.cpu_threads = r["threads"].as<int>();
+  require(rt.collective_timeout_s > 0 && rt.collective_timeout_s <= 1e7,
+          fmt::format("--timeout: must be in (0, 1e7] seconds, got {}", rt.collective_timeout_s));
+  require(rt.cpu_threads >= 0, fmt::format("--threads: must be non-negative, got {}", rt.cpu_threads));
+  const std::string amp = r["amp"].as<std::string>();
+  require(amp == "off" || amp == "bf16", fmt::format("--amp: expected off or bf16, got '{}'", amp));
+  c.amp = amp == "bf16" ? AmpMode::kBf16 : AmpMode::kOff;
+}
+
+void read_output(const cxxopts::ParseResult& r, TrainConfig& c) {
+  OutputSettings& out = c.output;
+  out.log_interval = r["log-interval"].as<int64_t>();
+  require(out.log_interval >= 1, fmt::format("--log-interval: must be at least 1, got {}", out.log_interval));
+  const std::string progress = r["progress"].as<std::string>();
+  require(progress == "auto" || progress == "on" || progress == "off",
+          fmt::format("--progress: expected auto, on or off, got '{}'", progress));
+  out.progress = progress == "on" ? ProgressMode::kOn : progress == "off" ? ProgressMode::kOff : ProgressMode::kAuto;
+  out.metrics_path = r["metrics"].as<std::string>();
+  out.trace_path = r["trace"].as<std::string>();
+  out.json = r.count("json") > 0;
+  out.quiet = r.count("quiet") > 0;
+}
+
+}  // namespace
+
+ParsedTrain parse_train_options(const std::vector<std::string>& args) {
+  cxxopts::Options options = make_train_options();
+  std::vector<const char*> argv = {"dtrain train"};
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  cxxopts::ParseResult r;
+  try {
+    r = options.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const cxxopts::exceptions::incorrect_argument_type& e) {
+    throw UsageError(bad_value_message(args, e.what()));
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw UsageError(e.what());
+  }
+  if (!r.unmatched().empty()) throw UsageError(fmt::format("unexpected argument '{}'", r.unmatched().front()));
+  ParsedTrain out;
+  if (r.count("help")) {
+    out.help = true;
+    out.help_text = options.help();
+    return out;
+  }
+  for (auto read : {read_data, read_model, read_optimisation, read_distributed, read_device, read_output})
+    read(r, out.config);
+  return out;
+}
+
+}  // namespace dtrain

@@ -1,0 +1,102 @@
+// dtrain::init() and the Runtime it returns (see runtime.h).
+#include "comm/runtime.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "comm/exchange.h"
+#include "comm/local_topology.h"
+#include "comm/mpi_communicator.h"
+#include "comm/mpi_lifecycle.h"
+#include "comm/self_communicator.h"
+#include "core/error.h"
+#include "core/ops.h"
+#ifdef DTRAIN_WITH_CUDA
+#include "comm/nccl/nccl_communicator.h"
+#include "core/cuda/cuda_backend.h"
+#endif
+
+namespace dtrain {
+
+namespace {
+
+#ifdef DTRAIN_WITH_CUDA
+// NCCL cannot run two ranks of one communicator on one GPU (it fails or hangs at init). Ranks
+// compare "host/PCI bus id", so a shared GPU is one clear error on every rank; ranks that each
+// see one GPU through their own CUDA_VISIBLE_DEVICES pass.
+void check_one_rank_per_gpu(Device device, Communicator& control) {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  const std::string mine = fmt::format("{}/{}", host, cuda::pci_bus_id(device.index));
+  const std::vector<std::string> all = allgather_strings(control, mine);
+  for (int r = 0; r < control.size(); ++r) {
+    if (r != control.rank() && all[static_cast<size_t>(r)] == mine)
+      throw Error(fmt::format("ranks {} and {} share GPU {}; NCCL needs one GPU per rank (run at most as many ranks "
+                              "per node as GPUs)",
+                              std::min(r, control.rank()), std::max(r, control.rank()), mine));
+  }
+}
+#endif
+
+}  // namespace
+
+std::unique_ptr<Runtime> init(int* argc, char*** argv, const RuntimeOptions& options) {
+  std::unique_ptr<Runtime> rt(new Runtime);
+  rt->topology_ = probe_cpu_topology();
+  if (started_by_launcher(process_env)) {
+    rt->owns_mpi_ = start_mpi(argc, argv, comm_thread_should_yield(rt->topology_));
+    rt->control_ = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD);
+    set_world_rank_for_messages(rt->control_->rank());
+    check_local_topology(rt->control_->local_rank(), rt->control_->local_size(), process_env);
+  } else {
+    rt->control_ = std::make_unique<SelfCommunicator>();
+  }
+  rt->choose_device(options);
+  rt->cpu_threads_ = set_cpu_threads(blas_threads_for_rank(options.cpu_threads, rt->topology_, rt->local_size()));
+  rt->start_gradient_communicator(options);
+  return rt;
+}
+
+void Runtime::choose_device(const RuntimeOptions& options) {
+  const DeviceChoice choice = select_device(options.device, local_rank(), local_size(), options.allow_gpu_sharing);
+  device_ = choice.device;
+  device_note_ = choice.log_line;
+  // Every rank must take the same path (NCCL or MPI for gradients): with an automatic choice on
+  // a job whose nodes differ, the ranks would otherwise issue different collectives and hang.
+  int32_t cuda_ranks = device_.is_cuda() ? 1 : 0;
+  control_->allreduce(&cuda_ranks, 1, DType::kI32, ReduceOp::kSum);
+  if (cuda_ranks != 0 && cuda_ranks != size())
+    throw Error(fmt::format("device {}: {} of {} ranks found a GPU and the others did not; request cpu or cuda "
+                            "explicitly",
+                            options.device.str(), cuda_ranks, size()));
+  if (device_.is_cuda()) set_allow_tf32(options.tf32);
+}
+
+void Runtime::start_gradient_communicator([[maybe_unused]] const RuntimeOptions& options) {
+  // Gradients move over NCCL on GPU (device buffers, communication stream) and over the control
+  // communicator on CPU; one process needs no gradient communicator at all.
+  if (!device_.is_cuda() || size() == 1) return;
+#ifdef DTRAIN_WITH_CUDA
+  check_one_rank_per_gpu(device_, *control_);
+  NcclOptions nccl;
+  nccl.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.collective_timeout_s * 1000));
+  gradients_ = std::make_unique<NcclCommunicator>(*control_, device_, nccl);
+#endif
+}
+
+Runtime::~Runtime() {
+  try {
+    gradients_.reset();
+    control_->shutdown();
+    control_.reset();
+    if (owns_mpi_) finish_mpi();
+  } catch (const std::exception& e) {
+    // A destructor must not throw; a failed shut-down is worth a line, not a crash.
+    std::fprintf(stderr, "dtrain: shutting down: %s\n", e.what());
+  }
+}
+
+}  // namespace dtrain

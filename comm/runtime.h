@@ -1,0 +1,68 @@
+// Runtime: everything a dtrain process sets up once, in one object. dtrain::init() makes it and
+// its destructor shuts it down: the control communicator (MPI, or a one-rank world when the
+// process was started alone), the gradient communicator (NCCL on multi-rank GPU runs, else the
+// control communicator), the chosen and pinned device with its compute stream, and the CPU
+// thread policy. DDP and the training loop take a Runtime; nothing else holds these.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+#include "core/device_select.h"
+#include "core/thread_policy.h"
+
+namespace dtrain {
+
+struct RuntimeOptions {
+  DeviceRequest device = DeviceRequest::automatic();
+  bool allow_gpu_sharing = false;  // several local ranks on one GPU (local rank r -> GPU r mod count)
+  bool tf32 = false;               // TF32 tensor cores for float32 GEMMs on GPU
+  double collective_timeout_s = 600;  // GPU collectives; PyTorch's default, 10 minutes
+  int cpu_threads = 0;  // BLAS threads per rank; 0: the thread policy's choice (core/thread_policy.h)
+};
+
+class Runtime {
+ public:
+  ~Runtime();  // finishes issued collectives, destroys the communicators, finalises MPI if it started it
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  int rank() const { return control_->rank(); }
+  int size() const { return control_->size(); }
+  int local_rank() const { return control_->local_rank(); }
+  int local_size() const { return control_->local_size(); }
+
+  // Host-memory collectives: metrics, checks, agreement between ranks.
+  Communicator& control() { return *control_; }
+  // The communicator for gradients and parameters in device memory.
+  Communicator& gradients() { return gradients_ ? *gradients_ : *control_; }
+  Device device() const { return device_; }
+  Stream& compute_stream() { return dtrain::compute_stream(device_); }
+  int cpu_threads() const { return cpu_threads_; }
+  // Why this device, in one line ("no CUDA device visible; using CPU (...)").
+  const std::string& device_note() const { return device_note_; }
+
+ private:
+  friend std::unique_ptr<Runtime> init(int* argc, char*** argv, const RuntimeOptions& options);
+  Runtime() = default;
+  void choose_device(const RuntimeOptions& options);
+  void start_gradient_communicator(const RuntimeOptions& options);
+
+  std::unique_ptr<Communicator> control_;
+  std::unique_ptr<Communicator> gradients_;  // only when it differs from control_
+  Device device_;
+  std::string device_note_;
+  CpuTopology topology_;
+  int cpu_threads_ = 1;
+  bool owns_mpi_ = false;
+};
+
+// Starts dtrain in this process. Under a launcher (mpirun, srun, a PMI server): MPI with
+// MPI_THREAD_SERIALIZED, the node-local rank and size cross-checked against the launcher's
+// variables; started alone: a one-rank world without MPI. Then the device (every rank must take
+// the same path: all GPU or all CPU), BLAS threads, and NCCL for multi-rank GPU runs. Throws
+// dtrain::Error; MPI may already be running then, so a caller with peers should abort_all().
+std::unique_ptr<Runtime> init(int* argc, char*** argv, const RuntimeOptions& options = {});
+
+}  // namespace dtrain
