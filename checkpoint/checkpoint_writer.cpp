@@ -166,12 +166,15 @@ fs::path CheckpointWriter::save(CheckpointSnapshot snapshot) {
 
 void CheckpointWriter::save_async(CheckpointSnapshot snapshot) {
   wait();
+  writing_.store(true, std::memory_order_release);
   thread_ = std::thread([this, snapshot = std::move(snapshot)]() mutable {
     try {
       write_checkpoint(options_, snapshot);
     } catch (...) {
       error_ = std::current_exception();
     }
+    snapshot = {};  // the memory goes back before the caller learns the save is done
+    writing_.store(false, std::memory_order_release);
   });
 }
 

@@ -9,6 +9,7 @@
 // by the next call to save(), save_async() or wait().
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_layout.h"
+#include "checkpoint/host_buffer_pool.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/training_state.h"
 
@@ -57,13 +59,23 @@ class CheckpointWriter {
   void save_async(CheckpointSnapshot snapshot);
   // Waits for the save in flight, if any; throws its error.
   void wait();
+  // A save was started and not yet waited for (it may have finished).
   bool in_flight() const { return thread_.joinable(); }
+  // The background thread is still writing (never blocks).
+  bool writing() const { return writing_.load(std::memory_order_acquire); }
   const CheckpointWriterOptions& options() const { return options_; }
+  // Memory for the next snapshot (safetensors::host_copy(name, t, &writer.buffers())): a
+  // snapshot's buffers come back here once written, so the next snapshot copies into memory that
+  // is already mapped. Take the snapshot after the previous save is done (check writing()) to
+  // reuse them rather than allocate a second set.
+  HostBufferPool& buffers() { return buffers_; }
 
  private:
   CheckpointWriterOptions options_;
+  HostBufferPool buffers_;
   std::thread thread_;
   std::exception_ptr error_;  // set by the thread, read after join
+  std::atomic<bool> writing_{false};
 };
 
 }  // namespace dtrain::checkpoint

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/durable_file.h"
+#include "checkpoint/host_buffer_pool.h"
 #include "core/error.h"
 #include "core/memory.h"
 
@@ -201,9 +202,9 @@ std::shared_ptr<std::byte> new_host_bytes(size_t n) {
 
 }  // namespace
 
-HostTensor host_copy(std::string name, const Tensor& t) {
+HostTensor host_copy(std::string name, const Tensor& t, checkpoint::HostBufferPool* pool) {
   DTRAIN_CHECK(t.defined(), "host_copy of the undefined tensor '{}'", name);
-  std::shared_ptr<std::byte> bytes = new_host_bytes(t.nbytes());
+  std::shared_ptr<std::byte> bytes = pool ? pool->get(t.nbytes()) : new_host_bytes(t.nbytes());
   if (t.nbytes()) copy_bytes(bytes.get(), Device::cpu(), t.raw(), t.device(), t.nbytes());
   return {std::move(name), from_core(t.dtype()), t.shape(), std::move(bytes), t.nbytes()};
 }

@@ -19,6 +19,10 @@
 
 #include "core/tensor.h"
 
+namespace dtrain::checkpoint {
+class HostBufferPool;
+}
+
 namespace dtrain::safetensors {
 
 // The format's dtypes. Order is by element size (as the reference implementation's), so sorting
@@ -54,8 +58,9 @@ struct HostTensor {
   TensorRef ref() const { return {name, dtype, shape, bytes()}; }
 };
 
-// A host copy of `t` (from any device): the caller may change `t` once this returns.
-HostTensor host_copy(std::string name, const Tensor& t);
+// A host copy of `t` (from any device): the caller may change `t` once this returns. With a
+// pool, the copy lands in reused memory (see host_buffer_pool.h: much faster for large states).
+HostTensor host_copy(std::string name, const Tensor& t, checkpoint::HostBufferPool* pool = nullptr);
 // `t` itself, kept alive, without a copy: for a CPU tensor nothing writes any more (such as the
 // copies Optimizer::export_state returns).
 HostTensor adopt_host_tensor(std::string name, Tensor t);

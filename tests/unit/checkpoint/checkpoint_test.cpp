@@ -189,6 +189,7 @@ TEST(CheckpointWriter, WritesInTheBackgroundFromAnOwnedSnapshot) {
   writer.save_async(synthetic_snapshot(20));  // waits for the first
   writer.wait();
   EXPECT_FALSE(writer.in_flight());
+  EXPECT_FALSE(writer.writing());
   expect_synthetic(read_checkpoint(tmp.path() / "step-10"), 10);
   expect_synthetic(read_checkpoint(tmp.path()), 20);
 }
