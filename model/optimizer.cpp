@@ -68,7 +68,7 @@ void Sgd::step() {
 OptimizerState Sgd::export_state() const {
   OptimizerState state;
   for (size_t i = 0; i < momentum_.size(); ++i)
-    if (stepped_[i]) state.tensors.push_back({params_[i]->name + ".momentum_buffer", momentum_[i].to(Device::cpu())});
+    if (stepped_[i]) state.tensors.push_back({params_[i]->name + ".momentum_buffer", momentum_[i]});
   return state;
 }
 
@@ -123,8 +123,8 @@ OptimizerState AdamW::export_state() const {
   OptimizerState state;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (steps_[i] == 0) continue;
-    state.tensors.push_back({params_[i]->name + ".exp_avg", m_[i].to(Device::cpu())});
-    state.tensors.push_back({params_[i]->name + ".exp_avg_sq", v_[i].to(Device::cpu())});
+    state.tensors.push_back({params_[i]->name + ".exp_avg", m_[i]});
+    state.tensors.push_back({params_[i]->name + ".exp_avg_sq", v_[i]});
     state.counts.push_back({params_[i]->name + ".step", steps_[i]});
   }
   return state;

@@ -16,8 +16,8 @@ namespace dtrain {
 // An optimizer's state as PyTorch's optimizer.state_dict() holds it, keyed "<parameter>.<key>":
 // "1.weight.momentum_buffer" (SGD with momentum), "1.weight.exp_avg", "1.weight.exp_avg_sq" and
 // "1.weight.step" (AdamW). As in PyTorch, a parameter has no entries until its first update.
-// Tensors are float32 host copies shaped as the parameter; counts are the per-parameter step
-// counts (int64 here; PyTorch holds them as float32 0-d tensors).
+// Tensors are float32, shaped as the parameter; counts are the per-parameter step counts (int64
+// here; PyTorch holds them as float32 0-d tensors).
 struct OptimizerState {
   struct Entry {
     std::string name;
@@ -43,7 +43,8 @@ class Optimizer {
   void set_lr(float lr) { lr_ = lr; }
   float lr() const { return lr_; }
   virtual const char* kind() const = 0;  // "sgd" | "adamw"
-  // Host copies of the state (see OptimizerState); later steps do not change them.
+  // The state (see OptimizerState) as views of the optimizer's own tensors, on the parameters'
+  // device, not copies: copy them (safetensors::host_copy) before the next step().
   virtual OptimizerState export_state() const = 0;
   // Replaces the whole state with `state` (a parameter it has no entries for starts fresh), so
   // that the following steps are those the exporting optimizer would have taken, to the bit.

@@ -21,7 +21,7 @@ using dtrain::testing::TempDir;
 // What the trainer will do: the optimizer's state as safetensors entries and back.
 std::vector<safetensors::HostTensor> optimizer_entries(const OptimizerState& state) {
   std::vector<safetensors::HostTensor> out;
-  for (const auto& e : state.tensors) out.push_back(safetensors::adopt_host_tensor(e.name, e.value));
+  for (const auto& e : state.tensors) out.push_back(safetensors::host_copy(e.name, e.value));
   for (const auto& c : state.counts) out.push_back(safetensors::i64_scalar(c.name, c.value));
   return out;
 }
