@@ -1,5 +1,9 @@
 #include "checkpoint/checkpoint_reader.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
+
 #include <fmt/format.h>
 
 #include "checkpoint/checkpoint_layout.h"
@@ -50,9 +54,13 @@ TrainingState read_state(const fs::path& dir) {
 
 std::optional<fs::path> find_latest(const fs::path& dir) {
   const fs::path latest = dir / kLatestFile;
+  struct stat st {};
+  if (::stat(latest.c_str(), &st) != 0) {
+    if (errno == ENOENT) return std::nullopt;  // no DIR, or nothing saved in it yet
+    throw_os_error("cannot read", latest, errno);  // unreadable is not "nothing to resume"
+  }
+  if (!S_ISREG(st.st_mode)) throw Error(fmt::format("{}: not a regular file", latest.string()));
   std::error_code ec;
-  if (!fs::exists(latest, ec)) return std::nullopt;
-  if (!fs::is_regular_file(latest, ec)) throw Error(fmt::format("{}: not a regular file", latest.string()));
   FileBytes file = read_whole_file(latest);
   const std::string_view content(reinterpret_cast<const char*>(file.data.get()), std::min<uint64_t>(file.size, 64));
   auto step = file.size <= 64 ? parse_latest(content) : std::nullopt;

@@ -167,15 +167,20 @@ fs::path CheckpointWriter::save(CheckpointSnapshot snapshot) {
 void CheckpointWriter::save_async(CheckpointSnapshot snapshot) {
   wait();
   writing_.store(true, std::memory_order_release);
-  thread_ = std::thread([this, snapshot = std::move(snapshot)]() mutable {
-    try {
-      write_checkpoint(options_, snapshot);
-    } catch (...) {
-      error_ = std::current_exception();
-    }
-    snapshot = {};  // the memory goes back before the caller learns the save is done
+  try {
+    thread_ = std::thread([this, snapshot = std::move(snapshot)]() mutable {
+      try {
+        write_checkpoint(options_, snapshot);
+      } catch (...) {
+        error_ = std::current_exception();
+      }
+      snapshot = {};  // the buffers go back to the pool before the caller learns the save is done
+      writing_.store(false, std::memory_order_release);
+    });
+  } catch (...) {
     writing_.store(false, std::memory_order_release);
-  });
+    throw;
+  }
 }
 
 }  // namespace dtrain::checkpoint

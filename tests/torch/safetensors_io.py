@@ -122,13 +122,15 @@ def encode(tensors, metadata=None):
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     for name in order:
         t = tensors[name].detach().cpu().contiguous()
-        data = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        data = bytearray(t.numel() * t.element_size())
+        if data:  # torch only, no numpy: copy the tensor's bytes into a buffer torch writes through
+            torch.frombuffer(data, dtype=torch.uint8).copy_(t.reshape(-1).view(torch.uint8))
         header[name] = {"dtype": _NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
         chunks.append(data)
         offset += len(data)
     text = json.dumps(header, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     text += b" " * ((8 - len(text) % 8) % 8)
-    return struct.pack("<Q", len(text)) + text + b"".join(chunks)
+    return struct.pack("<Q", len(text)) + text + b"".join(bytes(c) for c in chunks)
 
 
 def save(path, tensors, metadata=None):

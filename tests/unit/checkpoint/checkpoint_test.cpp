@@ -85,6 +85,19 @@ TEST(Checkpoint, WritesTheLayoutAndReadsItBack) {
   }
 }
 
+TEST(Checkpoint, NothingToResumeOnlyWhenThereIsNoLatest) {
+  TempDir tmp;
+  EXPECT_EQ(find_latest(tmp.path() / "absent"), std::nullopt);
+  EXPECT_EQ(find_latest(tmp.path()), std::nullopt);
+  std::ofstream(tmp.file("plain-file")) << "x";
+  try {
+    find_latest(tmp.path() / "plain-file");  // not "nothing saved": an error
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "cannot read " + tmp.file("plain-file") + "/latest: Not a directory");
+  }
+}
+
 TEST(Checkpoint, KeepsTheNewestKAfterANewerOneIsComplete) {
   TempDir tmp;
   for (int64_t step : {10, 20, 30}) save(tmp.path(), step, 2);
