@@ -117,6 +117,8 @@ class File {
   const TensorInfo* find(std::string_view name) const;  // nullptr when absent
   const TensorInfo& at(std::string_view name) const;    // throws "<source>: no tensor '<name>'"
   std::span<const std::byte> bytes(const TensorInfo& info) const;
+  // The whole file as read (rank 0 can broadcast it; other ranks rebuild a File from it).
+  std::span<const std::byte> file_bytes() const { return {bytes_.get(), static_cast<size_t>(size_)}; }
 
   // Copies a tensor into `dst` (any device) after checking dtype and shape ("<source>: tensor
   // '1.weight' has shape [10, 256], expected [10, 128]").

@@ -59,6 +59,12 @@ TEST(Safetensors, RoundTripsEveryDtypeShapeAndMetadata) {
     ASSERT_EQ(got.size(), t.nbytes) << t.name;
     EXPECT_EQ(std::memcmp(got.data(), t.data.get(), t.nbytes), 0) << t.name;
   }
+  // What another rank rebuilds from rank 0's broadcast bytes is the same file.
+  auto copy = std::make_unique<std::byte[]>(file.file_bytes().size());
+  std::memcpy(copy.get(), file.file_bytes().data(), file.file_bytes().size());
+  File rebuilt(std::move(copy), file.file_bytes().size(), "broadcast");
+  EXPECT_EQ(rebuilt.metadata(), kMetadata);
+  EXPECT_EQ(rebuilt.header().tensors.size(), tensors.size());
   EXPECT_EQ(file.i64_scalar("d.i64"), [&] {
     int64_t v;
     std::memcpy(&v, tensors[3].data.get(), 8);
