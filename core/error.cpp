@@ -6,7 +6,7 @@ namespace dtrain {
 
 static const char* project_relative(const char* file) {
   // __FILE__ is absolute in CMake builds; keep the part from the layer folder on.
-  for (const char* layer : {"/core/", "/comm/", "/model/", "/data/", "/ddp/", "/launcher/", "/examples/", "/tests/"}) {
+  for (const char* layer : {"/core/", "/comm/", "/model/", "/data/", "/checkpoint/", "/ddp/", "/launcher/", "/examples/", "/tests/"}) {
     if (const char* p = std::strstr(file, layer)) return p + 1;
   }
   return file;

@@ -1,16 +1,41 @@
 // Optimizers with PyTorch's update rules: SGD (momentum, dampening, Nesterov, weight decay)
-// and AdamW (decoupled weight decay). State lives on the parameters' device.
+// and AdamW (decoupled weight decay). State lives on the parameters' device; export_state()
+// and import_state() move it in and out under PyTorch's state_dict names for checkpoints.
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/module.h"
 
 namespace dtrain {
+
+enum class OptimizerKind { kSgd, kAdamW };
+const char* optimizer_name(OptimizerKind kind);                          // "sgd", "adamw"
+std::optional<OptimizerKind> parse_optimizer_kind(const std::string& name);  // the names above
+
+// An optimizer's state as PyTorch's optimizer.state_dict() holds it, keyed "<parameter>.<key>":
+// "1.weight.momentum_buffer" (SGD with momentum), "1.weight.exp_avg", "1.weight.exp_avg_sq" and
+// "1.weight.step" (AdamW). As in PyTorch, a parameter has no entries until its first update.
+// Tensors are float32, shaped as the parameter; counts are the per-parameter step counts (int64
+// here; PyTorch holds them as float32 0-d tensors).
+struct OptimizerState {
+  struct Entry {
+    std::string name;
+    Tensor value;
+  };
+  struct Count {
+    std::string name;
+    int64_t value = 0;
+  };
+  std::vector<Entry> tensors;
+  std::vector<Count> counts;
+};
 
 class Optimizer {
  public:
@@ -23,8 +48,23 @@ class Optimizer {
   void zero_grad();
   void set_lr(float lr) { lr_ = lr; }
   float lr() const { return lr_; }
+  virtual OptimizerKind kind() const = 0;
+  // The state (see OptimizerState) as views of the optimizer's own tensors, on the parameters'
+  // device, not copies: copy them (safetensors::host_copy) before the next step().
+  virtual OptimizerState export_state() const = 0;
+  // Replaces the whole state with `state` (a parameter it has no entries for starts fresh), so
+  // that the following steps are those the exporting optimizer would have taken, to the bit.
+  // Throws one line naming the first entry that names no parameter of this optimizer, a key
+  // this optimizer does not keep, a shape that differs, or a parameter's missing companion entry.
+  virtual void import_state(const OptimizerState& state) = 0;
 
  protected:
+  // The index of the parameter an entry "<parameter>.<key>" belongs to and its key; throws
+  // "optimizer state: '<name>' ..." when no parameter has that name or the key is not in `keys`.
+  std::pair<size_t, std::string> parse_entry_name(const std::string& name, std::initializer_list<const char*> keys) const;
+  // Throws naming `name` when `src` differs from `dst` in shape or dtype.
+  static void check_like(const std::string& name, const Tensor& src, const Tensor& dst);
+
   std::vector<Parameter*> params_;
   float lr_;
 };
@@ -41,6 +81,9 @@ class Sgd : public Optimizer {
  public:
   Sgd(std::vector<Parameter*> params, SgdOptions options);
   void step() override;
+  OptimizerKind kind() const override { return OptimizerKind::kSgd; }
+  OptimizerState export_state() const override;
+  void import_state(const OptimizerState& state) override;
 
  private:
   SgdOptions opt_;
@@ -60,16 +103,15 @@ class AdamW : public Optimizer {
  public:
   AdamW(std::vector<Parameter*> params, AdamWOptions options);
   void step() override;
+  OptimizerKind kind() const override { return OptimizerKind::kAdamW; }
+  OptimizerState export_state() const override;
+  void import_state(const OptimizerState& state) override;
 
  private:
   AdamWOptions opt_;
   std::vector<Tensor> m_, v_;
   std::vector<int64_t> steps_;  // per parameter
 };
-
-enum class OptimizerKind { kSgd, kAdamW };
-const char* optimizer_name(OptimizerKind kind);                          // "sgd", "adamw"
-std::optional<OptimizerKind> parse_optimizer_kind(const std::string& name);  // the names above
 
 // What make_optimizer() builds: SGD uses momentum (and Nesterov), AdamW its default betas and eps.
 struct OptimizerSpec {

@@ -1,0 +1,98 @@
+#include "checkpoint/checkpoint_reader.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+
+#include <fmt/format.h>
+
+#include "checkpoint/checkpoint_layout.h"
+#include "checkpoint/durable_file.h"
+#include "core/error.h"
+
+namespace dtrain::checkpoint {
+namespace fs = std::filesystem;
+
+namespace {
+
+// A file of the checkpoint, read once, its size and CRC-32 checked against state.json.
+safetensors::File read_checked(const fs::path& dir, std::string_view name, const TrainingState& state) {
+  const fs::path path = dir / name;
+  const std::string source = path.string();
+  auto digest = state.files.find(std::string(name));
+  if (digest == state.files.end())
+    throw Error(fmt::format("{}: files: no entry for {}", (dir / kStateFile).string(), name));
+  FileBytes file = read_whole_file(path);
+  if (file.size != digest->second.bytes)
+    throw Error(fmt::format("{}: {} bytes, state.json records {} (truncated or replaced)", source, file.size,
+                            digest->second.bytes));
+  const uint32_t crc = crc32_of({file.data.get(), file.size});
+  if (crc != digest->second.crc32)
+    throw Error(fmt::format("{}: CRC-32 {:08x}, state.json records {:08x} (the file is damaged)", source, crc,
+                            digest->second.crc32));
+  return safetensors::File(std::move(file.data), file.size, source);
+}
+
+TrainingState read_state(const fs::path& dir) {
+  const fs::path path = dir / kStateFile;
+  FileBytes file = read_whole_file(path);
+  TrainingState state =
+      decode_state(std::string_view(reinterpret_cast<const char*>(file.data.get()), file.size), path.string());
+  if (state.optimizer_shards != kOptimizerShardsSupported)
+    throw Error(fmt::format("{}: optimizer_shards: {} shards; this dtrain reads unsharded optimizer state only",
+                            path.string(), state.optimizer_shards));
+  for (const auto& [name, digest] : state.files)
+    if (name != kModelFile && name != kOptimizerFile)
+      throw Error(fmt::format("{}: files: unexpected entry '{}'", path.string(), name));
+  if (auto step = parse_step_dir_name(dir.filename().string()); step && *step != state.global_step)
+    throw Error(fmt::format("{}: global_step: {}, but the directory is {}", path.string(), state.global_step,
+                            dir.filename().string()));
+  return state;
+}
+
+}  // namespace
+
+std::optional<fs::path> find_latest(const fs::path& dir) {
+  const fs::path latest = dir / kLatestFile;
+  struct stat st {};
+  if (::stat(latest.c_str(), &st) != 0) {
+    if (errno == ENOENT) return std::nullopt;  // no DIR, or nothing saved in it yet
+    throw_os_error("cannot read", latest, errno);  // unreadable is not "nothing to resume"
+  }
+  if (!S_ISREG(st.st_mode)) throw Error(fmt::format("{}: not a regular file", latest.string()));
+  std::error_code ec;
+  FileBytes file = read_whole_file(latest);
+  const std::string_view content(reinterpret_cast<const char*>(file.data.get()), std::min<uint64_t>(file.size, 64));
+  auto step = file.size <= 64 ? parse_latest(content) : std::nullopt;
+  if (!step) throw Error(fmt::format("{}: expected one line 'step-<N>', got '{}'", latest.string(),
+                                     content.substr(0, content.find('\n'))));
+  const fs::path target = dir / step_dir_name(*step);
+  if (!fs::is_directory(target, ec))
+    throw Error(fmt::format("{}: names {}, which does not exist", latest.string(), target.string()));
+  return target;
+}
+
+fs::path resolve_checkpoint(const fs::path& path) {
+  std::error_code ec;
+  if (fs::exists(path / kStateFile, ec)) return path;
+  if (auto latest = find_latest(path)) return *latest;
+  if (!fs::is_directory(path, ec)) throw Error(fmt::format("{}: no such checkpoint directory", path.string()));
+  throw Error(fmt::format("{}: neither a checkpoint ({} missing) nor a checkpoint directory ({} missing)",
+                          path.string(), kStateFile, kLatestFile));
+}
+
+LoadedCheckpoint read_checkpoint(const fs::path& path) {
+  const fs::path dir = resolve_checkpoint(path);
+  TrainingState state = read_state(dir);
+  safetensors::File model = read_checked(dir, kModelFile, state);
+  safetensors::File optimizer = read_checked(dir, kOptimizerFile, state);
+  return LoadedCheckpoint{dir, std::move(state), std::move(model), std::move(optimizer)};
+}
+
+void check_config_matches(const LoadedCheckpoint& checkpoint, const nlohmann::json& current,
+                          std::span<const std::string> may_differ) {
+  if (auto diff = first_config_difference(checkpoint.state.config, current, may_differ))
+    throw Error(fmt::format("{}: config.{}", (checkpoint.path / kStateFile).string(), *diff));
+}
+
+}  // namespace dtrain::checkpoint

@@ -1,0 +1,186 @@
+#include "checkpoint/checkpoint_writer.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "checkpoint/durable_file.h"
+#include "core/error.h"
+
+namespace dtrain::checkpoint {
+namespace fs = std::filesystem;
+
+namespace {
+
+FileDigest write_tensor_file(const fs::path& path, const std::vector<safetensors::HostTensor>& tensors,
+                             const safetensors::Metadata& metadata, FaultBudget& budget) {
+  DurableFile file(path, &budget);
+  safetensors::write(file, safetensors::refs(tensors), metadata);
+  file.commit();
+  return {file.size(), file.crc32()};
+}
+
+FileDigest write_text_file(const fs::path& path, std::string_view text, FaultBudget& budget) {
+  DurableFile file(path, &budget);
+  file.write(std::as_bytes(std::span(text)));
+  file.commit();
+  return {file.size(), file.crc32()};
+}
+
+void make_directory(const fs::path& dir) {
+  if (::mkdir(dir.c_str(), 0755) != 0) throw_os_error("cannot create directory", dir, errno);
+}
+
+// Best effort: what a crashed save or deletion left (".tmp-*"); no reader looks at these.
+void remove_leftovers(const fs::path& dir) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.path().filename().string().starts_with(kTempPrefix)) fs::remove_all(entry.path(), ec);
+}
+
+// Moves the complete temporary directory to `target` in one step. An existing `target` (a run
+// resumed from an older checkpoint saves this step again) is swapped out atomically, so the
+// name never points at nothing, and then deleted.
+void publish(const fs::path& temp, const fs::path& target) {
+  if (::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, target.c_str(), RENAME_NOREPLACE) == 0) return;
+  int err = errno;
+  if (err == EEXIST) {
+    if (::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0)
+      throw_os_error(fmt::format("cannot replace {} with", target.string()), temp, errno);
+    std::error_code ec;
+    fs::remove_all(temp, ec);  // the old content now; a leftover if this fails
+    return;
+  }
+  if (err != EINVAL && err != ENOSYS) throw_os_error(fmt::format("cannot rename {} to", temp.string()), target, err);
+  // A filesystem without renameat2 flags: plain rename, which replaces an empty target only.
+  if (::rename(temp.c_str(), target.c_str()) != 0)
+    throw_os_error(fmt::format("cannot rename {} to", temp.string()), target, errno);
+}
+
+void write_latest(const fs::path& dir, int64_t step, FaultBudget& budget) {
+  const fs::path temp = dir / fmt::format("{}latest-{}", kTempPrefix, ::getpid());
+  write_text_file(temp, latest_content(step), budget);
+  const fs::path latest = dir / kLatestFile;
+  if (::rename(temp.c_str(), latest.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(temp.c_str());
+    throw_os_error(fmt::format("cannot rename {} to", temp.string()), latest, err);
+  }
+  fsync_directory(dir);
+}
+
+// Deletes the checkpoints beyond `keep`, each renamed away first so none is seen half-deleted.
+void prune(const fs::path& dir, int64_t newest, int keep) {
+  std::vector<int64_t> existing;
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (auto step = parse_step_dir_name(entry.path().filename().string()); step && entry.is_directory())
+      existing.push_back(*step);
+  for (int64_t step : steps_to_delete(existing, newest, keep)) {
+    const fs::path old = dir / step_dir_name(step);
+    const fs::path doomed = dir / fmt::format("{}delete-{}-{}", kTempPrefix, step_dir_name(step), ::getpid());
+    if (::rename(old.c_str(), doomed.c_str()) != 0) throw_os_error("cannot delete the old checkpoint", old, errno);
+    std::error_code ec;
+    fs::remove_all(doomed, ec);
+    if (ec) throw_os_error("cannot delete the old checkpoint", old, ec.value());
+  }
+}
+
+// The step directory, complete and fsynced under its final name; nothing of it on failure.
+void write_step_directory(const fs::path& dir, const fs::path& target, CheckpointSnapshot& snapshot,
+                          FaultBudget& budget) {
+  const fs::path temp =
+      dir / fmt::format("{}{}-{}", kTempPrefix, target.filename().string(), ::getpid());
+  make_directory(temp);
+  try {
+    TrainingState& state = snapshot.state;
+    state.format_version = kFormatVersion;
+    state.dtrain_version = dtrain_version();
+    state.optimizer_shards = 1;  // Note [Sharded optimizer state]
+    state.files.clear();
+    state.files[std::string(kModelFile)] =
+        write_tensor_file(temp / kModelFile, snapshot.model, snapshot.model_metadata, budget);
+    state.files[std::string(kOptimizerFile)] =
+        write_tensor_file(temp / kOptimizerFile, snapshot.optimizer, snapshot.optimizer_metadata, budget);
+    write_text_file(temp / kStateFile, encode_state(state), budget);
+    fsync_directory(temp);
+    publish(temp, target);
+    fsync_directory(dir);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(temp, ec);
+    throw;
+  }
+}
+
+}  // namespace
+
+fs::path write_checkpoint(const CheckpointWriterOptions& options, CheckpointSnapshot& snapshot) {
+  DTRAIN_CHECK(options.keep >= 1, "keep {} checkpoints", options.keep);
+  const fs::path& dir = options.dir;
+  const fs::path target = dir / step_dir_name(snapshot.state.global_step);
+  try {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) throw_os_error("cannot create directory", dir, ec.value());
+    remove_leftovers(dir);
+    FaultBudget budget(options.fault_after_bytes);
+    write_step_directory(dir, target, snapshot, budget);
+    write_latest(dir, snapshot.state.global_step, budget);
+    prune(dir, snapshot.state.global_step, options.keep);
+  } catch (const Error& e) {
+    throw Error(fmt::format("checkpoint {} not saved: {}", target.string(), e.what()));
+  } catch (const fs::filesystem_error& e) {
+    throw Error(fmt::format("checkpoint {} not saved: {}", target.string(), e.what()));
+  }
+  return target;
+}
+
+CheckpointWriter::CheckpointWriter(CheckpointWriterOptions options) : options_(std::move(options)) {
+  DTRAIN_CHECK(options_.keep >= 1, "keep {} checkpoints", options_.keep);
+}
+
+CheckpointWriter::~CheckpointWriter() {
+  if (thread_.joinable()) thread_.join();
+  if (!error_) return;
+  try {
+    std::rethrow_exception(error_);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+  }
+}
+
+void CheckpointWriter::wait() {
+  if (thread_.joinable()) thread_.join();
+  if (auto error = std::exchange(error_, nullptr)) std::rethrow_exception(error);
+}
+
+fs::path CheckpointWriter::save(CheckpointSnapshot snapshot) {
+  wait();
+  return write_checkpoint(options_, snapshot);
+}
+
+void CheckpointWriter::save_async(CheckpointSnapshot snapshot) {
+  wait();
+  writing_.store(true, std::memory_order_release);
+  try {
+    thread_ = std::thread([this, snapshot = std::move(snapshot)]() mutable {
+      try {
+        write_checkpoint(options_, snapshot);
+      } catch (...) {
+        error_ = std::current_exception();
+      }
+      snapshot = {};  // the buffers go back to the pool before the caller learns the save is done
+      writing_.store(false, std::memory_order_release);
+    });
+  } catch (...) {
+    writing_.store(false, std::memory_order_release);
+    throw;
+  }
+}
+
+}  // namespace dtrain::checkpoint
