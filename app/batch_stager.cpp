@@ -5,13 +5,10 @@
 #include <cstring>
 
 #include "core/error.h"
-#ifdef DTRAIN_WITH_CUDA
-#include "core/cuda/cuda_backend.h"
-#endif
+#include "core/gpu_backend.h"
 
 namespace dtrain {
 
-#ifdef DTRAIN_WITH_CUDA
 namespace {
 
 constexpr size_t kLabelAlignment = 256;  // labels start on their own aligned line in the pinned buffer
@@ -19,14 +16,9 @@ constexpr size_t kLabelAlignment = 256;  // labels start on their own aligned li
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 }  // namespace
-#endif
 
 void BatchStager::PinnedFree::operator()(std::byte* ptr) const {
-#ifdef DTRAIN_WITH_CUDA
-  cuda::free_pinned(ptr);
-#else
-  (void)ptr;  // never allocated without CUDA
-#endif
+  if (ptr) gpu_backend().free_pinned(ptr);  // only CUDA stagers allocate, so the backend is open
 }
 
 BatchStager::BatchStager(Device device) : device_(device) {
@@ -79,8 +71,7 @@ void BatchStager::take(Tensor& images, Tensor& labels) {
   staged_ = -1;
 }
 
-void BatchStager::stage_cuda([[maybe_unused]] const Batch& host) {
-#ifdef DTRAIN_WITH_CUDA
+void BatchStager::stage_cuda(const Batch& host) {
   const int index = next_;
   next_ ^= 1;
   Slot& s = slots_[static_cast<size_t>(index)];
@@ -92,7 +83,7 @@ void BatchStager::stage_cuda([[maybe_unused]] const Batch& host) {
   if (s.pinned_bytes < label_offset + label_bytes) {
     s.pinned.reset();
     s.pinned_bytes = 0;
-    s.pinned.reset(static_cast<std::byte*>(cuda::alloc_pinned(label_offset + label_bytes)));
+    s.pinned.reset(static_cast<std::byte*>(gpu_backend().alloc_pinned(label_offset + label_bytes)));
     s.pinned_bytes = label_offset + label_bytes;
   }
   if (s.images.numel() < host.images.numel() || s.labels.numel() < host.labels.numel()) {
@@ -108,15 +99,12 @@ void BatchStager::stage_cuda([[maybe_unused]] const Batch& host) {
   std::memcpy(s.pinned.get() + label_offset, host.labels.raw(), label_bytes);
   // The device buffer is free once the step that read it (two batches ago) has finished.
   if (s.consumed) copy_stream_->wait(*s.consumed);
-  cuda::copy_async(s.images.raw(), true, s.pinned.get(), false, image_bytes, *copy_stream_);
-  cuda::copy_async(s.labels.raw(), true, s.pinned.get() + label_offset, false, label_bytes, *copy_stream_);
+  gpu_backend().copy_async(s.images.raw(), true, s.pinned.get(), false, image_bytes, *copy_stream_);
+  gpu_backend().copy_async(s.labels.raw(), true, s.pinned.get() + label_offset, false, label_bytes, *copy_stream_);
   s.copied = copy_stream_->record();
   s.image_view = s.images.slice(0, host.images.shape());
   s.label_view = s.labels.slice(0, host.labels.shape());
   staged_ = index;
-#else
-  throw Error("this dtrain binary was built without CUDA");
-#endif
 }
 
 StagedBatches::StagedBatches(DataLoader& loader, BatchStager& stager)

@@ -1,26 +1,57 @@
 #include "app/reporter.h"
 
-#include <cstdio>
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/cpu_blas.h"
+#include "core/error.h"
 #include "core/version.h"
 #include "model/loss.h"
 
 namespace dtrain {
 
-Reporter::Reporter(const OutputSettings& output, bool rank_zero) : output_(output), rank_zero_(rank_zero) {}
+namespace {
+
+double seconds_between(int64_t from_ns, int64_t to_ns) { return static_cast<double>(to_ns - from_ns) / 1e9; }
+
+}  // namespace
+
+void AllreduceStats::add(const BackwardTiming& t) {
+  wait_s += seconds_between(t.end_ns, t.synced_ns);
+  for (const BucketTiming& b : t.buckets) {
+    allreduce_s += seconds_between(b.started_ns, b.finished_ns);
+    const int64_t overlap_end = std::min(b.finished_ns, t.end_ns);
+    if (overlap_end > b.started_ns) overlapped_s += seconds_between(std::max(b.started_ns, t.start_ns), overlap_end);
+  }
+}
+
+Reporter::Reporter(const OutputSettings& output, bool rank_zero, bool progress)
+    : output_(output), rank_zero_(rank_zero) {
+  if (!rank_zero_) return;
+  if (progress && !output_.quiet) progress_ = std::make_unique<ProgressLine>(stdout);
+  if (!output_.metrics_path.empty()) {
+    metrics_ = std::fopen(output_.metrics_path.c_str(), "w");
+    if (!metrics_) throw Error(fmt::format("{}: cannot create: {}", output_.metrics_path, std::strerror(errno)));
+  }
+}
+
+Reporter::~Reporter() {
+  if (metrics_) std::fclose(metrics_);
+}
 
 void Reporter::start(Runtime& rt, const std::string& model, const TrainConfig& c, int64_t train_size,
                      int64_t test_size) {
   dataset_size_ = train_size;
+  epochs_ = c.epochs;
   summary_model_ = model_kind_name(c.model.kind);
   summary_hidden_ = fmt::format("{}", fmt::join(c.model.hidden, ","));
   summary_hook_ = comm_hook_name(c.ddp.comm_hook);
   summary_batch_ = c.batch_size;
-  summary_epochs_ = c.epochs;
+  run_start_ = Clock::now();
   if (!output_.quiet && rt.local_rank() == 0) fmt::print("rank {}: {}\n", rt.rank(), rt.device_note());
   if (!logs()) return;
   const std::string grads = rt.size() == 1 ? "no gradient sync (1 rank)" : "gradients over " + rt.gradients().describe();
@@ -34,24 +65,87 @@ void Reporter::start(Runtime& rt, const std::string& model, const TrainConfig& c
                rt.device().is_cpu() ? " (emulated on CPU: bf16-rounded operands through the float32 GEMM, for the "
                                       "numerics, not for speed)"
                                     : "");
+  std::fflush(stdout);
 }
 
-void Reporter::start_epoch(int64_t, int64_t batches) { batches_ = batches; }
+void Reporter::start_epoch(int64_t, int64_t batches, int64_t samples_in_epoch) {
+  batches_ = batches;
+  samples_in_epoch_ = samples_in_epoch;
+  epoch_start_ = interval_start_ = Clock::now();
+  interval_samples_ = 0;
+  interval_ = {};
+}
 
-void Reporter::after_step(int64_t epoch, int64_t batch, int64_t samples_before, const Tensor& loss, float,
-                          const BackwardTiming*) {
-  if (!logs() || batch % output_.log_interval != 0) return;
-  fmt::print("Train Epoch: {} [{}/{} ({:.0f}%)] Loss: {:.6f}\n", epoch + 1, samples_before, dataset_size_,
-             100.0 * static_cast<double>(batch) / static_cast<double>(batches_), loss_value(loss));
+void Reporter::after_step(int64_t epoch, int64_t batch, int64_t samples_before, int64_t batch_samples,
+                          const Tensor& loss, float lr, const BackwardTiming* timing) {
+  if (!rank_zero_) return;
+  ++global_step_;
+  samples_run_ += batch_samples;
+  interval_samples_ += batch_samples;
+  if (timing) interval_.add(*timing);
+  const bool interval_ends = batch % output_.log_interval == 0;
+  const bool redraw = progress_ && progress_->due(batch + 1 == batches_);
+  if (!interval_ends && !redraw) return;
+  const float loss_now = loss_value(loss);  // a device-to-host copy: only when it is shown or written
+  if (interval_ends && logs() && !progress_)
+    fmt::print("Train Epoch: {} [{}/{} ({:.0f}%)] Loss: {:.6f}\n", epoch + 1, samples_before, dataset_size_,
+               100.0 * static_cast<double>(batch) / static_cast<double>(batches_), loss_now);
+  if (interval_ends && metrics_) write_step_record(epoch, batch, samples_before + batch_samples, loss_now, lr);
+  if (redraw) {
+    const double elapsed = std::chrono::duration<double>(Clock::now() - epoch_start_).count();
+    const double rate = elapsed > 0 ? static_cast<double>(samples_before + batch_samples) / elapsed : 0;
+    const double left = static_cast<double>(samples_in_epoch_ * (epochs_ - epoch) - samples_before - batch_samples);
+    progress_->draw({epoch + 1, epochs_, samples_before + batch_samples, samples_in_epoch_, rate, loss_now,
+                     rate > 0 ? left / rate : 0});
+  }
+}
+
+void Reporter::write_step_record(int64_t epoch, int64_t batch, int64_t samples, float loss, float lr) {
+  const auto now = Clock::now();
+  const double seconds = std::chrono::duration<double>(now - interval_start_).count();
+  const nlohmann::json record = {
+      {"type", "step"},
+      {"epoch", epoch + 1},
+      {"batch", batch},
+      {"step", global_step_},
+      {"samples", samples_run_},
+      {"epoch_samples", samples},
+      {"loss", loss},
+      {"lr", lr},
+      {"samples_per_s", seconds > 0 ? static_cast<double>(interval_samples_) / seconds : 0},
+      {"allreduce_wait_s", interval_.wait_s},
+      {"allreduce_overlap", interval_.allreduce_s > 0 ? interval_.overlapped_s / interval_.allreduce_s : 0},
+      {"time_s", std::chrono::duration<double>(now - run_start_).count()}};
+  fmt::print(metrics_, "{}\n", record.dump());
+  std::fflush(metrics_);
+  interval_start_ = now;
+  interval_samples_ = 0;
+  interval_ = {};
 }
 
 void Reporter::end_epoch(int64_t epoch, const Evaluation& eval, int64_t test_size, int64_t samples, double seconds,
                          int world_size) {
+  if (!rank_zero_) return;
+  if (progress_) progress_->finish();
+  if (metrics_) {
+    const nlohmann::json record = {{"type", "epoch"},
+                                   {"epoch", epoch + 1},
+                                   {"step", global_step_},
+                                   {"samples", samples_run_},
+                                   {"test_loss", eval.loss},
+                                   {"test_accuracy", eval.accuracy},
+                                   {"samples_per_s", static_cast<double>(samples) / seconds},
+                                   {"epoch_s", seconds},
+                                   {"time_s", std::chrono::duration<double>(Clock::now() - run_start_).count()}};
+    fmt::print(metrics_, "{}\n", record.dump());
+    std::fflush(metrics_);
+  }
   if (!logs()) return;
   fmt::print("Test set: Average loss: {:.4f}, Accuracy: {:.0f}/{} ({:.2f}%)\n", eval.loss,
              eval.accuracy * static_cast<double>(test_size), test_size, 100.0 * eval.accuracy);
   fmt::print("Epoch {}: {:.1f} samples/s ({} samples in {:.2f} s on {} rank(s))\n", epoch + 1,
              static_cast<double>(samples) / seconds, samples, seconds, world_size);
+  std::fflush(stdout);
 }
 
 void Reporter::trace_written(const std::string& path, size_t spans, double overlap, double allreduce_ns) {
@@ -62,13 +156,18 @@ void Reporter::trace_written(const std::string& path, size_t spans, double overl
 
 void Reporter::finish(const TrainResult& r) {
   if (rank_zero_ && output_.json) {
-    const nlohmann::json summary = {
-        {"dtrain", DTRAIN_VERSION},        {"np", r.world_size},
-        {"device", r.device},              {"model", summary_model_},
-        {"hidden", summary_hidden_},       {"batch_per_rank", summary_batch_},
-        {"epochs", summary_epochs_},       {"comm_hook", summary_hook_},
-        {"samples_per_s", r.samples_per_second}, {"train_s", r.train_seconds},
-        {"test_acc", r.test_accuracy},     {"allreduce_overlap", r.allreduce_overlap}};
+    const nlohmann::json summary = {{"dtrain", DTRAIN_VERSION},
+                                    {"np", r.world_size},
+                                    {"device", r.device},
+                                    {"model", summary_model_},
+                                    {"hidden", summary_hidden_},
+                                    {"batch_per_rank", summary_batch_},
+                                    {"epochs", epochs_},
+                                    {"comm_hook", summary_hook_},
+                                    {"samples_per_s", r.samples_per_second},
+                                    {"train_s", r.train_seconds},
+                                    {"test_acc", r.test_accuracy},
+                                    {"allreduce_overlap", r.allreduce_overlap}};
     fmt::print("{}\n", summary.dump());
   }
   std::fflush(stdout);

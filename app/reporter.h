@@ -1,43 +1,67 @@
-// Reporter: what rank 0 tells the user while training: the seeds' log lines (`Train Epoch: 1
-// [6400/60000 (11%)] Loss: 2.292416`, the `Test set:` line, samples/s), and the final JSON
-// summary. Other ranks report nothing (the local rank 0 of each node names its device).
+// Reporter: what rank 0 tells the user while training. On a terminal a progress line redrawn in
+// place (app/progress.h); otherwise the seeds' log lines (`Train Epoch: 1 [6400/60000 (11%)]
+// Loss: 2.292416`); in both, the `Test set:` and samples/s lines after each epoch, the final JSON
+// summary (--json), and with --metrics a JSON-lines file: one record per log interval and one
+// per epoch. Other ranks report nothing (the local rank 0 of each node names its device).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <memory>
 #include <string>
 
 #include "app/evaluate.h"
+#include "app/progress.h"
 #include "app/train_config.h"
 #include "comm/runtime.h"
 #include "ddp/distributed_data_parallel.h"
 
 namespace dtrain {
 
+// What one log interval's steps spent around the gradient all-reduce (from DDP's timings).
+struct AllreduceStats {
+  double wait_s = 0;        // backward finished, waiting for the last all-reduces
+  double allreduce_s = 0;   // all-reduce time on the communication side
+  double overlapped_s = 0;  // the part of it that ran while backward was still running
+  void add(const BackwardTiming& t);
+};
+
 class Reporter {
  public:
-  Reporter(const OutputSettings& output, bool rank_zero);
+  // `progress`: draw the progress line instead of the seeds' step lines (rank 0 only).
+  Reporter(const OutputSettings& output, bool rank_zero, bool progress);
+  ~Reporter();
 
   void start(Runtime& runtime, const std::string& model, const TrainConfig& config, int64_t train_size,
              int64_t test_size);
-  void start_epoch(int64_t epoch, int64_t batches);
-  // After batch `batch` of `epoch` (from 0): `samples_before` global samples came before it;
-  // `timing` is DDP's record of the last synced backward (nullptr on one rank).
-  void after_step(int64_t epoch, int64_t batch, int64_t samples_before, const Tensor& loss, float lr,
-                  const BackwardTiming* timing);
+  void start_epoch(int64_t epoch, int64_t batches, int64_t samples_in_epoch);
+  // After batch `batch` of `epoch` (from 0): `samples_before` global samples of the epoch came
+  // before it, `batch_samples` global samples were in it; `timing` is DDP's record of the last
+  // synced backward (nullptr on one rank or under no_sync).
+  void after_step(int64_t epoch, int64_t batch, int64_t samples_before, int64_t batch_samples, const Tensor& loss,
+                  float lr, const BackwardTiming* timing);
   void end_epoch(int64_t epoch, const Evaluation& eval, int64_t test_size, int64_t samples, double seconds,
                  int world_size);
   void trace_written(const std::string& path, size_t spans, double overlap, double allreduce_ns);
   void finish(const TrainResult& result);
 
  private:
+  using Clock = std::chrono::steady_clock;
   bool logs() const { return rank_zero_ && !output_.quiet; }
+  void write_step_record(int64_t epoch, int64_t batch, int64_t samples, float loss, float lr);
 
   OutputSettings output_;
   bool rank_zero_;
-  int64_t batches_ = 0;
-  int64_t dataset_size_ = 0;
+  std::unique_ptr<ProgressLine> progress_;
+  std::FILE* metrics_ = nullptr;
+  int64_t epochs_ = 1, batches_ = 0, dataset_size_ = 0, samples_in_epoch_ = 0;
+  int64_t global_step_ = 0, samples_run_ = 0;  // over the whole run
+  Clock::time_point run_start_, epoch_start_, interval_start_;
+  int64_t interval_samples_ = 0;
+  AllreduceStats interval_;
   std::string summary_model_, summary_hidden_, summary_hook_;
-  int64_t summary_batch_ = 0, summary_epochs_ = 0;
+  int64_t summary_batch_ = 0;
 };
 
 }  // namespace dtrain

@@ -1,5 +1,7 @@
 #include "app/trainer.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <optional>
@@ -8,6 +10,7 @@
 #include "app/evaluate.h"
 #include "app/reporter.h"
 #include "app/trace.h"
+#include "comm/mpi_lifecycle.h"
 #include "core/ops.h"
 #include "data/data_loader.h"
 #include "data/distributed_sampler.h"
@@ -27,9 +30,13 @@ class Trainer {
 
  private:
   void run_epoch(int64_t epoch, TrainResult& result);
+  struct StepResult {
+    Tensor loss;          // on the device
+    bool stepped = false;  // this micro-batch ended its group: gradients synced, optimizer stepped
+  };
   // One micro-batch: forward, loss, backward (synced or under no_sync), and the optimizer step
-  // that ends its group. Returns the loss tensor (on the device).
-  Tensor step(const Tensor& images, const Tensor& labels, int64_t batch, int64_t batches);
+  // that ends its group.
+  StepResult step(const Tensor& images, const Tensor& labels, int64_t batch, int64_t batches);
 
   Runtime& rt_;
   const TrainConfig& c_;
@@ -57,14 +64,16 @@ Trainer::Trainer(Runtime& runtime, const TrainConfig& c)
       loader_(std::make_unique<DataLoader>(*train_set_, c.batch_size)),
       stager_(runtime.device()),
       tracer_(!c.output.trace_path.empty()),
-      reporter_(c.output, runtime.rank() == 0) {
+      reporter_(c.output, runtime.rank() == 0,
+                progress_wanted(c.output.progress, started_by_launcher(process_env), process_env("DTRAIN_STDOUT_IS_TTY"),
+                                isatty(STDOUT_FILENO) == 1)) {
   model_->set_amp(c.amp);
   if (runtime.size() > 1) ddp_.emplace(*model_, runtime, c.ddp);
   optimizer_ = make_optimizer(c.optimizer, model_->parameters());
   reporter_.start(runtime, model_->describe(), c, train_set_->size(), test_set_->size());
 }
 
-Tensor Trainer::step(const Tensor& images, const Tensor& labels, int64_t b, int64_t batches) {
+Trainer::StepResult Trainer::step(const Tensor& images, const Tensor& labels, int64_t b, int64_t batches) {
   const int64_t micro = b % c_.accumulate;
   const bool step_now = micro == c_.accumulate - 1 || b == batches - 1;
   if (micro == 0) optimizer_->zero_grad();
@@ -93,7 +102,7 @@ Tensor Trainer::step(const Tensor& images, const Tensor& labels, int64_t b, int6
     ScopedSpan span(&tracer_, "optimizer step");
     optimizer_->step();
   }
-  return loss;
+  return {loss, step_now};
 }
 
 void Trainer::run_epoch(int64_t epoch, TrainResult& result) {
@@ -102,14 +111,15 @@ void Trainer::run_epoch(int64_t epoch, TrainResult& result) {
   optimizer_->set_lr(schedule_.lr_at(epoch));
   const int64_t batches = loader_->num_batches();
   int64_t samples = 0;
-  reporter_.start_epoch(epoch, batches);
+  reporter_.start_epoch(epoch, batches, sampler_.total_size());
   const auto t0 = std::chrono::steady_clock::now();
   StagedBatches data(*loader_, stager_);
   for (int64_t b = 0; data.next(); ++b) {
-    Tensor loss = step(data.images(), data.labels(), b, batches);
-    samples += data.labels().numel();
-    reporter_.after_step(epoch, b, b * c_.batch_size * rt_.size(), loss, optimizer_->lr(),
-                         ddp_ ? &ddp_->last_backward() : nullptr);
+    const int64_t batch_samples = data.labels().numel();
+    const StepResult r = step(data.images(), data.labels(), b, batches);
+    reporter_.after_step(epoch, b, samples * rt_.size(), batch_samples * rt_.size(), r.loss, optimizer_->lr(),
+                         ddp_ && r.stepped ? &ddp_->last_backward() : nullptr);
+    samples += batch_samples;
   }
   rt_.compute_stream().synchronize();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

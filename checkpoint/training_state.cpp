@@ -8,10 +8,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-
-#ifndef DTRAIN_VERSION
-#define DTRAIN_VERSION "unknown"
-#endif
+#include "core/version.h"
 
 namespace dtrain::checkpoint {
 

@@ -12,25 +12,22 @@
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_lifecycle.h"
 #include "comm/self_communicator.h"
-#include "core/error.h"
-#include "core/ops.h"
-#ifdef DTRAIN_WITH_CUDA
 #include "comm/nccl/nccl_communicator.h"
-#include "core/cuda/cuda_backend.h"
-#endif
+#include "core/error.h"
+#include "core/gpu_backend.h"
+#include "core/ops.h"
 
 namespace dtrain {
 
 namespace {
 
-#ifdef DTRAIN_WITH_CUDA
 // NCCL cannot run two ranks of one communicator on one GPU (it fails or hangs at init). Ranks
 // compare "host/PCI bus id", so a shared GPU is one clear error on every rank; ranks that each
 // see one GPU through their own CUDA_VISIBLE_DEVICES pass.
 void check_one_rank_per_gpu(Device device, Communicator& control) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
-  const std::string mine = fmt::format("{}/{}", host, cuda::pci_bus_id(device.index));
+  const std::string mine = fmt::format("{}/{}", host, gpu_backend().pci_bus_id(device.index));
   const std::vector<std::string> all = allgather_strings(control, mine);
   for (int r = 0; r < control.size(); ++r) {
     if (r != control.rank() && all[static_cast<size_t>(r)] == mine)
@@ -39,7 +36,13 @@ void check_one_rank_per_gpu(Device device, Communicator& control) {
                               std::min(r, control.rank()), std::max(r, control.rank()), mine));
   }
 }
-#endif
+
+// The NCCL communicator lives in the GPU backend library (Note [Loaded on use]).
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, Device device, const NcclOptions& options) {
+  using Factory = Communicator* (*)(Communicator&, Device, const NcclOptions&);
+  auto factory = reinterpret_cast<Factory>(gpu_backend_symbol(kNcclFactorySymbol));
+  return std::unique_ptr<Communicator>(factory(bootstrap, device, options));
+}
 
 }  // namespace
 
@@ -75,16 +78,14 @@ void Runtime::choose_device(const RuntimeOptions& options) {
   if (device_.is_cuda()) set_allow_tf32(options.tf32);
 }
 
-void Runtime::start_gradient_communicator([[maybe_unused]] const RuntimeOptions& options) {
+void Runtime::start_gradient_communicator(const RuntimeOptions& options) {
   // Gradients move over NCCL on GPU (device buffers, communication stream) and over the control
   // communicator on CPU; one process needs no gradient communicator at all.
   if (!device_.is_cuda() || size() == 1) return;
-#ifdef DTRAIN_WITH_CUDA
   check_one_rank_per_gpu(device_, *control_);
   NcclOptions nccl;
   nccl.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.collective_timeout_s * 1000));
-  gradients_ = std::make_unique<NcclCommunicator>(*control_, device_, nccl);
-#endif
+  gradients_ = make_nccl_communicator(*control_, device_, nccl);
 }
 
 Runtime::~Runtime() {

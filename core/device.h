@@ -21,13 +21,4 @@ struct Device {
   friend bool operator==(const Device&, const Device&) = default;
 };
 
-// True when this binary was compiled with the CUDA path.
-constexpr bool built_with_cuda() {
-#ifdef DTRAIN_WITH_CUDA
-  return true;
-#else
-  return false;
-#endif
-}
-
 }  // namespace dtrain

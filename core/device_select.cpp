@@ -7,9 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#ifdef DTRAIN_WITH_CUDA
-#include "core/cuda/cuda_backend.h"
-#endif
+#include "core/gpu_backend.h"
 
 namespace dtrain {
 
@@ -58,13 +56,17 @@ std::string DeviceRequest::str() const {
 
 DeviceInventory probe_devices() {
   DeviceInventory inv;
-  inv.cuda_build = built_with_cuda();
+  inv.cuda_build = gpu_backend_available();
   const char* env = std::getenv("CUDA_VISIBLE_DEVICES");
   inv.visible_env = env ? env : "<unset>";
-#ifdef DTRAIN_WITH_CUDA
-  inv.count = cuda::device_count();
-  if (inv.count == 0) inv.count_error = cuda::device_count_error();
-#endif
+  if (!inv.cuda_build) return inv;
+  // No driver, no device: the backend (cudart, cuBLAS, NCCL) stays unopened (Note [Loaded on use]).
+  if (!gpu_driver_present()) {
+    inv.count_error = "no NVIDIA driver (/dev/nvidiactl and /proc/driver/nvidia are missing)";
+    return inv;
+  }
+  inv.count = gpu_backend().device_count();
+  if (inv.count == 0) inv.count_error = gpu_backend().device_count_error();
   return inv;
 }
 
@@ -104,13 +106,11 @@ DeviceChoice choose_device(const DeviceRequest& request, int local_rank, int loc
 
 DeviceChoice select_device(const DeviceRequest& request, int local_rank, int local_size, bool allow_gpu_sharing) {
   DeviceChoice choice = choose_device(request, local_rank, local_size, allow_gpu_sharing, probe_devices());
-#ifdef DTRAIN_WITH_CUDA
   if (choice.device.is_cuda()) {
-    cuda::set_device(choice.device.index);
+    gpu_backend().set_device(choice.device.index);
     choice.log_line.pop_back();  // the closing parenthesis
-    choice.log_line += fmt::format("; PCI {})", cuda::pci_bus_id(choice.device.index));
+    choice.log_line += fmt::format("; PCI {})", gpu_backend().pci_bus_id(choice.device.index));
   }
-#endif
   return choice;
 }
 

@@ -1,10 +1,13 @@
 // launch(device, n, f): runs f(i) for i in [0, n) on the device. Kernels are written once as
-// functors with DTRAIN_HD bodies (see core/kernels.h, model/kernels.h); the CPU build runs
-// them in a plain loop, the CUDA build in a grid-stride kernel on the compute stream. Only
-// this dispatch differs between the paths, so the CPU tests exercise the GPU's arithmetic.
+// functors with DTRAIN_HD bodies (see core/kernels.h, model/kernels.h); on CPU they run in a
+// plain loop, on CUDA in a grid-stride kernel on the compute stream, which the GPU backend
+// library instantiated for the functor's type (core/gpu_backend.h). Only this dispatch differs
+// between the paths, so the CPU tests exercise the GPU's arithmetic.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
+#include <typeinfo>
 
 #include "core/device.h"
 #include "core/error.h"
@@ -17,14 +20,8 @@
 
 namespace dtrain {
 
-#ifdef DTRAIN_WITH_CUDA
-namespace cuda {
-// Defined in core/cuda/launch.cuh and explicitly instantiated, once per functor, in a .cu file
-// (DTRAIN_INSTANTIATE_LAUNCH); a missing instantiation is a link error in the CUDA build.
-template <class F>
-void launch(int64_t n, const F& f);
-}  // namespace cuda
-#endif
+// The CUDA side (core/gpu_backend.cpp): the backend runs the kernel registered for `kernel`.
+void launch_on_gpu(const std::type_info& kernel, int64_t n, const void* functor);
 
 template <class F>
 void launch(Device device, int64_t n, const F& f) {
@@ -38,11 +35,8 @@ void launch(Device device, int64_t n, const F& f) {
     for (int64_t i = 0; i < n; ++i) local(i);
     return;
   }
-#ifdef DTRAIN_WITH_CUDA
-  cuda::launch(n, f);
-#else
-  throw Error("this dtrain binary was built without CUDA");
-#endif
+  static_assert(std::is_trivially_copyable_v<F>, "kernel functors are passed by value to the GPU");
+  launch_on_gpu(typeid(F), n, &f);
 }
 
 }  // namespace dtrain

@@ -5,16 +5,12 @@
 #include <new>
 
 #include "core/error.h"
-#ifdef DTRAIN_WITH_CUDA
-#include "core/cuda/cuda_backend.h"
-#endif
+#include "core/gpu_backend.h"
 
 namespace dtrain {
 
 namespace {
 constexpr size_t kHostAlignment = 64;  // a cache line; also what AVX-512 loads like
-
-[[noreturn, maybe_unused]] void no_cuda() { throw Error("this dtrain binary was built without CUDA"); }
 }  // namespace
 
 void* device_alloc(Device device, size_t bytes) {
@@ -25,11 +21,7 @@ void* device_alloc(Device device, size_t bytes) {
     if (!p) throw Error(fmt::format("out of host memory allocating {} bytes", bytes));
     return p;
   }
-#ifdef DTRAIN_WITH_CUDA
-  return cuda::alloc(bytes, device.index);
-#else
-  no_cuda();
-#endif
+  return gpu_backend().alloc(bytes, device.index);
 }
 
 void device_free(Device device, void* ptr, size_t bytes) {
@@ -38,12 +30,7 @@ void device_free(Device device, void* ptr, size_t bytes) {
     std::free(ptr);
     return;
   }
-#ifdef DTRAIN_WITH_CUDA
-  cuda::free(ptr, bytes, device.index);
-#else
-  (void)bytes;
-  no_cuda();
-#endif
+  gpu_backend().free(ptr, bytes, device.index);
 }
 
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
@@ -52,11 +39,7 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
     std::memcpy(dst, src, bytes);
     return;
   }
-#ifdef DTRAIN_WITH_CUDA
-  cuda::copy(dst, dst_device.is_cuda(), src, src_device.is_cuda(), bytes);
-#else
-  no_cuda();
-#endif
+  gpu_backend().copy(dst, dst_device.is_cuda(), src, src_device.is_cuda(), bytes);
 }
 
 void zero_bytes(void* dst, Device device, size_t bytes) {
@@ -65,11 +48,7 @@ void zero_bytes(void* dst, Device device, size_t bytes) {
     std::memset(dst, 0, bytes);
     return;
   }
-#ifdef DTRAIN_WITH_CUDA
-  cuda::zero(dst, bytes);
-#else
-  no_cuda();
-#endif
+  gpu_backend().zero(dst, bytes);
 }
 
 }  // namespace dtrain

@@ -6,10 +6,8 @@
 #include <cblas.h>
 
 #include "core/error.h"
+#include "core/gpu_backend.h"
 #include "core/kernels.h"
-#ifdef DTRAIN_WITH_CUDA
-#include "core/cuda/cuda_backend.h"
-#endif
 
 namespace dtrain {
 
@@ -23,11 +21,7 @@ void gemm(Device device, bool trans_a, bool trans_b, int64_t m, int64_t n, int64
                 static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
     return;
   }
-#ifdef DTRAIN_WITH_CUDA
-  cuda::gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-#else
-  throw Error("this dtrain binary was built without CUDA");
-#endif
+  gpu_backend().gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 void gemm_bf16(Device device, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -45,11 +39,7 @@ void gemm_bf16(Device device, bool trans_a, bool trans_b, int64_t m, int64_t n, 
     gemm(device, trans_a, trans_b, m, n, k, alpha, a32.data(), b32.data(), beta, c);
     return;
   }
-#ifdef DTRAIN_WITH_CUDA
-  cuda::gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
-#else
-  throw Error("this dtrain binary was built without CUDA");
-#endif
+  gpu_backend().gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
 }
 
 void fill(Tensor& t, float value) { launch(t.device(), t.numel(), kernels::Fill{t.data(), value}); }
@@ -75,10 +65,6 @@ int set_cpu_threads(int threads) {
   return openblas_get_num_threads();
 }
 
-void set_allow_tf32([[maybe_unused]] bool allow) {
-#ifdef DTRAIN_WITH_CUDA
-  cuda::set_allow_tf32(allow);
-#endif
-}
+void set_allow_tf32(bool allow) { gpu_backend().set_allow_tf32(allow); }
 
 }  // namespace dtrain

@@ -32,6 +32,7 @@ void axpy(Tensor& y, const Tensor& x, float alpha);  // y += alpha * x
 int set_cpu_threads(int threads);
 
 // Whether cuBLAS may use TF32 tensor cores for float32 GEMM (off by default, as in PyTorch).
+// Opens the GPU backend: call it on CUDA runs only.
 void set_allow_tf32(bool allow);
 
 }  // namespace dtrain

@@ -1,9 +1,7 @@
 #include "core/stream.h"
 
 #include "core/error.h"
-#ifdef DTRAIN_WITH_CUDA
-#include "core/cuda/cuda_backend.h"
-#endif
+#include "core/gpu_backend.h"
 
 namespace dtrain {
 
@@ -30,20 +28,12 @@ Stream& compute_stream(Device device) {
     static CpuStream cpu;
     return cpu;
   }
-#ifdef DTRAIN_WITH_CUDA
-  return cuda::compute_stream(device.index);
-#else
-  throw Error("this dtrain binary was built without CUDA");
-#endif
+  return gpu_backend().compute_stream(device.index);
 }
 
 std::unique_ptr<Stream> make_stream(Device device) {
   if (device.is_cpu()) return std::make_unique<CpuStream>();
-#ifdef DTRAIN_WITH_CUDA
-  return cuda::make_stream(device.index);
-#else
-  throw Error("this dtrain binary was built without CUDA");
-#endif
+  return gpu_backend().make_stream(device.index);
 }
 
 }  // namespace dtrain

@@ -3,6 +3,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/named_enum.h"
 #include "core/kernels.h"
 
 namespace dtrain {
@@ -77,20 +78,14 @@ std::unique_ptr<CommHook> make_allreduce_hook() { return std::make_unique<Allred
 
 std::unique_ptr<CommHook> make_compress_hook(DType wire_dtype) { return std::make_unique<CompressHook>(wire_dtype); }
 
-const char* comm_hook_name(CommHookKind kind) {
-  switch (kind) {
-    case CommHookKind::kAllreduce: return "allreduce";
-    case CommHookKind::kBf16: return "bf16";
-    case CommHookKind::kFp16: return "fp16";
-  }
-  return "?";
-}
+namespace {
+constexpr auto kCommHooks = enum_names<CommHookKind>(std::pair{CommHookKind::kAllreduce, "allreduce"},
+                                                     std::pair{CommHookKind::kBf16, "bf16"},
+                                                     std::pair{CommHookKind::kFp16, "fp16"});
+}  // namespace
 
-std::optional<CommHookKind> parse_comm_hook_kind(const std::string& name) {
-  for (auto kind : {CommHookKind::kAllreduce, CommHookKind::kBf16, CommHookKind::kFp16})
-    if (name == comm_hook_name(kind)) return kind;
-  return std::nullopt;
-}
+const char* comm_hook_name(CommHookKind kind) { return kCommHooks.name(kind); }
+std::optional<CommHookKind> parse_comm_hook_kind(const std::string& name) { return kCommHooks.parse(name); }
 
 std::unique_ptr<CommHook> make_comm_hook(CommHookKind kind) {
   switch (kind) {

@@ -1,51 +1,19 @@
-// Reads the core count (sysfs topology within the affinity mask), user id and environment.
+// Reads the core count (core/thread_policy.h, from hwloc), user id, network interfaces and environment.
 #include "launcher/host_info.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include <bit>
-
-#include <fstream>
-#include <set>
-#include <thread>
 #include <utility>
+
+#include "core/thread_policy.h"
 
 extern char** environ;
 
 namespace dtrain::launcher {
-
-namespace {
-
-bool read_int(const std::string& path, int& value) {
-  std::ifstream in(path);
-  return static_cast<bool>(in >> value);
-}
-
-}  // namespace
-
-int physical_cores() {
-  cpu_set_t mask;
-  CPU_ZERO(&mask);
-  std::set<std::pair<int, int>> cores;  // (package, core) pairs: hyperthreads share one
-  if (sched_getaffinity(0, sizeof mask, &mask) == 0) {
-    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-      if (!CPU_ISSET(cpu, &mask)) continue;
-      std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
-      int package = 0, core = 0;
-      if (!read_int(dir + "physical_package_id", package) || !read_int(dir + "core_id", core)) {
-        cores.clear();
-        break;
-      }
-      cores.insert({package, core});
-    }
-  }
-  if (!cores.empty()) return static_cast<int>(cores.size());
-  return std::max(1u, std::thread::hardware_concurrency());
-}
 
 std::vector<NetInterface> network_interfaces() {
   std::vector<NetInterface> interfaces;
@@ -63,8 +31,10 @@ std::vector<NetInterface> network_interfaces() {
 
 LaunchHost current_host() {
   LaunchHost host;
-  host.cores = physical_cores();
+  // The cores the launcher itself may run on (its affinity: a Slurm allocation's, say).
+  host.cores = probe_cpu_topology().bound_cores;
   host.is_root = geteuid() == 0;
+  host.stdout_is_tty = isatty(STDOUT_FILENO) == 1;
   host.interfaces = network_interfaces();
   for (char** e = environ; *e != nullptr; ++e) {
     std::string entry(*e);

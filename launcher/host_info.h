@@ -7,10 +7,6 @@
 
 namespace dtrain::launcher {
 
-// Physical cores (not hardware threads: mpirun binds and counts slots per core) in this
-// process's CPU affinity mask; falls back to std::thread::hardware_concurrency().
-int physical_cores();
-
 // IPv4 addresses of this node's interfaces (getifaddrs); empty if they cannot be read.
 std::vector<NetInterface> network_interfaces();
 

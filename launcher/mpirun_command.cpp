@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/thread_policy.h"
 #include "launcher/slurm.h"
 
 namespace dtrain::launcher {
@@ -96,7 +97,7 @@ LaunchPlan plan_launch(const LaunchOptions& opts, const LaunchHost& host) {
     for (const HostSlots& h : opts.hosts) most = std::max(most, h.slots);
     plan.ranks_per_node = all_stated ? std::min(opts.np, most) : (opts.np + nodes - 1) / nodes;
   }
-  plan.threads_per_rank = std::max(1, cores / plan.ranks_per_node);
+  plan.threads_per_rank = threads_per_rank(cores, plan.ranks_per_node);
   plan.bind_to_core = plan.ranks_per_node <= cores;
   plan.oversubscribe = plan.single_node && opts.np > cores;
   return plan;
@@ -138,6 +139,10 @@ std::vector<std::string> build_mpirun_argv(const LaunchOptions& opts, const Laun
   }
   if (!host.env.contains("OPENBLAS_NUM_THREADS"))
     argv.insert(argv.end(), {"-x", fmt::format("OPENBLAS_NUM_THREADS={}", plan.threads_per_rank)});
+  // Under mpirun a rank's stdout is a pseudo-terminal even when the job's output goes to a file:
+  // the ranks learn from here whether a person is watching (dtrain's progress line).
+  if (!host.env.contains("DTRAIN_STDOUT_IS_TTY"))
+    argv.insert(argv.end(), {"-x", fmt::format("DTRAIN_STDOUT_IS_TTY={}", host.stdout_is_tty ? 1 : 0)});
 
   argv.insert(argv.end(), opts.program.begin(), opts.program.end());
   return argv;

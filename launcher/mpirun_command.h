@@ -20,6 +20,7 @@ namespace dtrain::launcher {
 struct LaunchHost {
   int cores = 1;         // physical cores this process may run on
   bool is_root = false;  // Open MPI 4 refuses root without --allow-run-as-root
+  bool stdout_is_tty = false;  // the launcher's own stdout: whether the user watches a terminal
   std::map<std::string, std::string> env;  // the caller's environment
   std::vector<NetInterface> interfaces;    // this node's IPv4 addresses (empty: not known, --iface unchecked)
 };
@@ -28,7 +29,7 @@ struct LaunchHost {
 struct LaunchPlan {
   bool single_node = true;
   int ranks_per_node = 1;    // the most ranks any node runs
-  int threads_per_rank = 1;  // max(1, cores / ranks_per_node): OPENBLAS_NUM_THREADS and cores bound per rank
+  int threads_per_rank = 1;  // core/thread_policy.h: OPENBLAS_NUM_THREADS and cores bound per rank
   bool bind_to_core = true;  // false when ranks_per_node > cores
   bool oversubscribe = false;  // more ranks than cores on a single node
 };

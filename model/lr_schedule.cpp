@@ -4,6 +4,7 @@
 #include <numbers>
 
 #include "core/error.h"
+#include "core/named_enum.h"
 
 namespace dtrain {
 
@@ -19,19 +20,13 @@ float LrSchedule::lr_at(int64_t epoch) const {
   return base_lr;
 }
 
-const char* lr_schedule_name(LrSchedule::Kind kind) {
-  switch (kind) {
-    case LrSchedule::Kind::kConstant: return "none";
-    case LrSchedule::Kind::kStep: return "step";
-    case LrSchedule::Kind::kCosine: return "cosine";
-  }
-  return "?";
-}
+namespace {
+using Kind = LrSchedule::Kind;
+constexpr auto kSchedules =
+    enum_names<Kind>(std::pair{Kind::kConstant, "none"}, std::pair{Kind::kStep, "step"}, std::pair{Kind::kCosine, "cosine"});
+}  // namespace
 
-std::optional<LrSchedule::Kind> parse_lr_schedule_kind(const std::string& name) {
-  for (auto kind : {LrSchedule::Kind::kConstant, LrSchedule::Kind::kStep, LrSchedule::Kind::kCosine})
-    if (name == lr_schedule_name(kind)) return kind;
-  return std::nullopt;
-}
+const char* lr_schedule_name(LrSchedule::Kind kind) { return kSchedules.name(kind); }
+std::optional<LrSchedule::Kind> parse_lr_schedule_kind(const std::string& name) { return kSchedules.parse(name); }
 
 }  // namespace dtrain

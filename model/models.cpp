@@ -1,6 +1,7 @@
 #include "model/models.h"
 
 #include "core/error.h"
+#include "core/named_enum.h"
 #include "model/activation.h"
 #include "model/conv.h"
 #include "model/linear.h"
@@ -44,13 +45,12 @@ static std::unique_ptr<Sequential> build_cnn(const ModelSpec& spec, const Shape&
   return model;
 }
 
-const char* model_kind_name(ModelKind kind) { return kind == ModelKind::kCnn ? "cnn" : "mlp"; }
+namespace {
+constexpr auto kModelKinds = enum_names<ModelKind>(std::pair{ModelKind::kMlp, "mlp"}, std::pair{ModelKind::kCnn, "cnn"});
+}  // namespace
 
-std::optional<ModelKind> parse_model_kind(const std::string& name) {
-  if (name == "mlp") return ModelKind::kMlp;
-  if (name == "cnn") return ModelKind::kCnn;
-  return std::nullopt;
-}
+const char* model_kind_name(ModelKind kind) { return kModelKinds.name(kind); }
+std::optional<ModelKind> parse_model_kind(const std::string& name) { return kModelKinds.parse(name); }
 
 std::unique_ptr<Sequential> build_model(const ModelSpec& spec, const Shape& sample_shape, int num_classes,
                                         Device device, uint64_t seed) {

@@ -2,6 +2,18 @@
 // parameter gradients (PyTorch semantics: += until the optimizer's zero_grad) and calls the
 // gradient-ready hook for each parameter the moment its gradient for this backward is final,
 // in backward order. DDP uses that hook to start bucket all-reduces while backward continues.
+//
+// Note [Writing a layer]: a layer of your own (examples/custom_model/ has one) is a Module that
+//  1. holds each trainable tensor as a Parameter member {name, value, grad}: the name is local
+//     ("weight"; Sequential prefixes the child's index), grad has the value's shape and device;
+//  2. returns pointers to them from parameters(), in forward order (DDP checks that every rank
+//     has the same list, broadcasts rank 0's values, and buckets the gradients in reverse);
+//  3. in backward(), writes each gradient with beta = take_grad_beta(p) (0 right after the
+//     optimizer's zero_grad, else 1: accumulate) and then calls grad_ready(p), exactly once per
+//     backward and as early as the gradient is final, so its all-reduce starts while the rest
+//     of backward runs; it skips the input gradient when need_input_grad is false;
+//  4. returns non-trainable state that must match across replicas from buffers().
+// A layer never reads or replaces p.grad's storage: DDP makes it a view into a bucket.
 #pragma once
 
 #include <functional>

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/named_enum.h"
 #include "model/kernels.h"
 
 namespace dtrain {
@@ -115,13 +116,13 @@ void AdamW::step() {
   }
 }
 
-const char* optimizer_name(OptimizerKind kind) { return kind == OptimizerKind::kAdamW ? "adamw" : "sgd"; }
+namespace {
+constexpr auto kOptimizers =
+    enum_names<OptimizerKind>(std::pair{OptimizerKind::kSgd, "sgd"}, std::pair{OptimizerKind::kAdamW, "adamw"});
+}  // namespace
 
-std::optional<OptimizerKind> parse_optimizer_kind(const std::string& name) {
-  if (name == "sgd") return OptimizerKind::kSgd;
-  if (name == "adamw") return OptimizerKind::kAdamW;
-  return std::nullopt;
-}
+const char* optimizer_name(OptimizerKind kind) { return kOptimizers.name(kind); }
+std::optional<OptimizerKind> parse_optimizer_kind(const std::string& name) { return kOptimizers.parse(name); }
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec, std::vector<Parameter*> params) {
   if (spec.kind == OptimizerKind::kAdamW) {

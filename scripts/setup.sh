@@ -11,7 +11,8 @@ mode=${1:-}
 case "$mode" in run|test|build) ;; *) echo "usage: bash scripts/setup.sh run|test|build" >&2; exit 2 ;; esac
 
 packages=(cmake g++ make libopenmpi-dev openmpi-bin libcxxopts-dev libfmt-dev libgtest-dev libopenblas-dev
-          zlib1g-dev nlohmann-json3-dev python3-torch dataset-fashion-mnist iproute2)
+          zlib1g-dev nlohmann-json3-dev libhwloc-dev pkg-config python3-torch python3-matplotlib
+          dataset-fashion-mnist iproute2)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -227,3 +227,9 @@ WorkHandle NcclCommunicator::barrier_async() {
 }
 
 }  // namespace dtrain
+
+extern "C" dtrain::Communicator* dtrain_make_nccl_communicator_v1(dtrain::Communicator& bootstrap,
+                                                                   dtrain::Device device,
+                                                                   const dtrain::NcclOptions& options) {
+  return new dtrain::NcclCommunicator(bootstrap, device, options);
+}

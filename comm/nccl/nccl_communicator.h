@@ -21,6 +21,10 @@ struct NcclOptions {
   std::chrono::milliseconds poll_interval = std::chrono::milliseconds(5);
 };
 
+// The entry point the GPU backend library exports for it (comm/runtime.cpp opens it by name):
+//   extern "C" Communicator* <kNcclFactorySymbol>(Communicator& bootstrap, Device, const NcclOptions&)
+inline constexpr const char* kNcclFactorySymbol = "dtrain_make_nccl_communicator_v1";
+
 class NcclCommunicator final : public Communicator {
  public:
   // Collective over `bootstrap`'s ranks (every rank calls it, same order as its other

@@ -1,6 +1,7 @@
-// The CUDA runtime as the rest of dtrain sees it: plain C++ declarations (no CUDA headers),
-// so CPU translation units can call into the GPU path when DTRAIN_WITH_CUDA is defined.
-// Implemented in core/cuda/*.cu / *.cpp, compiled only in CUDA builds.
+// The CUDA runtime inside the GPU backend library: plain C++ declarations (no CUDA headers),
+// implemented in core/cuda/*.cu / *.cpp. The rest of dtrain reaches these through GpuBackend
+// (core/gpu_backend.h, implemented by gpu_backend_impl.cpp); the GPU tests, which link the
+// library, call them directly.
 #pragma once
 
 #include <cstddef>

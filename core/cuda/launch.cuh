@@ -1,21 +1,23 @@
 // The CUDA side of launch() (core/launch.h): a grid-stride kernel that runs f(i) for i < n on
-// the compute stream. launch() is declared in core/launch.h for CPU translation units and
-// defined here; each functor gets one explicit instantiation in a .cu file, written at global
-// namespace scope with the fully qualified type (C++ allows an explicit instantiation only in
-// a namespace enclosing the template, so not inside namespace dtrain::kernels):
+// the compute stream. Each functor type is registered once, in a .cu file of the GPU backend
+// library, at global namespace scope with the fully qualified type:
 //   #include "core/cuda/launch.cuh"
-//   DTRAIN_INSTANTIATE_LAUNCH(dtrain::kernels::Fill)
-// so plain C++ files can launch GPU kernels without being compiled by nvcc.
+//   DTRAIN_REGISTER_KERNEL(dtrain::kernels::Fill)
+// which instantiates the kernel and records it under the functor's type when the library loads;
+// launch() in plain C++ files then reaches it through GpuBackend::launch (core/gpu_backend.h),
+// so they launch GPU kernels without being compiled by nvcc or linked against CUDA.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
+#include <typeinfo>
 
 #include <cuda_runtime.h>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_stream.h"
+#include "core/cuda/kernel_registry.h"
 #include "core/launch.h"
 
 namespace dtrain::cuda {
@@ -46,7 +48,16 @@ void launch(int64_t n, const F& f) {
   CUDA_CHECK(cudaGetLastError());
 }
 
+template <class F>
+void launch_erased(int64_t n, const void* functor) {
+  launch(n, *static_cast<const F*>(functor));
+}
+
 }  // namespace dtrain::cuda
 
-// Explicit instantiation of dtrain::cuda::launch for functor type F (at global namespace scope).
-#define DTRAIN_INSTANTIATE_LAUNCH(F) template void dtrain::cuda::launch<F>(int64_t, const F&);
+#define DTRAIN_KERNEL_CONCAT_(a, b) a##b
+#define DTRAIN_KERNEL_CONCAT(a, b) DTRAIN_KERNEL_CONCAT_(a, b)
+// Instantiates the CUDA launch of functor type F and registers it when the library loads.
+#define DTRAIN_REGISTER_KERNEL(F)                                                   \
+  [[maybe_unused]] static const bool DTRAIN_KERNEL_CONCAT(dtrain_kernel_registered_, __COUNTER__) = \
+      ::dtrain::cuda::register_kernel(typeid(F), &::dtrain::cuda::launch_erased<F>);

@@ -54,18 +54,18 @@ void expect_step_matches(const ModelSpec& spec, AmpMode amp, double tolerance, D
 
   Tensor cpu_logits = cpu_model->forward(cpu_batch.images);
   Tensor gpu_logits = gpu_model->forward(gpu_batch.images);
-  EXPECT_LT(max_rel_diff(cpu_logits, gpu_logits), tolerance) << spec.name << " logits";
+  EXPECT_LT(max_rel_diff(cpu_logits, gpu_logits), tolerance) << model_kind_name(spec.kind) << " logits";
   CrossEntropyLoss cpu_loss, gpu_loss;
   EXPECT_LT(max_rel_diff(cpu_loss.forward(cpu_logits, cpu_batch.labels), gpu_loss.forward(gpu_logits, gpu_batch.labels)),
             tolerance)
-      << spec.name << " loss";
+      << model_kind_name(spec.kind) << " loss";
   cpu_model->backward(cpu_loss.backward(), false);
   gpu_model->backward(gpu_loss.backward(), false);
   auto cpu_params = cpu_model->parameters(), gpu_params = gpu_model->parameters();
   ASSERT_EQ(cpu_params.size(), gpu_params.size());
   for (size_t i = 0; i < cpu_params.size(); ++i)
     EXPECT_LT(max_rel_diff(cpu_params[i]->grad, gpu_params[i]->grad), 10 * tolerance)
-        << spec.name << " gradient of " << cpu_params[i]->name;
+        << model_kind_name(spec.kind) << " gradient of " << cpu_params[i]->name;
 
   SgdOptions options;
   options.lr = 0.1f;
@@ -75,14 +75,18 @@ void expect_step_matches(const ModelSpec& spec, AmpMode amp, double tolerance, D
   gpu_sgd.step();
   for (size_t i = 0; i < cpu_params.size(); ++i)
     EXPECT_LT(max_rel_diff(cpu_params[i]->value, gpu_params[i]->value), tolerance)
-        << spec.name << " updated " << cpu_params[i]->name;
+        << model_kind_name(spec.kind) << " updated " << cpu_params[i]->name;
 }
 
 class GpuModelParity : public GpuTest {};
 
-TEST_F(GpuModelParity, MlpStepMatchesTheCpu) { expect_step_matches(ModelSpec{ModelKind::kMlp, {256}, 0.f}, AmpMode::kOff, 1e-5, gpu()); }
+TEST_F(GpuModelParity, MlpStepMatchesTheCpu) {
+  expect_step_matches(ModelSpec{ModelKind::kMlp, {256}, 0.f}, AmpMode::kOff, 1e-5, gpu());
+}
 
-TEST_F(GpuModelParity, CnnStepMatchesTheCpu) { expect_step_matches(ModelSpec{ModelKind::kCnn, {}, 0.f}, AmpMode::kOff, 1e-5, gpu()); }
+TEST_F(GpuModelParity, CnnStepMatchesTheCpu) {
+  expect_step_matches(ModelSpec{ModelKind::kCnn, {}, 0.f}, AmpMode::kOff, 1e-5, gpu());
+}
 
 // bf16 operands are the same on both devices; only the fp32 accumulation order differs.
 TEST_F(GpuModelParity, MlpBf16AmpStepMatchesTheCpuEmulation) {

@@ -36,7 +36,7 @@ class Nccl : public ::testing::Test {
                       cuda::device_count_error().empty() ? "" : ": " + cuda::device_count_error()));
       return;
     }
-    DeviceChoice choice = select_device("cuda", world.local_rank(), world.local_size(), false);
+    DeviceChoice choice = select_device(DeviceRequest::cuda(), world.local_rank(), world.local_size(), false);
     NcclOptions options;
     options.timeout = std::chrono::seconds(120);
     nccl_ = new NcclCommunicator(world, choice.device, options);

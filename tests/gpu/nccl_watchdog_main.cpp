@@ -8,15 +8,17 @@
 #include <string>
 #include <thread>
 
-#include "comm/init.h"
+#include "comm/runtime.h"
 #include "comm/nccl/nccl_communicator.h"
 #include "core/cuda/cuda_backend.h"
 #include "core/device_select.h"
 #include "core/tensor.h"
 
 int main(int argc, char** argv) {
-  dtrain::DistributedContext ctx = dtrain::init(&argc, &argv);
-  dtrain::Communicator& world = *ctx.comm;
+  dtrain::RuntimeOptions cpu;
+  cpu.device = dtrain::DeviceRequest::cpu();  // the NCCL communicator below is made by hand
+  std::unique_ptr<dtrain::Runtime> runtime = dtrain::init(&argc, &argv, cpu);
+  dtrain::Communicator& world = runtime->control();
   int32_t ok = dtrain::cuda::device_count() >= world.local_size() ? 1 : 0;
   world.allreduce(&ok, 1, dtrain::DType::kI32, dtrain::ReduceOp::kSum);
   if (ok != world.size()) {
@@ -25,11 +27,11 @@ int main(int argc, char** argv) {
       std::printf("dtrain-test-skip: needs one GPU per local rank (%d local ranks; rank 0 sees %d%s%s)\n",
                   world.local_size(), dtrain::cuda::device_count(), why.empty() ? "" : ": ", why.c_str());
     }
-    dtrain::finalize(ctx);
+    runtime.reset();
     return 0;
   }
   try {
-    dtrain::DeviceChoice choice = dtrain::select_device("cuda", world.local_rank(), world.local_size(), false);
+    dtrain::DeviceChoice choice = dtrain::select_device(dtrain::DeviceRequest::cuda(), world.local_rank(), world.local_size(), false);
     dtrain::NcclOptions options;
     options.timeout = std::chrono::seconds(5);
     dtrain::NcclCommunicator nccl(world, choice.device, options);

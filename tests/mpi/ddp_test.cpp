@@ -48,19 +48,11 @@ std::pair<Tensor, Tensor> rows_of(const GlobalBatch& g, int64_t first, int64_t c
   return {x, y};
 }
 
-std::vector<float> flat_params(Module& m) {
+// Every parameter's `field` (&Parameter::value or &Parameter::grad), concatenated.
+std::vector<float> flat(Module& m, Tensor Parameter::*field = &Parameter::value) {
   std::vector<float> out;
   for (Parameter* p : m.parameters()) {
-    auto v = p->value.to_vector();
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
-}
-
-std::vector<float> flat_grads(Module& m) {
-  std::vector<float> out;
-  for (Parameter* p : m.parameters()) {
-    auto v = p->grad.to_vector();
+    auto v = (p->*field).to_vector();
     out.insert(out.end(), v.begin(), v.end());
   }
   return out;
@@ -76,12 +68,12 @@ bool bitwise_equal_on_all_ranks(const std::vector<float>& mine) {
 }
 
 // Parameters after an optimizer step: equal only if every rank applied the same gradients.
-bool replicas_bitwise_equal(Module& m) { return bitwise_equal_on_all_ranks(flat_params(m)); }
+bool replicas_bitwise_equal(Module& m) { return bitwise_equal_on_all_ranks(flat(m)); }
 
 // Gradients after a synced backward on rank-dependent data: equal only if they were reduced.
 // (Parameters right after a backward are always equal: they have not changed since the
 // broadcast, so comparing them would test nothing.)
-bool gradients_bitwise_equal(Module& m) { return bitwise_equal_on_all_ranks(flat_grads(m)); }
+bool gradients_bitwise_equal(Module& m) { return bitwise_equal_on_all_ranks(flat(m, &Parameter::grad)); }
 
 std::unique_ptr<Optimizer> make_opt(const std::string& kind, Module& m) {
   if (kind == "sgd") return std::make_unique<Sgd>(m.parameters(), SgdOptions{0.05f, 0.9f, 0.f, 1e-4f, false});
@@ -101,7 +93,7 @@ TEST_P(Equivalence, NRanksBatchBEqualsOneProcessBatchNB) {
   options.bucket_cap_bytes = static_cast<size_t>(bucket_cap_mb * 1024 * 1024);
   options.first_bucket_bytes = std::min<size_t>(options.bucket_cap_bytes, options.first_bucket_bytes);
   DistributedDataParallel ddp(*model, runtime(), options);
-  ASSERT_EQ(flat_params(*model), flat_params(*reference));
+  ASSERT_EQ(flat(*model), flat(*reference));
   auto opt = make_opt(opt_kind, *model);
   auto ref_opt = make_opt(opt_kind, *reference);
   CrossEntropyLoss loss, ref_loss;
@@ -122,7 +114,7 @@ TEST_P(Equivalence, NRanksBatchBEqualsOneProcessBatchNB) {
 
     ASSERT_TRUE(replicas_bitwise_equal(*model)) << "replicas diverged at step " << step;
   }
-  std::vector<float> got = flat_params(*model), want = flat_params(*reference);
+  std::vector<float> got = flat(*model), want = flat(*reference);
   double max_rel = 0;
   for (size_t i = 0; i < got.size(); ++i)
     max_rel = std::max(max_rel, std::abs(got[i] - want[i]) / std::max(1e-3, static_cast<double>(std::abs(want[i]))));

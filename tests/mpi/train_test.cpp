@@ -57,7 +57,6 @@ TEST(RealTraining, SameSeedAndWorldSizeGiveTheSameRunToTheBit) {
   c.runtime.cpu_threads = 1;
   c.seed = 7;
   Runtime& runtime = testing::test_runtime();
-  Communicator& comm = runtime.control();
   TrainResult a = train(runtime, c), b = train(runtime, c);
   EXPECT_EQ(a.test_loss, b.test_loss);  // exact: shuffling, init and reduction order are fixed
   EXPECT_EQ(a.test_accuracy, b.test_accuracy);

@@ -46,7 +46,7 @@ TEST(MpirunCommand, TwoRanksOnTwoCores) {
   EXPECT_THAT(build_mpirun_argv(opts({"-n", "2", "--", "dtrain", "train", "--epochs", "1"}), machine(2)),
               ElementsAre("mpirun", "-np", "2", "--map-by", "core", "--bind-to", "core", "--mca",
                           "orte_execute_quiet", "1", "-x",
-                          "OPENBLAS_NUM_THREADS=1", "dtrain", "train", "--epochs", "1"));
+                          "OPENBLAS_NUM_THREADS=1", "-x", "DTRAIN_STDOUT_IS_TTY=0", "dtrain", "train", "--epochs", "1"));
 }
 
 TEST(MpirunCommand, OpenMpiBannersHiddenUnlessMpiVerbose) {
@@ -57,35 +57,35 @@ TEST(MpirunCommand, OpenMpiBannersHiddenUnlessMpiVerbose) {
 
 TEST(MpirunCommand, MoreRanksThanCoresOversubscribesWithoutBinding) {
   EXPECT_EQ(command({"-n", "3", "--", "p"}, machine(2)),
-            "mpirun -np 3 --bind-to none --oversubscribe --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=1 p");
+            "mpirun -np 3 --bind-to none --oversubscribe --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=1 -x DTRAIN_STDOUT_IS_TTY=0 p");
 }
 
 TEST(MpirunCommand, SpareCoresGoToEachRanksThreads) {
   // 16 cores, 4 ranks: 4 BLAS threads per rank, each rank bound to its own 4 cores.
   EXPECT_EQ(command({"-n", "4", "--", "p"}, machine(16)),
-            "mpirun -np 4 --map-by slot:PE=4 --bind-to core --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=4 p");
+            "mpirun -np 4 --map-by slot:PE=4 --bind-to core --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=4 -x DTRAIN_STDOUT_IS_TTY=0 p");
   EXPECT_EQ(command({"-n", "3", "--", "p"}, machine(8)),
-            "mpirun -np 3 --map-by slot:PE=2 --bind-to core --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=2 p");
+            "mpirun -np 3 --map-by slot:PE=2 --bind-to core --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=2 -x DTRAIN_STDOUT_IS_TTY=0 p");
 }
 
 TEST(MpirunCommand, OneRankPerGpu) {
   EXPECT_EQ(command({"-n", "2", "--gpus-per-node", "2", "--", "p"}, machine(16)),
-            "mpirun -np 2 --map-by ppr:2:node:PE=8 --bind-to core --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=8 p");
+            "mpirun -np 2 --map-by ppr:2:node:PE=8 --bind-to core --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=8 -x DTRAIN_STDOUT_IS_TTY=0 p");
   EXPECT_EQ(command({"-n", "8", "--gpus-per-node", "8", "--", "p"}, machine(4)),
-            "mpirun -np 8 --map-by ppr:8:node --bind-to none --oversubscribe --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=1 p");
+            "mpirun -np 8 --map-by ppr:8:node --bind-to none --oversubscribe --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=1 -x DTRAIN_STDOUT_IS_TTY=0 p");
 }
 
 TEST(MpirunCommand, HostsAcrossNodes) {
   // Ranks per node come from the slots, not -n: no oversubscription across 2 nodes.
   EXPECT_EQ(command({"-n", "4", "--hosts", "h1:2,h2:2", "--", "p"}, machine(2)),
-            "mpirun -np 4 --host h1:2,h2:2 --map-by core --bind-to core --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=1 p");
+            "mpirun -np 4 --host h1:2,h2:2 --map-by core --bind-to core --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=1 -x DTRAIN_STDOUT_IS_TTY=0 p");
   EXPECT_EQ(command({"-n", "8", "--hosts", "h1:4,h2:4", "--gpus-per-node", "4", "--", "p"}, machine(32)),
-            "mpirun -np 8 --host h1:4,h2:4 --map-by ppr:4:node:PE=8 --bind-to core --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=8 p");
+            "mpirun -np 8 --host h1:4,h2:4 --map-by ppr:4:node:PE=8 --bind-to core --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=8 -x DTRAIN_STDOUT_IS_TTY=0 p");
 }
 
 TEST(MpirunCommand, RankCountDefaultsToTheSlotsOfTheHosts) {
   EXPECT_EQ(command({"--hosts", "nodeA:2,nodeB:2", "--", "p"}, machine(2)),
-            "mpirun -np 4 --host nodeA:2,nodeB:2 --map-by core --bind-to core --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=1 p");
+            "mpirun -np 4 --host nodeA:2,nodeB:2 --map-by core --bind-to core --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=1 -x DTRAIN_STDOUT_IS_TTY=0 p");
   EXPECT_THAT(command({"--hosts", "a,b,c", "--", "p"}, machine(2)), HasSubstr("-np 3 "));  // no count: one slot
   LaunchOptions o = opts({"--hostfile", "/etc/hosts.mpi", "--", "p"});
   o.hosts = {{"a", 2}, {"b", 3}};  // what load_hostfile would read
@@ -105,7 +105,7 @@ TEST(MpirunCommand, MissingOrImpossibleRankCountsAreUsageErrors) {
 
 TEST(MpirunCommand, InsideSlurmTheAllocationGivesTheHosts) {
   EXPECT_EQ(command({"--", "p"}, machine(2, false, kSlurmTwoByTwo)),
-            "mpirun -np 4 --host node01:2,node02:2 --map-by core --bind-to core --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=1 p");
+            "mpirun -np 4 --host node01:2,node02:2 --map-by core --bind-to core --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=1 -x DTRAIN_STDOUT_IS_TTY=0 p");
   LaunchOptions o = resolve_launch(opts({"-n", "3", "--", "p"}), machine(2, false, kSlurmTwoByTwo));
   EXPECT_TRUE(o.hosts_from_slurm);
   EXPECT_EQ(o.np, 3);
@@ -127,13 +127,13 @@ TEST(MpirunCommand, SlurmWithoutTaskCountsNeedsRankCount) {
               HasSubstr("the Slurm allocation gives no slot count for n1"));
   // With -n, mpirun reads the allocation itself: no --host.
   EXPECT_EQ(command({"-n", "4", "--", "p"}, machine(2, false, env)),
-            "mpirun -np 4 --map-by core --bind-to core --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=1 p");
+            "mpirun -np 4 --map-by core --bind-to core --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=1 -x DTRAIN_STDOUT_IS_TTY=0 p");
 }
 
 TEST(MpirunCommand, IfacePicksTheNetworkForTcpAndOutOfBand) {
   EXPECT_EQ(command({"--hosts", "a:1,b:1", "--iface", "198.18.0.0/24", "--", "p"}, machine(2)),
             "mpirun -np 2 --host a:1,b:1 --map-by slot:PE=2 --bind-to core --mca orte_execute_quiet 1 "
-            "--mca btl_tcp_if_include 198.18.0.0/24 --mca oob_tcp_if_include 198.18.0.0/24 -x OPENBLAS_NUM_THREADS=2 p");
+            "--mca btl_tcp_if_include 198.18.0.0/24 --mca oob_tcp_if_include 198.18.0.0/24 -x OPENBLAS_NUM_THREADS=2 -x DTRAIN_STDOUT_IS_TTY=0 p");
   EXPECT_THAT(command({"-n", "2", "--", "p"}, machine(2)), Not(HasSubstr("if_include")));
 }
 
@@ -156,7 +156,7 @@ TEST(MpirunCommand, Hostfile) {
   LaunchOptions o = opts({"-n", "6", "--hostfile", "/etc/hosts.mpi", "--", "p"});
   o.hosts = {{"a", 0}, {"b", 0}, {"c", 0}};  // what load_hostfile would read: slots unstated
   EXPECT_EQ(shell_join(build_mpirun_argv(o, machine(4))),
-            "mpirun -np 6 --hostfile /etc/hosts.mpi --map-by slot:PE=2 --bind-to core --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=2 p");
+            "mpirun -np 6 --hostfile /etc/hosts.mpi --map-by slot:PE=2 --bind-to core --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=2 -x DTRAIN_STDOUT_IS_TTY=0 p");
 }
 
 TEST(MpirunCommand, PlanForHosts) {
@@ -191,12 +191,24 @@ TEST(MpirunCommand, ForwardsTheVariablesRanksNeedByName) {
                              {"MY_NCCL_THING", "x"}});
   EXPECT_EQ(command({"-n", "2", "--", "p"}, host),
             "mpirun -np 2 --map-by core --bind-to core --mca orte_execute_quiet 1 -x CUDA_VISIBLE_DEVICES -x DTRAIN_TRACE -x NCCL_DEBUG "
-            "-x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS=1 p");
+            "-x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS=1 -x DTRAIN_STDOUT_IS_TTY=0 p");
 }
 
 TEST(MpirunCommand, UsersOpenblasThreadsWin) {
   EXPECT_EQ(command({"-n", "2", "--", "p"}, machine(16, false, {{"OPENBLAS_NUM_THREADS", "3"}})),
-            "mpirun -np 2 --map-by slot:PE=8 --bind-to core --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS p");
+            "mpirun -np 2 --map-by slot:PE=8 --bind-to core --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS -x DTRAIN_STDOUT_IS_TTY=0 p");
+}
+
+TEST(MpirunCommand, RanksLearnWhetherTheLaunchersOutputIsATerminal) {
+  LaunchHost tty = machine(2);
+  tty.stdout_is_tty = true;
+  EXPECT_EQ(command({"-n", "2", "--", "p"}, tty),
+            "mpirun -np 2 --map-by core --bind-to core --mca orte_execute_quiet 1 -x OPENBLAS_NUM_THREADS=1 -x "
+            "DTRAIN_STDOUT_IS_TTY=1 p");
+  // A value the user set is forwarded by name, not overridden.
+  EXPECT_EQ(command({"-n", "2", "--", "p"}, machine(2, false, {{"DTRAIN_STDOUT_IS_TTY", "0"}})),
+            "mpirun -np 2 --map-by core --bind-to core --mca orte_execute_quiet 1 -x DTRAIN_STDOUT_IS_TTY -x "
+            "OPENBLAS_NUM_THREADS=1 p");
 }
 
 TEST(MpirunCommand, CustomMpirun) {
