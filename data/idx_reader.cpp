@@ -3,6 +3,8 @@
 // rather than as garbage pixels later.
 #include "data/idx_reader.h"
 
+#include <libdeflate.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -11,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -27,21 +30,61 @@ class Source {
   virtual size_t read(void* dst, size_t n) = 0;
   // Why the stream ended early, if the format knows (gzip: "unexpected end of file").
   virtual std::string early_end_reason() const { return ""; }
+  // The most bytes this source can hold: a header that promises more fails on reading, and the
+  // buffer is never sized beyond what can arrive.
+  virtual size_t max_bytes() const { return SIZE_MAX; }
 };
+
+// The size of `f`'s file (SIZE_MAX when unknown, e.g. a pipe).
+size_t file_size(std::FILE* f) {
+  struct stat st {};
+  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) return SIZE_MAX;
+  return static_cast<size_t>(st.st_size);
+}
+
+// Deflate expands at most 1032:1, so a gzip file of n bytes holds at most this many.
+size_t gzip_max_bytes(size_t compressed) {
+  return compressed > SIZE_MAX / 1032 - 1 ? SIZE_MAX : compressed * 1032 + 1024;
+}
 
 class FileSource : public Source {
  public:
-  FileSource(std::FILE* f, const std::string& path) : f_(f), path_(path) {}
+  FileSource(std::FILE* f, const std::string& path) : f_(f), path_(path), size_(file_size(f)) {}
   ~FileSource() override { std::fclose(f_); }
   size_t read(void* dst, size_t n) override {
     size_t got = std::fread(dst, 1, n, f_);
     if (got < n && std::ferror(f_)) throw Error(fmt::format("{}: read error: {}", path_, std::strerror(errno)));
     return got;
   }
+  size_t max_bytes() const override { return size_; }
 
  private:
   std::FILE* f_;
   std::string path_;
+  size_t size_;
+};
+
+// A buffer of bytes that are all overwritten before use (no zero-filling tens of megabytes).
+struct Bytes {
+  std::unique_ptr<uint8_t[]> data;
+  size_t size = 0;
+};
+
+// Bytes already in memory: a gzip file libdeflate decompressed whole.
+class MemorySource : public Source {
+ public:
+  explicit MemorySource(Bytes bytes) : bytes_(std::move(bytes)) {}
+  size_t read(void* dst, size_t n) override {
+    const size_t got = std::min(n, bytes_.size - at_);
+    if (got > 0) std::memcpy(dst, bytes_.data.get() + at_, got);
+    at_ += got;
+    return got;
+  }
+  size_t max_bytes() const override { return bytes_.size; }
+
+ private:
+  Bytes bytes_;
+  size_t at_ = 0;
 };
 
 // gzerror()'s message, less the "<path>: " zlib puts in front (our errors name the file already).
@@ -53,7 +96,8 @@ std::string gz_message(gzFile f, const std::string& path, int* errnum) {
 
 class GzipSource : public Source {
  public:
-  GzipSource(gzFile f, const std::string& path) : f_(f), path_(path) {
+  GzipSource(gzFile f, const std::string& path, size_t compressed)
+      : f_(f), path_(path), max_bytes_(gzip_max_bytes(compressed)) {
     gzbuffer(f_, 1 << 18);  // large reads: the image file is ~26 MB compressed
   }
   ~GzipSource() override { gzclose(f_); }
@@ -87,13 +131,44 @@ class GzipSource : public Source {
     return total;
   }
   std::string early_end_reason() const override { return reason_.empty() ? "" : "gzip: " + reason_; }
+  size_t max_bytes() const override { return max_bytes_; }
 
  private:
   gzFile f_;
   std::string path_;
+  size_t max_bytes_;
   bool ended_ = false;
   std::string reason_;
 };
+
+// Note [Two gzip decoders]
+// libdeflate decompresses the 26 MB training images in about half of zlib's instructions
+// (callgrind: 0.62 G vs 1.14 G) but only whole buffers, into an output whose size it must be
+// told: the gzip trailer's ISIZE (the size mod 2^32 of the last member). So a gzip file is first
+// read whole and decoded by libdeflate into ISIZE bytes; that succeeds only for a well-formed
+// single-member file whose trailer is true and whose every byte was consumed. Anything else
+// (corruption, truncation, several members, trailing bytes, ISIZE beyond the deflate bound)
+// falls back to zlib's stream, whose errors and semantics the reader has always had. The IDX
+// checks then run on either, so every message is the same whichever decoder ran.
+std::optional<Bytes> decompress_whole(std::FILE* f, size_t size) {
+  if (size < 18 || size == SIZE_MAX) return std::nullopt;  // 18: the smallest gzip member
+  Bytes in{std::make_unique_for_overwrite<uint8_t[]>(size), size};
+  std::rewind(f);
+  if (std::fread(in.data.get(), 1, size, f) != size) return std::nullopt;
+  const uint8_t* t = in.data.get() + size - 4;
+  const size_t isize = uint32_t{t[0]} | uint32_t{t[1]} << 8 | uint32_t{t[2]} << 16 | uint32_t{t[3]} << 24;
+  if (isize == 0 || isize > gzip_max_bytes(size)) return std::nullopt;
+  Bytes out{std::make_unique_for_overwrite<uint8_t[]>(isize), isize};
+  std::unique_ptr<libdeflate_decompressor, decltype(&libdeflate_free_decompressor)> d(
+      libdeflate_alloc_decompressor(), &libdeflate_free_decompressor);
+  if (!d) return std::nullopt;
+  size_t used = 0, produced = 0;
+  if (libdeflate_gzip_decompress_ex(d.get(), in.data.get(), size, out.data.get(), isize, &used, &produced) !=
+          LIBDEFLATE_SUCCESS ||
+      used != size || produced != isize)
+    return std::nullopt;
+  return out;
+}
 
 std::unique_ptr<Source> open_source(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
@@ -101,10 +176,13 @@ std::unique_ptr<Source> open_source(const std::string& path) {
   unsigned char magic[2] = {0, 0};
   size_t got = std::fread(magic, 1, 2, f);
   if (got == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
+    const size_t size = file_size(f);
+    std::optional<Bytes> whole = decompress_whole(f, size);
     std::fclose(f);
+    if (whole) return std::make_unique<MemorySource>(std::move(*whole));
     gzFile gz = gzopen(path.c_str(), "rb");
     if (!gz) throw Error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-    return std::make_unique<GzipSource>(gz, path);
+    return std::make_unique<GzipSource>(gz, path, size);
   }
   std::rewind(f);
   return std::make_unique<FileSource>(f, path);
@@ -174,17 +252,17 @@ IdxArray read_idx(const std::string& path) {
   const size_t expected = static_cast<size_t>(total);
   const char* what = payload_name(ndim);
   size_t have = 0;
-  out.data.resize(std::min<size_t>(expected, size_t{64} << 20));
+  out.data.resize(std::min({expected, src->max_bytes(), size_t{64} << 20}));
   while (true) {
     size_t got = src->read(out.data.data() + have, out.data.size() - have);
     have += got;
     if (have == expected) break;
-    if (have < out.data.size()) {
+    if (have < out.data.size() || out.data.size() == src->max_bytes()) {
       std::string reason = src->early_end_reason();
       throw Error(fmt::format("{}: truncated: expected {} bytes of {}, got {}{}", path, expected, what, have,
                               reason.empty() ? "" : " (" + reason + ")"));
     }
-    out.data.resize(std::min(expected, out.data.size() * 2));
+    out.data.resize(std::min({expected, out.data.size() * 2, src->max_bytes()}));
   }
   uint8_t extra[4096];
   size_t trailing = 0;
