@@ -270,6 +270,11 @@ IdxArray read_idx(const std::string& path) {
   if (trailing > 0)
     throw Error(fmt::format("{}: {} bytes of trailing data after the {} bytes of {} the header describes", path,
                             trailing, expected, what));
+  // A gzip stream cut after the payload (in its checksum, say) delivered every byte the header
+  // promised, yet none of them can be trusted: the CRC that would vouch for them is missing.
+  if (std::string reason = src->early_end_reason(); !reason.empty())
+    throw Error(fmt::format("{}: truncated: the {} bytes of {} arrived but the file ends early ({})", path, expected,
+                            what, reason));
   return out;
 }
 

@@ -121,6 +121,22 @@ TEST(IdxReader, CutGzipStreamIsTruncated) {
   EXPECT_THAT(msg, HasSubstr("(gzip: unexpected end of file)"));
 }
 
+// Found by the IDX fuzz test: a gzip file cut in its 8-byte trailer (CRC and size) delivered the
+// whole payload unverified and was accepted.
+TEST(IdxReader, GzipCutInItsTrailerIsTruncated) {
+  TempDir dir;
+  std::string whole = dir.file("whole.gz");
+  write_idx(whole, std::vector<int64_t>{40, 5}, pattern(200), true);
+  std::vector<uint8_t> bytes = file_bytes(whole);
+  for (size_t cut : {1, 4, 8}) {
+    std::string path = dir.file("cut-idx2-ubyte.gz");
+    write_bytes(path, std::vector<uint8_t>(bytes.begin(), bytes.end() - static_cast<std::ptrdiff_t>(cut)), false);
+    EXPECT_EQ(read_error(path), path + ": truncated: the 200 bytes of data arrived but the file ends early (gzip: "
+                                       "unexpected end of file)")
+        << "cut " << cut;
+  }
+}
+
 TEST(IdxReader, ShortHeaderIsTruncated) {
   TempDir dir;
   std::string empty = dir.file("empty");
