@@ -4,7 +4,8 @@
 #   bash scripts/setup.sh test   install deps, build (CUDA variant when nvcc is present), run CTest
 #   bash scripts/setup.sh sanitize   AddressSanitizer + UBSan build (CPU only, build-asan/) of the
 #                                    unit and MPI tests, run with CTest (leaks in Open MPI suppressed)
-#   bash scripts/setup.sh tsan   ThreadSanitizer build (CPU only, build-tsan/), its MPI tests
+#   bash scripts/setup.sh tsan   ThreadSanitizer build (CPU only, build-tsan/), unit and MPI tests
+#                                (Open MPI's own reports suppressed)
 # Idempotent: installs only what is missing, reuses the build folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -66,6 +67,6 @@ case "$mode" in
     supp=$PWD/scripts/sanitizers
     export TSAN_OPTIONS=suppressions=$supp/tsan.supp:second_deadlock_stack=1
     cd "$build"
-    exec ctest --output-on-failure -j "$(nproc)" --timeout 600 -L mpi
+    exec ctest --output-on-failure -j "$(nproc)" --timeout 600
     ;;
 esac
