@@ -14,6 +14,11 @@ namespace dtrain {
 
 namespace {
 
+// Sanity bounds on size flags: far beyond any real job, yet small enough that every product
+// the trainer forms from them (batch x sample, width x width) stays well inside 64 bits.
+constexpr int64_t kMaxBatchSize = int64_t{1} << 20;
+constexpr int64_t kMaxWidth = int64_t{1} << 20;
+
 std::vector<int64_t> parse_widths(const std::string& text) {
   std::vector<int64_t> widths;
   size_t start = 0;
@@ -29,6 +34,7 @@ std::vector<int64_t> parse_widths(const std::string& text) {
     }
     if (used == 0 || used != item.size() || v <= 0)
       throw UsageError(fmt::format("--hidden: expected positive widths like 256 or 1024,1024, got '{}'", text));
+    if (v > kMaxWidth) throw UsageError(fmt::format("--hidden: widths must be at most {}, got {}", kMaxWidth, v));
     widths.push_back(v);
     if (end == std::string::npos) break;
     start = end + 1;
@@ -151,6 +157,8 @@ void read_optimisation(const cxxopts::ParseResult& r, TrainConfig& c) {
   c.accumulate = r["accumulate"].as<int64_t>();
   require(c.epochs >= 1, fmt::format("--epochs: must be at least 1, got {}", c.epochs));
   require(c.batch_size >= 1, fmt::format("--batch-size: must be at least 1, got {}", c.batch_size));
+  require(c.batch_size <= kMaxBatchSize,
+          fmt::format("--batch-size: must be at most {}, got {}", kMaxBatchSize, c.batch_size));
   require(c.accumulate >= 1, fmt::format("--accumulate: must be at least 1, got {}", c.accumulate));
   OptimizerSpec& o = c.optimizer;
   o.kind = parse_choice("--optimizer", r["optimizer"].as<std::string>(), parse_optimizer_kind, "sgd or adamw");

@@ -11,6 +11,7 @@
 #include "app/reporter.h"
 #include "app/trace.h"
 #include "comm/mpi_lifecycle.h"
+#include "core/memory.h"
 #include "core/ops.h"
 #include "data/data_loader.h"
 #include "data/distributed_sampler.h"
@@ -20,6 +21,13 @@
 namespace dtrain {
 
 namespace {
+
+// The model spec with this rank's share of the machine's memory as its budget: ranks that
+// share a node must all fit.
+ModelSpec model_spec_for_rank(ModelSpec spec, const Runtime& runtime) {
+  if (spec.memory_budget_bytes <= 0) spec.memory_budget_bytes = host_memory_bytes() / std::max(1, runtime.local_size());
+  return spec;
+}
 
 // One run: everything a step needs, built once in the constructor (data, model, DDP,
 // optimizer), then epochs of steps.
@@ -40,7 +48,7 @@ class Trainer {
 
   Runtime& rt_;
   const TrainConfig& c_;
-  std::unique_ptr<MnistDataset> train_set_, test_set_;
+  MnistSplits data_;
   std::unique_ptr<Sequential> model_;
   std::optional<DistributedDataParallel> ddp_;  // none on one rank: nothing to synchronise
   std::unique_ptr<Optimizer> optimizer_;
@@ -56,12 +64,12 @@ class Trainer {
 Trainer::Trainer(Runtime& runtime, const TrainConfig& c)
     : rt_(runtime),
       c_(c),
-      train_set_(MnistDataset::load(c.data.dir, Split::kTrain, c.data.normalize, c.data.train_limit)),
-      test_set_(MnistDataset::load(c.data.dir, Split::kTest, c.data.normalize, c.data.test_limit)),
-      model_(build_model(c.model, train_set_->sample_shape(), train_set_->num_classes(), runtime.device(), c.seed)),
+      data_(load_mnist_splits(c.data.dir, c.data.normalize, c.data.train_limit, c.data.test_limit)),
+      model_(build_model(model_spec_for_rank(c.model, runtime), data_.train->sample_shape(),
+                         data_.train->num_classes(), runtime.device(), c.seed)),
       schedule_{c.lr_schedule, c.optimizer.lr, c.lr_step_size, c.lr_gamma, c.epochs, 0.f},
-      sampler_(train_set_->size(), runtime.size(), runtime.rank(), true, c.seed),
-      loader_(std::make_unique<DataLoader>(*train_set_, c.batch_size)),
+      sampler_(data_.train->size(), runtime.size(), runtime.rank(), true, c.seed),
+      loader_(std::make_unique<DataLoader>(*data_.train, c.batch_size)),
       stager_(runtime.device()),
       tracer_(!c.output.trace_path.empty()),
       reporter_(c.output, runtime.rank() == 0,
@@ -70,7 +78,7 @@ Trainer::Trainer(Runtime& runtime, const TrainConfig& c)
   model_->set_amp(c.amp);
   if (runtime.size() > 1) ddp_.emplace(*model_, runtime, c.ddp);
   optimizer_ = make_optimizer(c.optimizer, model_->parameters());
-  reporter_.start(runtime, model_->describe(), c, train_set_->size(), test_set_->size());
+  reporter_.start(runtime, model_->describe(), c, data_.train->size(), data_.test->size());
 }
 
 Trainer::StepResult Trainer::step(const Tensor& images, const Tensor& labels, int64_t b, int64_t batches) {
@@ -126,10 +134,10 @@ void Trainer::run_epoch(int64_t epoch, TrainResult& result) {
   const int64_t global_samples = samples * rt_.size();  // every rank runs the same count
   result.train_samples += global_samples;
   result.train_seconds += seconds;
-  const Evaluation eval = evaluate(*model_, *test_set_, rt_.control(), rt_.device());
+  const Evaluation eval = evaluate(*model_, *data_.test, rt_.control(), rt_.device());
   result.test_loss = eval.loss;
   result.test_accuracy = eval.accuracy;
-  reporter_.end_epoch(epoch, eval, test_set_->size(), global_samples, seconds, rt_.size());
+  reporter_.end_epoch(epoch, eval, data_.test->size(), global_samples, seconds, rt_.size());
 }
 
 TrainResult Trainer::run() {

@@ -53,6 +53,10 @@ class WorkQueue {
   // A handle that is already complete (for collectives with nothing to move).
   static WorkHandle completed();
 
+  // The worker thread (e.g. for pthread_getcpuclockid: its own CPU time, apart from the
+  // process's BLAS threads). Valid until the queue has stopped.
+  std::thread::native_handle_type native_handle() { return thread_.native_handle(); }
+
  private:
   struct Job {
     std::function<void()> run;

@@ -1,5 +1,7 @@
 #include "core/memory.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -49,6 +51,19 @@ void zero_bytes(void* dst, Device device, size_t bytes) {
     return;
   }
   gpu_backend().zero(dst, bytes);
+}
+
+int64_t host_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return INT64_MAX;  // unknown: refuse nothing on this ground
+  return static_cast<int64_t>(pages) * page;
+}
+
+std::string format_bytes(double bytes) {
+  if (bytes >= 1e9) return fmt::format("{:.1f} GB", bytes / 1e9);
+  if (bytes >= 1e6) return fmt::format("{:.1f} MB", bytes / 1e6);
+  if (bytes >= 1e3) return fmt::format("{:.1f} kB", bytes / 1e3);
+  return fmt::format("{} bytes", static_cast<int64_t>(bytes));
 }
 
 }  // namespace dtrain

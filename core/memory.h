@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <string>
 
 #include "core/device.h"
 
@@ -17,5 +19,12 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
 
 // Sets bytes to zero on the device.
 void zero_bytes(void* dst, Device device, size_t bytes);
+
+// This machine's physical memory in bytes: what host allocations are weighed against, so a
+// request that cannot fit is refused by name rather than met by the kernel's OOM killer.
+int64_t host_memory_bytes();
+
+// "3.1 GB": a byte count for error messages (decimal units, one decimal).
+std::string format_bytes(double bytes);
 
 }  // namespace dtrain

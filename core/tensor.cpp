@@ -1,5 +1,7 @@
 #include "core/tensor.h"
 
+#include <cstdint>
+
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -45,14 +47,37 @@ const char* dtype_name(DType dtype) {
 
 int64_t shape_numel(const Shape& shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) {
+    if (__builtin_mul_overflow(n, d, &n))
+      throw Error(fmt::format("shape {} has more elements than a 64-bit count holds", shape_str(shape)));
+  }
   return n;
+}
+
+int64_t checked_mul(int64_t a, int64_t b, std::string_view what) {
+  int64_t product = 0;
+  if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &product))
+    throw Error(fmt::format("{}: {} x {} overflows 64 bits", what, a, b));
+  return product;
 }
 
 std::string shape_str(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
-Tensor Tensor::empty(const Shape& shape, Device device, DType dtype) {
+namespace {
+
+// Negative dimensions and byte counts beyond int64 are refused before anything is allocated.
+void check_allocatable(const Shape& shape, DType dtype) {
   for (int64_t d : shape) DTRAIN_CHECK(d >= 0, "negative dimension in shape {}", shape_str(shape));
+  const int64_t numel = shape_numel(shape);
+  if (numel > INT64_MAX / static_cast<int64_t>(dtype_size(dtype)))
+    throw Error(fmt::format("a {} tensor of shape {} needs more bytes than a 64-bit size holds", dtype_name(dtype),
+                            shape_str(shape)));
+}
+
+}  // namespace
+
+Tensor Tensor::empty(const Shape& shape, Device device, DType dtype) {
+  check_allocatable(shape, dtype);
   Tensor t;
   t.shape_ = shape;
   t.dtype_ = dtype;
@@ -61,7 +86,7 @@ Tensor Tensor::empty(const Shape& shape, Device device, DType dtype) {
 }
 
 Tensor Tensor::from_external(void* data, const Shape& shape, Device device, DType dtype) {
-  for (int64_t d : shape) DTRAIN_CHECK(d >= 0, "negative dimension in shape {}", shape_str(shape));
+  check_allocatable(shape, dtype);
   Tensor t;
   t.shape_ = shape;
   t.dtype_ = dtype;

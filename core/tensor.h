@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/device.h"
@@ -20,8 +21,12 @@ inline bool is_integer(DType dtype) { return dtype == DType::kI32 || dtype == DT
 const char* dtype_name(DType dtype);
 
 using Shape = std::vector<int64_t>;
+// The element count of `shape`; throws dtrain::Error naming the shape when it does not fit in
+// int64 (a wrapped count would size a buffer smaller than what is written into it).
 int64_t shape_numel(const Shape& shape);
 std::string shape_str(const Shape& shape);
+// a * b for sizes (a, b >= 0); throws dtrain::Error "<what>: <a> x <b> overflows 64 bits".
+int64_t checked_mul(int64_t a, int64_t b, std::string_view what);
 
 class Tensor {
  public:

@@ -8,8 +8,23 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/memory.h"
 
 namespace dtrain {
+
+namespace {
+
+// Bytes of a ring of `slots` batches (float pixels and an int32 label per sample), or -1 when
+// the count overflows 64 bits.
+int64_t ring_bytes(int64_t slots, int64_t batch_size, int64_t sample_numel) {
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(batch_size, sample_numel + 1, &bytes) || __builtin_mul_overflow(bytes, 4, &bytes) ||
+      __builtin_mul_overflow(bytes, slots, &bytes))
+    return -1;
+  return bytes;
+}
+
+}  // namespace
 
 DataLoader::DataLoader(const Dataset& dataset, int64_t batch_size, bool drop_last, int prefetch)
     : dataset_(dataset), batch_size_(batch_size), drop_last_(drop_last) {
@@ -17,6 +32,14 @@ DataLoader::DataLoader(const Dataset& dataset, int64_t batch_size, bool drop_las
   if (prefetch < 1) throw Error(fmt::format("DataLoader: prefetch must be at least 1, got {}", prefetch));
   sample_shape_ = dataset.sample_shape();
   sample_numel_ = shape_numel(sample_shape_);
+  const int64_t slots = int64_t{prefetch} + 1;
+  const int64_t bytes = ring_bytes(slots, batch_size, sample_numel_), memory = host_memory_bytes();
+  if (bytes < 0 || bytes > memory)
+    throw Error(fmt::format("DataLoader: {} buffers of {} samples of shape {} need {}, more than this machine's {} "
+                            "of memory",
+                            slots, batch_size, shape_str(sample_shape_),
+                            bytes < 0 ? "more than 2^63 bytes" : format_bytes(static_cast<double>(bytes)),
+                            format_bytes(static_cast<double>(memory))));
   Shape batch_shape = {batch_size};
   batch_shape.insert(batch_shape.end(), sample_shape_.begin(), sample_shape_.end());
   slots_.resize(static_cast<size_t>(prefetch) + 1);

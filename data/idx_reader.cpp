@@ -3,6 +3,9 @@
 // rather than as garbage pixels later.
 #include "data/idx_reader.h"
 
+#include <libdeflate.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -11,6 +14,8 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -27,21 +32,82 @@ class Source {
   virtual size_t read(void* dst, size_t n) = 0;
   // Why the stream ended early, if the format knows (gzip: "unexpected end of file").
   virtual std::string early_end_reason() const { return ""; }
+  // The most bytes this source can hold: a header that promises more fails on reading, and the
+  // buffer is never sized beyond what can arrive.
+  virtual size_t max_bytes() const { return SIZE_MAX; }
+  // Everything not yet read, handed over without a copy, when the source holds it in memory.
+  virtual std::optional<std::vector<uint8_t>> take_rest() { return std::nullopt; }
 };
+
+// The size of `f`'s file (SIZE_MAX when unknown, e.g. a pipe).
+size_t file_size(std::FILE* f) {
+  struct stat st {};
+  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) return SIZE_MAX;
+  return static_cast<size_t>(st.st_size);
+}
+
+// Deflate expands at most 1032:1, so a gzip file of n bytes holds at most this many.
+size_t gzip_max_bytes(size_t compressed) {
+  return compressed > SIZE_MAX / 1032 - 1 ? SIZE_MAX : compressed * 1032 + 1024;
+}
 
 class FileSource : public Source {
  public:
-  FileSource(std::FILE* f, const std::string& path) : f_(f), path_(path) {}
+  FileSource(std::FILE* f, const std::string& path) : f_(f), path_(path), size_(file_size(f)) {}
   ~FileSource() override { std::fclose(f_); }
   size_t read(void* dst, size_t n) override {
     size_t got = std::fread(dst, 1, n, f_);
     if (got < n && std::ferror(f_)) throw Error(fmt::format("{}: read error: {}", path_, std::strerror(errno)));
     return got;
   }
+  size_t max_bytes() const override { return size_; }
 
  private:
   std::FILE* f_;
   std::string path_;
+  size_t size_;
+};
+
+// Bytes already in memory: a gzip file libdeflate decompressed whole.
+class MemorySource : public Source {
+ public:
+  explicit MemorySource(std::vector<uint8_t> bytes) : bytes_(std::move(bytes)) {}
+  size_t read(void* dst, size_t n) override {
+    const size_t got = std::min(n, bytes_.size() - at_);
+    if (got > 0) std::memcpy(dst, bytes_.data() + at_, got);
+    at_ += got;
+    return got;
+  }
+  size_t max_bytes() const override { return bytes_.size(); }
+  // The header is a few bytes: moving the payload down keeps the pages the decoder filled.
+  std::optional<std::vector<uint8_t>> take_rest() override {
+    bytes_.erase(bytes_.begin(), bytes_.begin() + static_cast<std::ptrdiff_t>(at_));
+    at_ = 0;
+    return std::exchange(bytes_, {});
+  }
+
+ private:
+  std::vector<uint8_t> bytes_;
+  size_t at_ = 0;
+};
+
+// A read-only, pre-faulted mapping of a whole file (unmapped on destruction).
+class MappedFile {
+ public:
+  MappedFile(std::FILE* f, size_t size) : size_(size) {
+    void* p = mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fileno(f), 0);
+    data_ = p == MAP_FAILED ? nullptr : static_cast<const uint8_t*>(p);
+  }
+  ~MappedFile() {
+    if (data_) munmap(const_cast<uint8_t*>(data_), size_);
+  }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  const uint8_t* data() const { return data_; }
+
+ private:
+  const uint8_t* data_ = nullptr;
+  size_t size_;
 };
 
 // gzerror()'s message, less the "<path>: " zlib puts in front (our errors name the file already).
@@ -53,7 +119,8 @@ std::string gz_message(gzFile f, const std::string& path, int* errnum) {
 
 class GzipSource : public Source {
  public:
-  GzipSource(gzFile f, const std::string& path) : f_(f), path_(path) {
+  GzipSource(gzFile f, const std::string& path, size_t compressed)
+      : f_(f), path_(path), max_bytes_(gzip_max_bytes(compressed)) {
     gzbuffer(f_, 1 << 18);  // large reads: the image file is ~26 MB compressed
   }
   ~GzipSource() override { gzclose(f_); }
@@ -87,13 +154,46 @@ class GzipSource : public Source {
     return total;
   }
   std::string early_end_reason() const override { return reason_.empty() ? "" : "gzip: " + reason_; }
+  size_t max_bytes() const override { return max_bytes_; }
 
  private:
   gzFile f_;
   std::string path_;
+  size_t max_bytes_;
   bool ended_ = false;
   std::string reason_;
 };
+
+// Note [Two gzip decoders]
+// libdeflate decompresses the 26 MB training images in about half of zlib's instructions
+// (callgrind, the whole read_idx: 0.60 G vs 1.13 G; CPU time 135 vs 230 ms) but only whole
+// buffers, into an output whose size it must be told: the gzip trailer's ISIZE (the size mod
+// 2^32 of the last member). So a gzip file is mapped whole (pre-faulted) and decoded by
+// libdeflate into ISIZE bytes, which then become the payload without a copy (a copy would cost
+// 11,500 page faults, as much as the decoder saves); that succeeds only for a well-formed
+// single-member file whose trailer is true and whose every byte was consumed. Anything else
+// (corruption, truncation, several members, trailing bytes, ISIZE beyond the deflate bound)
+// falls back to zlib's stream, whose errors and semantics the reader has always had. The header
+// checks run on either source and the payload checks share their messages, so every message is
+// the same whichever decoder ran.
+std::optional<std::vector<uint8_t>> decompress_whole(std::FILE* f, size_t size) {
+  if (size < 18 || size == SIZE_MAX) return std::nullopt;  // 18: the smallest gzip member
+  const MappedFile in(f, size);
+  if (!in.data()) return std::nullopt;
+  const uint8_t* t = in.data() + size - 4;
+  const size_t isize = uint32_t{t[0]} | uint32_t{t[1]} << 8 | uint32_t{t[2]} << 16 | uint32_t{t[3]} << 24;
+  if (isize == 0 || isize > gzip_max_bytes(size)) return std::nullopt;
+  std::vector<uint8_t> out(isize);
+  std::unique_ptr<libdeflate_decompressor, decltype(&libdeflate_free_decompressor)> d(
+      libdeflate_alloc_decompressor(), &libdeflate_free_decompressor);
+  if (!d) return std::nullopt;
+  size_t used = 0, produced = 0;
+  if (libdeflate_gzip_decompress_ex(d.get(), in.data(), size, out.data(), isize, &used, &produced) !=
+          LIBDEFLATE_SUCCESS ||
+      used != size || produced != isize)
+    return std::nullopt;
+  return out;
+}
 
 std::unique_ptr<Source> open_source(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
@@ -101,22 +201,33 @@ std::unique_ptr<Source> open_source(const std::string& path) {
   unsigned char magic[2] = {0, 0};
   size_t got = std::fread(magic, 1, 2, f);
   if (got == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
+    const size_t size = file_size(f);
+    std::optional<std::vector<uint8_t>> whole = decompress_whole(f, size);
     std::fclose(f);
+    if (whole) return std::make_unique<MemorySource>(std::move(*whole));
     gzFile gz = gzopen(path.c_str(), "rb");
     if (!gz) throw Error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-    return std::make_unique<GzipSource>(gz, path);
+    return std::make_unique<GzipSource>(gz, path, size);
   }
   std::rewind(f);
   return std::make_unique<FileSource>(f, path);
 }
 
+std::string truncated_message(const std::string& path, size_t expected, const char* what, size_t have,
+                              const std::string& reason) {
+  return fmt::format("{}: truncated: expected {} bytes of {}, got {}{}", path, expected, what, have,
+                     reason.empty() ? "" : " (" + reason + ")");
+}
+
+std::string trailing_message(const std::string& path, size_t trailing, size_t expected, const char* what) {
+  return fmt::format("{}: {} bytes of trailing data after the {} bytes of {} the header describes", path, trailing,
+                     expected, what);
+}
+
 // Reads exactly n bytes or throws "truncated: expected <n> bytes of <what>, got <m>".
 void read_exact(Source& src, const std::string& path, void* dst, size_t n, const char* what) {
   size_t got = src.read(dst, n);
-  if (got == n) return;
-  std::string reason = src.early_end_reason();
-  throw Error(fmt::format("{}: truncated: expected {} bytes of {}, got {}{}", path, n, what, got,
-                          reason.empty() ? "" : " (" + reason + ")"));
+  if (got != n) throw Error(truncated_message(path, n, what, got, src.early_end_reason()));
 }
 
 const char* type_name(uint8_t code) {
@@ -139,6 +250,15 @@ const char* payload_name(size_t ndim) {
 
 // Largest payload accepted (1 TiB): a header beyond this is corrupt, not a real data set.
 constexpr int64_t kMaxPayload = int64_t{1} << 40;
+
+// The payload of an in-memory source: `rest`, checked as the streaming read checks it.
+IdxArray take_payload(IdxArray out, std::vector<uint8_t> rest, const std::string& path, size_t expected,
+                      const char* what) {
+  if (rest.size() < expected) throw Error(truncated_message(path, expected, what, rest.size(), ""));
+  if (rest.size() > expected) throw Error(trailing_message(path, rest.size() - expected, expected, what));
+  out.data = std::move(rest);
+  return out;
+}
 
 }  // namespace
 
@@ -173,25 +293,27 @@ IdxArray read_idx(const std::string& path) {
   // huge allocation.
   const size_t expected = static_cast<size_t>(total);
   const char* what = payload_name(ndim);
+  if (std::optional<std::vector<uint8_t>> rest = src->take_rest())
+    return take_payload(std::move(out), std::move(*rest), path, expected, what);
   size_t have = 0;
-  out.data.resize(std::min<size_t>(expected, size_t{64} << 20));
+  out.data.resize(std::min({expected, src->max_bytes(), size_t{64} << 20}));
   while (true) {
     size_t got = src->read(out.data.data() + have, out.data.size() - have);
     have += got;
     if (have == expected) break;
-    if (have < out.data.size()) {
-      std::string reason = src->early_end_reason();
-      throw Error(fmt::format("{}: truncated: expected {} bytes of {}, got {}{}", path, expected, what, have,
-                              reason.empty() ? "" : " (" + reason + ")"));
-    }
-    out.data.resize(std::min(expected, out.data.size() * 2));
+    if (have < out.data.size() || out.data.size() == src->max_bytes())
+      throw Error(truncated_message(path, expected, what, have, src->early_end_reason()));
+    out.data.resize(std::min({expected, out.data.size() * 2, src->max_bytes()}));
   }
   uint8_t extra[4096];
   size_t trailing = 0;
   for (size_t got; (got = src->read(extra, sizeof extra)) > 0;) trailing += got;
-  if (trailing > 0)
-    throw Error(fmt::format("{}: {} bytes of trailing data after the {} bytes of {} the header describes", path,
-                            trailing, expected, what));
+  if (trailing > 0) throw Error(trailing_message(path, trailing, expected, what));
+  // A gzip stream cut after the payload (in its checksum, say) delivered every byte the header
+  // promised, yet none of them can be trusted: the CRC that would vouch for them is missing.
+  if (std::string reason = src->early_end_reason(); !reason.empty())
+    throw Error(fmt::format("{}: truncated: the {} bytes of {} arrived but the file ends early ({})", path, expected,
+                            what, reason));
   return out;
 }
 

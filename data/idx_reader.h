@@ -18,7 +18,9 @@ struct IdxArray {
 // Reads `path`, gzip (detected by the 1f 8b magic) or raw. Throws dtrain::Error with one line
 // naming the file and the problem: missing/unreadable file, bad magic, element type other
 // than unsigned byte, ndim outside 1..4, a zero dimension, truncated data, trailing data,
-// corrupt gzip stream.
+// corrupt gzip stream. A well-formed gzip file is decoded whole by libdeflate, anything else by
+// zlib's stream, with the same checks and messages (Note [Two gzip decoders]); bytes after the
+// last gzip member are ignored, as zlib and gzip do.
 IdxArray read_idx(const std::string& path);
 
 // Writes an unsigned-byte IDX file (gzip-compressed when `gzip`). data.size() must equal the

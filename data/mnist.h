@@ -1,5 +1,7 @@
-// MnistDataset: the MNIST family (MNIST, Fashion-MNIST) from its four IDX files, kept as
-// uint8 in memory and turned into normalised floats by a vectorised loop on each get().
+// MnistDataset: the MNIST family (MNIST, Fashion-MNIST, and IDX data a user brings) from its
+// four IDX files, kept as uint8 in memory and turned into normalised floats by a vectorised
+// loop on each get(). Images are [n, rows, cols] or, with channels, [n, channels, rows, cols];
+// the classes are the labels the training data has (max label + 1), not a fixed 10.
 #pragma once
 
 #include <cstdint>
@@ -21,29 +23,33 @@ struct Normalize {
 
 class MnistDataset : public Dataset {
  public:
-  static constexpr int kNumClasses = 10;
-
   // Loads {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] from `dir` (the .gz file wins
-  // when both exist). limit > 0 keeps only the first `limit` samples (all when fewer exist).
+  // when both exist). limit > 0 keeps only the first `limit` samples (all when fewer exist);
+  // the classes are counted over the whole label file, so a limit never changes them.
   // Throws dtrain::Error naming the directory or file and the problem.
   static std::unique_ptr<MnistDataset> load(const std::string& dir, Split split, Normalize norm = {},
                                             int64_t limit = 0);
 
-  // From memory: `images` holds labels.size() images of rows x cols bytes, row-major;
-  // every label must be < kNumClasses.
+  // From memory: `images` holds labels.size() samples of shape_numel(sample_shape) bytes each,
+  // sample_shape being {channels, rows, cols}. num_classes 0: max label + 1; otherwise every
+  // label must be below it.
+  MnistDataset(std::vector<uint8_t> images, std::vector<uint8_t> labels, Shape sample_shape, Normalize norm = {},
+               int num_classes = 0);
+  // One channel of rows x cols.
   MnistDataset(std::vector<uint8_t> images, std::vector<uint8_t> labels, int64_t rows, int64_t cols,
                Normalize norm = {});
 
   int64_t size() const override { return static_cast<int64_t>(labels_.size()); }
-  Shape sample_shape() const override { return {1, rows_, cols_}; }
-  int num_classes() const override { return kNumClasses; }
+  Shape sample_shape() const override { return sample_shape_; }
+  int num_classes() const override { return num_classes_; }
   int32_t get(int64_t index, float* out) const override;
   void prefetch(int64_t index) const override;
 
-  int64_t rows() const { return rows_; }
-  int64_t cols() const { return cols_; }
+  int64_t channels() const { return sample_shape_[0]; }
+  int64_t rows() const { return sample_shape_[1]; }
+  int64_t cols() const { return sample_shape_[2]; }
   const Normalize& normalize() const { return norm_; }
-  // The raw bytes of sample `index` (rows * cols of them) and its label.
+  // The raw bytes of sample `index` (channels * rows * cols of them) and its label.
   const uint8_t* pixels(int64_t index) const;
   int32_t label(int64_t index) const;
 
@@ -53,9 +59,23 @@ class MnistDataset : public Dataset {
  private:
   std::vector<uint8_t> images_;
   std::vector<uint8_t> labels_;
-  int64_t rows_ = 0;
-  int64_t cols_ = 0;
+  Shape sample_shape_;
+  int64_t sample_bytes_ = 0;
+  int num_classes_ = 0;
   Normalize norm_;
 };
+
+struct MnistSplits {
+  std::unique_ptr<MnistDataset> train;
+  std::unique_ptr<MnistDataset> test;
+};
+
+// Loads both splits of `dir` in parallel (a thread each: decompressing the images is most of
+// start-up) and checks that they agree: the test images have the train images' shape, and every
+// test label is one of the train labels' classes (the test split takes the train split's
+// num_classes). Limits as in MnistDataset::load. Throws dtrain::Error, one line naming the
+// files; when both splits fail, the train split's error.
+MnistSplits load_mnist_splits(const std::string& dir, Normalize norm = {}, int64_t train_limit = 0,
+                              int64_t test_limit = 0);
 
 }  // namespace dtrain

@@ -8,18 +8,23 @@ namespace dtrain {
 static kernels::ConvGeometry geometry(const Tensor& x, int64_t k, int64_t stride, int64_t pad) {
   DTRAIN_CHECK(x.ndim() == 4, "expected NCHW input, got {}", shape_str(x.shape()));
   kernels::ConvGeometry g{x.dim(1), x.dim(2), x.dim(3), k, k, stride, pad, 0, 0};
+  // A window larger than the padded input has no output (as in PyTorch); without this check the
+  // division below truncates a negative numerator to 0 and makes one.
+  DTRAIN_CHECK(g.h + 2 * pad >= k && g.w + 2 * pad >= k, "kernel {} too large for input {}", k, shape_str(x.shape()));
   g.oh = (g.h + 2 * pad - k) / stride + 1;
   g.ow = (g.w + 2 * pad - k) / stride + 1;
   DTRAIN_CHECK(g.oh > 0 && g.ow > 0, "kernel {} too large for input {}", k, shape_str(x.shape()));
+  checked_mul(g.oh, g.ow, "output pixels");
   return g;
 }
 
 Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding,
                Device device, InitRng& rng)
     : in_c_(in_channels), out_c_(out_channels), k_(kernel), stride_(stride), pad_(padding) {
-  DTRAIN_CHECK(kernel > 0 && stride > 0 && padding >= 0, "Conv2d kernel {} stride {} padding {}", kernel, stride,
-               padding);
-  const int64_t fan_in = in_c_ * k_ * k_;
+  DTRAIN_CHECK(in_channels > 0 && out_channels > 0 && kernel > 0 && stride > 0 && padding >= 0,
+               "Conv2d({}, {}, kernel {}, stride {}, padding {})", in_channels, out_channels, kernel, stride, padding);
+  const int64_t fan_in = checked_mul(checked_mul(in_c_, k_, "Conv2d fan-in"), k_, "Conv2d fan-in");
+  checked_mul(out_c_, fan_in, "Conv2d weight");  // before any allocation
   weight_ = {"weight", Tensor::empty({out_c_, in_c_, k_, k_}, device), Tensor::zeros({out_c_, in_c_, k_, k_}, device)};
   bias_ = {"bias", Tensor::empty({out_c_}, device), Tensor::zeros({out_c_}, device)};
   uniform_init(weight_.value, fan_in_bound(fan_in), rng);
@@ -33,6 +38,7 @@ Tensor Conv2d::forward(const Tensor& input) {
   DTRAIN_CHECK(geom_.c == in_c_, "Conv2d expects {} channels, got {}", in_c_, geom_.c);
   const Device dev = weight_.value.device();
   const int64_t batch = input.dim(0), plane = geom_.oh * geom_.ow, rows = in_c_ * k_ * k_;
+  checked_mul(batch, plane, "Conv2d columns (batch x output pixels)");  // the column buffers' widths
   input_ = input;
   ensure_tensor(output_, {batch, out_c_, geom_.oh, geom_.ow}, dev);
   ensure_tensor(cols_, {rows, batch * plane}, dev);

@@ -19,6 +19,8 @@ void pack_bf16(const Tensor& src, Tensor& dst) {
 
 Linear::Linear(int64_t in_features, int64_t out_features, Device device, InitRng& rng, bool bias)
     : in_(in_features), out_(out_features), has_bias_(bias) {
+  DTRAIN_CHECK(in_ > 0 && out_ > 0, "Linear({}, {}): feature counts must be positive", in_, out_);
+  checked_mul(out_, in_, fmt::format("Linear({}, {}) weight", in_, out_));  // before any allocation
   weight_ = {"weight", Tensor::empty({out_, in_}, device), Tensor::zeros({out_, in_}, device)};
   uniform_init(weight_.value, fan_in_bound(in_), rng);
   if (has_bias_) {

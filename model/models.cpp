@@ -1,6 +1,11 @@
+// The built-in models: their layer plan (sizes computed from the sample shape, and the memory
+// check that runs before anything is allocated) and their construction.
 #include "model/models.h"
 
+#include <algorithm>
+
 #include "core/error.h"
+#include "core/memory.h"
 #include "core/named_enum.h"
 #include "model/activation.h"
 #include "model/conv.h"
@@ -8,8 +13,70 @@
 
 namespace dtrain {
 
-static std::unique_ptr<Sequential> build_mlp(const ModelSpec& spec, const Shape& sample_shape, int num_classes,
-                                             Device device, InitRng& rng, uint64_t seed) {
+namespace {
+
+// The cnn's layers, as the plan and the builder both need them.
+constexpr int64_t kConv1Out = 6, kConv2Out = 16, kKernel = 5, kPool = 2, kFc1 = 120, kFc2 = 84;
+
+// Output length of a convolution or pooling window over n inputs; 0 when the window does not fit.
+int64_t window_output(int64_t n, int64_t kernel, int64_t stride, int64_t pad) {
+  return n + 2 * pad < kernel ? 0 : (n + 2 * pad - kernel) / stride + 1;
+}
+
+// Inputs to the cnn's first Linear layer for images of `sample_shape` (the flattened 16 x h x w
+// after conv 5 pad 2, pool 2, conv 5, pool 2); throws when the image is too small or not 3-d.
+int64_t cnn_flat_features(const Shape& sample_shape) {
+  if (sample_shape.size() != 3 || sample_shape[0] < 1)
+    throw Error(fmt::format("cnn expects samples of shape [channels, height, width], got {}", shape_str(sample_shape)));
+  int64_t hw[2] = {sample_shape[1], sample_shape[2]};
+  for (int64_t& n : hw) {
+    n = window_output(n, kKernel, 1, 2);
+    n = window_output(n, kPool, kPool, 0);
+    n = window_output(n, kKernel, 1, 0);
+    n = window_output(n, kPool, kPool, 0);
+  }
+  if (hw[0] < 1 || hw[1] < 1)
+    throw Error(fmt::format("cnn needs images of at least 12x12 (two 5x5 convolutions, each followed by 2x2 max "
+                            "pooling), got {}",
+                            shape_str(sample_shape)));
+  return checked_mul(kConv2Out, checked_mul(hw[0], hw[1], "cnn features"), "cnn features");
+}
+
+// A layer of `weights` x `per_weight` weights and `bias` biases, its count checked.
+LayerSize layer_size(std::string name, int64_t weights, int64_t per_weight, int64_t bias) {
+  int64_t count = checked_mul(weights, per_weight, name);
+  if (__builtin_add_overflow(count, bias, &count)) throw Error(fmt::format("{}: parameter count overflows", name));
+  return {std::move(name), count};
+}
+
+LayerSize linear_size(int64_t in, int64_t out) { return layer_size(fmt::format("Linear({}, {})", in, out), in, out, out); }
+
+LayerSize conv_size(int64_t in_c, int64_t out_c) {
+  return layer_size(fmt::format("Conv2d({}, {}, kernel={})", in_c, out_c, kKernel), in_c, out_c * kKernel * kKernel,
+                    out_c);
+}
+
+// Refuses a model whose training state would exceed `budget` bytes, naming its largest layer.
+void check_fits(const std::string& model, const std::vector<LayerSize>& layers, int64_t budget, bool machine) {
+  int64_t total = 0;
+  const LayerSize* largest = &layers.front();
+  for (const LayerSize& l : layers) {
+    if (__builtin_add_overflow(total, l.parameters, &total))
+      throw Error(fmt::format("{}: parameter count overflows 64 bits at {}", model, l.layer));
+    if (l.parameters > largest->parameters) largest = &l;
+  }
+  const double bytes = static_cast<double>(total) * kTrainingBytesPerParameter;
+  if (bytes <= static_cast<double>(budget)) return;
+  const std::string limit = machine ? fmt::format("this machine's {} of memory", format_bytes(double(budget)))
+                                    : fmt::format("its memory budget of {}", format_bytes(double(budget)));
+  throw Error(fmt::format("{} needs {} to train ({} parameters with their gradients and optimizer state), more than "
+                          "{}; its largest layer is {} with {} parameters ({})",
+                          model, format_bytes(bytes), total, limit, largest->layer, largest->parameters,
+                          format_bytes(static_cast<double>(largest->parameters) * kTrainingBytesPerParameter)));
+}
+
+std::unique_ptr<Sequential> build_mlp(const ModelSpec& spec, const Shape& sample_shape, int num_classes,
+                                      Device device, InitRng& rng, uint64_t seed) {
   auto model = std::make_unique<Sequential>();
   model->emplace<Flatten>();
   int64_t width = shape_numel(sample_shape);
@@ -24,36 +91,58 @@ static std::unique_ptr<Sequential> build_mlp(const ModelSpec& spec, const Shape&
   return model;
 }
 
-static std::unique_ptr<Sequential> build_cnn(const ModelSpec& spec, const Shape& sample_shape, int num_classes,
-                                             Device device, InitRng& rng, uint64_t seed) {
-  DTRAIN_CHECK(sample_shape.size() == 3 && sample_shape[1] == 28 && sample_shape[2] == 28,
-               "cnn expects 28x28 images, got {}", shape_str(sample_shape));
+std::unique_ptr<Sequential> build_cnn(const ModelSpec& spec, const Shape& sample_shape, int num_classes,
+                                      Device device, InitRng& rng, uint64_t seed) {
+  const int64_t flat = cnn_flat_features(sample_shape);
   auto model = std::make_unique<Sequential>();
-  model->emplace<Conv2d>(sample_shape[0], 6, 5, 1, 2, device, rng);  // 6 x 28 x 28
+  model->emplace<Conv2d>(sample_shape[0], kConv1Out, kKernel, 1, 2, device, rng);  // 6 x H x W
   model->emplace<ReLU>();
-  model->emplace<MaxPool2d>(2);                                      // 6 x 14 x 14
-  model->emplace<Conv2d>(6, 16, 5, 1, 0, device, rng);               // 16 x 10 x 10
+  model->emplace<MaxPool2d>(kPool);                                               // 6 x H/2 x W/2
+  model->emplace<Conv2d>(kConv1Out, kConv2Out, kKernel, 1, 0, device, rng);       // 16 x (H/2-4) x (W/2-4)
   model->emplace<ReLU>();
-  model->emplace<MaxPool2d>(2);                                      // 16 x 5 x 5
+  model->emplace<MaxPool2d>(kPool);                                               // 16 x 5 x 5 for 28 x 28
   model->emplace<Flatten>();
-  model->emplace<Linear>(16 * 5 * 5, 120, device, rng);
+  model->emplace<Linear>(flat, kFc1, device, rng);
   model->emplace<ReLU>();
   if (spec.dropout > 0.f) model->emplace<Dropout>(spec.dropout, seed + 1000);
-  model->emplace<Linear>(120, 84, device, rng);
+  model->emplace<Linear>(kFc1, kFc2, device, rng);
   model->emplace<ReLU>();
-  model->emplace<Linear>(84, num_classes, device, rng);
+  model->emplace<Linear>(kFc2, num_classes, device, rng);
   return model;
 }
 
-namespace {
 constexpr auto kModelKinds = enum_names<ModelKind>(std::pair{ModelKind::kMlp, "mlp"}, std::pair{ModelKind::kCnn, "cnn"});
+
 }  // namespace
 
 const char* model_kind_name(ModelKind kind) { return kModelKinds.name(kind); }
 std::optional<ModelKind> parse_model_kind(const std::string& name) { return kModelKinds.parse(name); }
 
+std::vector<LayerSize> plan_model(const ModelSpec& spec, const Shape& sample_shape, int num_classes) {
+  if (num_classes < 1)
+    throw Error(fmt::format("{} needs at least one class, got {}", model_kind_name(spec.kind), num_classes));
+  std::vector<LayerSize> layers;
+  if (spec.kind == ModelKind::kCnn) {
+    const int64_t flat = cnn_flat_features(sample_shape);
+    layers = {conv_size(sample_shape[0], kConv1Out), conv_size(kConv1Out, kConv2Out), linear_size(flat, kFc1),
+              linear_size(kFc1, kFc2), linear_size(kFc2, num_classes)};
+    return layers;
+  }
+  int64_t width = shape_numel(sample_shape);
+  for (int64_t h : spec.hidden) {
+    DTRAIN_CHECK(h > 0, "MLP hidden width {} is not positive", h);
+    layers.push_back(linear_size(width, h));
+    width = h;
+  }
+  layers.push_back(linear_size(width, num_classes));
+  return layers;
+}
+
 std::unique_ptr<Sequential> build_model(const ModelSpec& spec, const Shape& sample_shape, int num_classes,
                                         Device device, uint64_t seed) {
+  const bool machine = spec.memory_budget_bytes <= 0;
+  check_fits(model_kind_name(spec.kind), plan_model(spec, sample_shape, num_classes),
+             machine ? host_memory_bytes() : spec.memory_budget_bytes, machine);
   InitRng rng(seed);
   switch (spec.kind) {
     case ModelKind::kMlp: return build_mlp(spec, sample_shape, num_classes, device, rng, seed);

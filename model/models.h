@@ -1,5 +1,7 @@
 // The built-in models: `mlp` (Flatten, then Linear+ReLU per hidden width, then Linear to the
-// classes; default 784-256-10, the seeds' model) and `cnn` (LeNet-5 style for 28x28 images).
+// classes; default 784-256-10, the seeds' model) and `cnn` (LeNet-5 style: two 5x5 convolutions,
+// each followed by ReLU and 2x2 max pooling, then 120-84-classes; its first Linear layer is sized
+// from the image it is given, 16x5x5 for 28x28).
 #pragma once
 
 #include <cstdint>
@@ -20,8 +22,28 @@ struct ModelSpec {
   ModelKind kind = ModelKind::kMlp;
   std::vector<int64_t> hidden = {256};  // mlp only; every width positive
   float dropout = 0.f;                  // after each hidden activation, in [0, 1)
+  // The most memory the model's training state may take; 0: this machine's physical memory.
+  // Ranks that share a machine should each pass their share.
+  int64_t memory_budget_bytes = 0;
 };
 
+// Training state per parameter: the weight, its gradient and one optimizer state (SGD momentum;
+// AdamW keeps two, so the estimate is a floor).
+inline constexpr int64_t kTrainingBytesPerParameter = 12;
+
+struct LayerSize {
+  std::string layer;       // "Linear(784, 256)"
+  int64_t parameters = 0;  // weights and bias
+};
+
+// The parameterised layers `spec` builds for samples of `sample_shape`, in order, with their
+// parameter counts; computed, nothing allocated. Throws dtrain::Error (one line) when the sample
+// shape does not suit the model (a cnn needs [channels, height, width] of at least 12x12), when
+// num_classes < 1, or when a count overflows.
+std::vector<LayerSize> plan_model(const ModelSpec& spec, const Shape& sample_shape, int num_classes);
+
+// Builds the model after plan_model, refusing (dtrain::Error, one line naming the largest layer
+// and the sizes) one whose training state would not fit in spec.memory_budget_bytes.
 std::unique_ptr<Sequential> build_model(const ModelSpec& spec, const Shape& sample_shape, int num_classes,
                                         Device device, uint64_t seed);
 

@@ -48,7 +48,8 @@ int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), 
 
 TEST(DtrainCli, WrongFlagsExitTwoWithOneLine) {
   for (const char* args : {"train --batch-size 0", "train --lr -1", "train --model resnet", "train --data /nonexistent",
-                           "train --bogus", "frobnicate"}) {
+                           "train --bogus", "frobnicate", "train --batch-size 4611686018427387905",
+                           "train --hidden 4611686018427387904"}) {
     CliRun r = run_dtrain(args);
     EXPECT_EQ(r.status, 2) << args << ": " << r.output;
     EXPECT_EQ(lines(r.output), 1) << args << ": " << r.output;

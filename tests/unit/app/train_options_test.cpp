@@ -75,6 +75,19 @@ TEST(TrainOptions, WrongFlagsAndValuesAreOneLineUsageErrors) {
     EXPECT_EQ(e.find('\n'), std::string::npos) << e;
 }
 
+// Sizes that would wrap the trainer's element counts (the heap overflow and Linear
+// overflow) are refused at the flag, before anything is allocated.
+TEST(TrainOptions, SizeFlagsHaveSaneUpperBounds) {
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--batch-size", "4611686018427387905"}),
+            "--batch-size: must be at most 1048576, got 4611686018427387905");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--hidden", "4611686018427387904"}),
+            "--hidden: widths must be at most 1048576, got 4611686018427387904");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--hidden", "256,1048577"}),
+            "--hidden: widths must be at most 1048576, got 1048577");
+  EXPECT_EQ(parse_train_options({"--data", "/tmp", "--batch-size", "1048576", "--hidden", "1048576"}).config.batch_size,
+            1048576);
+}
+
 TEST(TrainOptions, AmpIsOffUnlessBf16IsAsked) {
   EXPECT_EQ(parse_train_options({"--data", "/tmp"}).config.amp, AmpMode::kOff);
   EXPECT_EQ(parse_train_options({"--data", "/tmp", "--amp", "off"}).config.amp, AmpMode::kOff);

@@ -2,13 +2,18 @@
 #include <cmath>
 #include <limits>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "core/error.h"
 
 #include "core/kernels.h"
 #include "core/tensor.h"
 
 namespace dtrain {
 namespace {
+
+using ::testing::HasSubstr;
 
 TEST(Tensor, ViewsShareStorageCopiesDoNot) {
   Tensor t = Tensor::zeros({2, 3});
@@ -20,6 +25,40 @@ TEST(Tensor, ViewsShareStorageCopiesDoNot) {
   EXPECT_EQ(t.to_vector()[0], 0.f);
   EXPECT_THROW(t.slice(4, {3}), Error);
   EXPECT_THROW(t.view({4}), Error);
+}
+
+// The error a call throws ("" when none).
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A wrapped element count sizes a buffer smaller than what is written into it: the issue's
+// batch of 4611686018427387905 images of 28x28 wrapped to 784 elements.
+TEST(Tensor, ShapeNumelRefusesOverflowNamingTheShape) {
+  const Shape wraps = {4611686018427387905, 1, 28, 28};
+  const std::string msg = error_of([&] { shape_numel(wraps); });
+  EXPECT_EQ(msg, "shape [4611686018427387905, 1, 28, 28] has more elements than a 64-bit count holds");
+  EXPECT_EQ(shape_numel({int64_t{1} << 31, int64_t{1} << 31}), int64_t{1} << 62);
+  EXPECT_EQ(shape_numel({0, int64_t{1} << 62, int64_t{1} << 62}), 0);
+  EXPECT_EQ(error_of([] { checked_mul(int64_t{1} << 32, int64_t{1} << 32, "batch columns"); }),
+            "batch columns: 4294967296 x 4294967296 overflows 64 bits");
+  EXPECT_EQ(checked_mul(3, 5, "x"), 15);
+}
+
+TEST(Tensor, EmptyRefusesSizesBeyondSixtyFourBitsBeforeAllocating) {
+  EXPECT_THAT(error_of([] { Tensor::empty({4611686018427387905, 1, 28, 28}); }), HasSubstr("has more elements"));
+  // 2^62 floats is a valid count but 2^64 bytes.
+  EXPECT_EQ(error_of([] { Tensor::empty({int64_t{1} << 62}); }),
+            "a float32 tensor of shape [4611686018427387904] needs more bytes than a 64-bit size holds");
+  EXPECT_THAT(error_of([] { Tensor::zeros({int64_t{1} << 40, int64_t{1} << 22}, Device::cpu(), DType::kBF16); }),
+              HasSubstr("needs more bytes than a 64-bit size holds"));
+  EXPECT_THAT(error_of([] { Tensor::empty({2, -3}); }), HasSubstr("negative dimension in shape [2, -3]"));
 }
 
 TEST(Tensor, EnsureReallocatesOnlyOnShapeChange) {

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "core/memory.h"
 #include "data/distributed_sampler.h"
 #include "data/mnist.h"
 
@@ -43,6 +44,30 @@ class IndexDataset : public Dataset {
  private:
   int64_t n_, throw_at_;
   std::chrono::microseconds delay_;
+};
+
+// The message of the dtrain::Error `f` throws ("" when none).
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Samples of any shape; never read (the loader is refused before it gathers anything).
+class ShapeOnlyDataset : public Dataset {
+ public:
+  explicit ShapeOnlyDataset(Shape shape) : shape_(std::move(shape)) {}
+  int64_t size() const override { return 1; }
+  Shape sample_shape() const override { return shape_; }
+  int num_classes() const override { return 10; }
+  int32_t get(int64_t, float*) const override { return 0; }
+
+ private:
+  Shape shape_;
 };
 
 std::vector<int64_t> iota(int64_t n) {
@@ -247,6 +272,24 @@ TEST(DataLoader, ValidatesArguments) {
   loader.start_epoch({});
   EXPECT_EQ(loader.num_batches(), 0);
   EXPECT_FALSE(loader.next(batch));
+}
+
+// The issue's --batch-size 4611686018427387905 wrapped the batch's element count to 784: the
+// loader must refuse a ring whose size overflows, or cannot fit in memory, before allocating.
+TEST(DataLoader, RefusesBatchBuffersThatOverflowOrCannotFit) {
+  std::string msg = error_of([] {
+    ShapeOnlyDataset ds({1, 28, 28});
+    DataLoader loader(ds, 4611686018427387905);
+  });
+  EXPECT_EQ(msg, "DataLoader: 3 buffers of 4611686018427387905 samples of shape [1, 28, 28] need more than 2^63 bytes, "
+                 "more than this machine's " +
+                     format_bytes(static_cast<double>(host_memory_bytes())) + " of memory");
+  msg = error_of([] {
+    ShapeOnlyDataset ds({1, 1 << 20, 1 << 10});  // 4 GiB a sample
+    DataLoader loader(ds, int64_t{1} << 20);      // 4 PiB a batch
+  });
+  EXPECT_THAT(msg, HasSubstr("DataLoader: 3 buffers of 1048576 samples of shape [1, 1048576, 1024] need 13510"));
+  EXPECT_EQ(msg.find('\n'), std::string::npos);
 }
 
 }  // namespace

@@ -121,6 +121,22 @@ TEST(IdxReader, CutGzipStreamIsTruncated) {
   EXPECT_THAT(msg, HasSubstr("(gzip: unexpected end of file)"));
 }
 
+// Found by the IDX fuzz test: a gzip file cut in its 8-byte trailer (CRC and size) delivered the
+// whole payload unverified and was accepted.
+TEST(IdxReader, GzipCutInItsTrailerIsTruncated) {
+  TempDir dir;
+  std::string whole = dir.file("whole.gz");
+  write_idx(whole, std::vector<int64_t>{40, 5}, pattern(200), true);
+  std::vector<uint8_t> bytes = file_bytes(whole);
+  for (size_t cut : {1, 4, 8}) {
+    std::string path = dir.file("cut-idx2-ubyte.gz");
+    write_bytes(path, std::vector<uint8_t>(bytes.begin(), bytes.end() - static_cast<std::ptrdiff_t>(cut)), false);
+    EXPECT_EQ(read_error(path), path + ": truncated: the 200 bytes of data arrived but the file ends early (gzip: "
+                                       "unexpected end of file)")
+        << "cut " << cut;
+  }
+}
+
 TEST(IdxReader, ShortHeaderIsTruncated) {
   TempDir dir;
   std::string empty = dir.file("empty");
@@ -189,6 +205,51 @@ TEST(IdxReader, CorruptGzipNamesFile) {
   std::string msg = read_error(path);
   EXPECT_THAT(msg, HasSubstr(path + ": corrupt gzip data: "));
   EXPECT_THAT(msg, Not(HasSubstr("\n")));
+}
+
+// Whole-file decoding (libdeflate) declines what it cannot take whole and zlib's stream reads
+// it as before (Note [Two gzip decoders]): several gzip members, a trailer that lies, bytes
+// after the gzip stream.
+TEST(IdxReader, MultiMemberGzipReadsWhole) {
+  TempDir dir;
+  // Two members of 81 bytes each: the trailer's size (the last member's) is also the first's, so
+  // a decoder that stopped after the first member would see the size it was told to expect.
+  std::vector<uint8_t> idx = idx_bytes({30, 5}, 150);
+  write_bytes(dir.file("m1.gz"), std::vector<uint8_t>(idx.begin(), idx.begin() + 81), true);
+  write_bytes(dir.file("m2.gz"), std::vector<uint8_t>(idx.begin() + 81, idx.end()), true);
+  std::vector<uint8_t> joined = file_bytes(dir.file("m1.gz")), second = file_bytes(dir.file("m2.gz"));
+  joined.insert(joined.end(), second.begin(), second.end());
+  const std::string path = dir.file("multi-idx2-ubyte.gz");
+  write_bytes(path, joined, false);
+  IdxArray back = read_idx(path);
+  EXPECT_EQ(back.dims, (std::vector<int64_t>{30, 5}));
+  EXPECT_EQ(back.data, pattern(150));
+}
+
+TEST(IdxReader, GzipTrailerThatLiesIsCorrupt) {
+  TempDir dir;
+  const std::string path = dir.file("lies.gz");
+  write_idx(path, std::vector<int64_t>{1000}, pattern(1000), true);
+  std::vector<uint8_t> bytes = file_bytes(path);
+  for (uint8_t delta : {1, 0x80}) {  // ISIZE's low byte one off, and far off
+    std::vector<uint8_t> lying = bytes;
+    lying[lying.size() - 4] ^= delta;
+    write_bytes(path, lying, false);
+    EXPECT_EQ(read_error(path), path + ": corrupt gzip data: incorrect length check");
+  }
+  bytes[bytes.size() - 1] = 0xff;  // claims > 4 GB from a file of a few hundred bytes
+  write_bytes(path, bytes, false);
+  EXPECT_EQ(read_error(path), path + ": corrupt gzip data: incorrect length check");
+}
+
+TEST(IdxReader, BytesAfterTheGzipStreamAreIgnoredAsZlibDoes) {
+  TempDir dir;
+  const std::string path = dir.file("tail.gz");
+  write_idx(path, std::vector<int64_t>{64}, pattern(64), true);
+  std::vector<uint8_t> bytes = file_bytes(path);
+  bytes.insert(bytes.end(), {'j', 'u', 'n', 'k', 0, 0, 0, 0});
+  write_bytes(path, bytes, false);
+  EXPECT_EQ(read_idx(path).data, pattern(64));
 }
 
 TEST(IdxReader, MissingFileNamesIt) {

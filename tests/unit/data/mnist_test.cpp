@@ -53,6 +53,15 @@ std::string load_error(const std::string& dir, Split split) {
   return "";
 }
 
+std::string splits_error(const std::string& dir) {
+  try {
+    load_mnist_splits(dir);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 TEST(Mnist, LoadsGzipAndRawSplits) {
   TempDir dir;
   write_split(dir, "train", 20, true);
@@ -62,7 +71,7 @@ TEST(Mnist, LoadsGzipAndRawSplits) {
     const int64_t n = split == Split::kTrain ? 20 : 6;
     ASSERT_EQ(ds->size(), n);
     EXPECT_EQ(ds->sample_shape(), (Shape{1, kRows, kCols}));
-    EXPECT_EQ(ds->num_classes(), 10);
+    EXPECT_EQ(ds->num_classes(), n == 20 ? 10 : 9);  // max label + 1: the 6 test labels stop at 8
     std::vector<uint8_t> images = image_bytes(n), labels = label_bytes(n);
     std::vector<float> out(kRows * kCols);
     for (int64_t i = 0; i < n; ++i) {
@@ -112,12 +121,29 @@ TEST(Mnist, MismatchedCountsNameBothFiles) {
                         " has 9 labels"));
 }
 
-TEST(Mnist, LabelOutOfRangeNamesFile) {
+// Data a user brings has as many classes as its training labels name, not a fixed 10.
+TEST(Mnist, ClassesComeFromTheTrainingLabels) {
   TempDir dir;
   write_split(dir, "train", 4, false);
+  write_split(dir, "t10k", 3, false);
   write_idx(dir.file("train-labels-idx1-ubyte"), std::vector<int64_t>{4}, std::vector<uint8_t>{1, 2, 12, 3}, false);
-  EXPECT_THAT(load_error(dir.path().string(), Split::kTrain),
-              HasSubstr("train-labels-idx1-ubyte: label 12 of sample 2 is out of range [0, 10)"));
+  EXPECT_EQ(MnistDataset::load(dir.path().string(), Split::kTrain)->num_classes(), 13);
+  EXPECT_EQ(MnistDataset::load(dir.path().string(), Split::kTrain, {}, 2)->num_classes(), 13);  // a limit keeps them
+  MnistSplits splits = load_mnist_splits(dir.path().string());
+  EXPECT_EQ(splits.train->num_classes(), 13);
+  EXPECT_EQ(splits.test->num_classes(), 13);  // the train split's, though its own labels stop at 7
+  write_idx(dir.file("train-labels-idx1-ubyte"), std::vector<int64_t>{4}, std::vector<uint8_t>{0, 1, 1, 0}, false);
+  EXPECT_EQ(MnistDataset::load(dir.path().string(), Split::kTrain)->num_classes(), 2);
+}
+
+TEST(Mnist, TestLabelOutsideTheTrainClassesNamesBothFiles) {
+  TempDir dir;
+  write_split(dir, "train", 4, false);  // labels 0, 7, 4, 1: 8 classes
+  write_split(dir, "t10k", 3, true);
+  write_idx(dir.file("t10k-labels-idx1-ubyte.gz"), std::vector<int64_t>{3}, std::vector<uint8_t>{1, 8, 3}, true);
+  EXPECT_EQ(splits_error(dir.path().string()),
+            dir.file("t10k-labels-idx1-ubyte.gz") + ": label 8 of sample 1 is not one of the 8 classes of " +
+                dir.file("train-labels-idx1-ubyte") + " (labels 0 to 7)");
 }
 
 TEST(Mnist, WrongShapesNameFile) {
@@ -125,7 +151,76 @@ TEST(Mnist, WrongShapesNameFile) {
   write_split(dir, "train", 4, true);
   write_idx(dir.file("train-images-idx3-ubyte.gz"), std::vector<int64_t>{4, 12}, image_bytes(4), true);
   EXPECT_THAT(load_error(dir.path().string(), Split::kTrain),
-              HasSubstr("train-images-idx3-ubyte.gz: expected a 3-d image array [count, rows, cols], got 2"));
+              HasSubstr("train-images-idx3-ubyte.gz: expected a 3-d image array [count, rows, cols] or a 4-d one "
+                        "[count, channels, rows, cols], got 2 dimensions"));
+}
+
+// An image file with a channel dimension, [n, c, h, w], gives samples of shape {c, h, w}.
+TEST(Mnist, ChannelDimensionIsAccepted) {
+  TempDir dir;
+  const int64_t n = 5, channels = 3;
+  std::vector<uint8_t> pixels(static_cast<size_t>(n * channels * kRows * kCols));
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>(i * 11 % 256);
+  write_idx(dir.file("train-images-idx3-ubyte"), std::vector<int64_t>{n, channels, kRows, kCols}, pixels, false);
+  write_idx(dir.file("train-labels-idx1-ubyte"), std::vector<int64_t>{n}, label_bytes(n), false);
+  auto ds = MnistDataset::load(dir.path().string(), Split::kTrain);
+  EXPECT_EQ(ds->sample_shape(), (Shape{channels, kRows, kCols}));
+  EXPECT_EQ(ds->channels(), channels);
+  std::vector<float> out(static_cast<size_t>(channels * kRows * kCols));
+  EXPECT_EQ(ds->get(4, out.data()), label_bytes(n)[4]);
+  for (size_t p = 0; p < out.size(); ++p) ASSERT_FLOAT_EQ(out[p], pixels[4 * out.size() + p] / 255.0f) << p;
+}
+
+TEST(Mnist, SplitsLoadTogetherAsTheyLoadAlone) {
+  TempDir dir;
+  write_split(dir, "train", 20, true);
+  write_split(dir, "t10k", 6, false);
+  MnistSplits splits = load_mnist_splits(dir.path().string(), Normalize{0.5f, 0.25f}, 7, 0);
+  auto train = MnistDataset::load(dir.path().string(), Split::kTrain, Normalize{0.5f, 0.25f}, 7);
+  auto test = MnistDataset::load(dir.path().string(), Split::kTest, Normalize{0.5f, 0.25f});
+  for (auto [together, alone] : {std::pair{splits.train.get(), train.get()}, std::pair{splits.test.get(), test.get()}}) {
+    ASSERT_EQ(together->size(), alone->size());
+    EXPECT_EQ(together->sample_shape(), alone->sample_shape());
+    for (int64_t i = 0; i < alone->size(); ++i) {
+      std::vector<float> a(kRows * kCols), b(kRows * kCols);
+      EXPECT_EQ(together->get(i, a.data()), alone->get(i, b.data()));
+      EXPECT_EQ(a, b);
+    }
+  }
+  EXPECT_EQ(splits.train->size(), 7);
+  EXPECT_EQ(splits.test->num_classes(), 10);
+}
+
+// Test images of another shape than the train images (the 14x56, 1x784, 784x1, which
+// were accepted silently) fail at load, naming both files.
+TEST(Mnist, TestImageShapeMustMatchTrainNamingBothFiles) {
+  TempDir dir;
+  write_split(dir, "train", 4, false);
+  write_split(dir, "t10k", 2, true);
+  const std::string test_images = dir.file("t10k-images-idx3-ubyte.gz");
+  for (const std::vector<int64_t>& dims : std::vector<std::vector<int64_t>>{
+           {2, 2, 6}, {2, 1, 12}, {2, 12, 1}, {2, 2, 2, 3}, {2, 12, 1, 1}}) {
+    write_idx(test_images, dims, image_bytes(2), true);
+    Shape sample = dims.size() == 3 ? Shape{1, dims[1], dims[2]} : Shape{dims[1], dims[2], dims[3]};
+    EXPECT_EQ(splits_error(dir.path().string()),
+              test_images + ": images of shape " + shape_str(sample) + ", but " + dir.file("train-images-idx3-ubyte") +
+                  " has images of shape [1, 4, 3]");
+  }
+  write_idx(test_images, std::vector<int64_t>{2, 1, kRows, kCols}, image_bytes(2), true);  // the same shape, 4-d
+  EXPECT_EQ(splits_error(dir.path().string()), "");
+}
+
+TEST(Mnist, SplitErrorsNameTheirFileTrainFirst) {
+  TempDir dir;
+  write_split(dir, "train", 4, false);
+  write_split(dir, "t10k", 2, false);
+  write_bytes(dir.file("t10k-labels-idx1-ubyte"), std::vector<uint8_t>{1, 2, 3}, false);
+  EXPECT_THAT(splits_error(dir.path().string()),
+              HasSubstr(dir.file("t10k-labels-idx1-ubyte") + ": truncated: expected 4 bytes of IDX header, got 3"));
+  std::filesystem::remove(dir.file("train-images-idx3-ubyte"));
+  EXPECT_THAT(splits_error(dir.path().string()), HasSubstr("missing train-images-idx3-ubyte.gz"));
+  EXPECT_THAT(splits_error(dir.file("nowhere")), HasSubstr("dataset directory not found"));
+  EXPECT_THROW(load_mnist_splits(dir.path().string(), {}, -1, 0), Error);
 }
 
 TEST(Mnist, TruncatedImageFileNamesIt) {
@@ -183,6 +278,11 @@ TEST(Mnist, RealFashionMnistTrainSet) {
   EXPECT_EQ(lo, 0.0f);
   EXPECT_EQ(hi, 1.0f);
   EXPECT_EQ(MnistDataset::load(dir, Split::kTest)->size(), 10000);
+  MnistSplits splits = load_mnist_splits(dir);
+  EXPECT_EQ(splits.train->size(), 60000);
+  EXPECT_EQ(splits.test->size(), 10000);
+  EXPECT_EQ(splits.train->num_classes(), 10);
+  EXPECT_EQ(splits.test->num_classes(), 10);
 }
 
 }  // namespace

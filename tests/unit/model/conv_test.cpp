@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include "gradcheck.h"
+#include "core/error.h"
 #include "model/conv.h"
+#include "model/linear.h"
 
 namespace dtrain {
 namespace {
@@ -67,6 +69,31 @@ TEST(Conv2d, SmallerBatchAfterLargerMatchesFreshLayer) {
   };
   run(used, 5, 20);
   EXPECT_EQ(run(used, 2, 30), run(fresh, 2, 30));
+}
+
+// PyTorch refuses a window larger than the padded input; truncating division used to turn
+// (4 - 5) / 2 + 1 into one output row that no full window backs.
+TEST(Conv2d, WindowLargerThanPaddedInputIsRefused) {
+  InitRng rng(1);
+  Conv2d conv(1, 2, 5, 2, 0, Device::cpu(), rng);
+  EXPECT_THROW(conv.forward(Tensor::zeros({1, 1, 4, 4})), Error);
+  EXPECT_EQ(conv.forward(Tensor::zeros({1, 1, 5, 5})).shape(), (Shape{1, 2, 1, 1}));
+  MaxPool2d pool(3, 2);
+  EXPECT_THROW(pool.forward(Tensor::zeros({1, 1, 2, 9})), Error);
+  EXPECT_EQ(pool.forward(Tensor::zeros({1, 1, 3, 9})).shape(), (Shape{1, 1, 1, 4}));
+}
+
+// Sizes whose products overflow are refused by the layer, naming it, before any allocation.
+TEST(Conv2d, OverflowingSizesAreRefusedBeforeAllocating) {
+  InitRng rng(1);
+  EXPECT_THROW(Conv2d(int64_t{1} << 40, int64_t{1} << 30, 5, 1, 0, Device::cpu(), rng), Error);
+  try {
+    Linear(784, 4611686018427387904, Device::cpu(), rng);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "Linear(784, 4611686018427387904) weight: 4611686018427387904 x 784 overflows 64 bits");
+  }
+  EXPECT_THROW(Linear(0, 10, Device::cpu(), rng), Error);
 }
 
 }  // namespace

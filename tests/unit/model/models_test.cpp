@@ -1,0 +1,97 @@
+// The built-in models: the cnn sized from the image it is given (or refused by name), the layer
+// plan that tells the truth about what is built, and the memory check that refuses a model
+// before allocating it.
+#include "model/models.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "core/memory.h"
+#include "gradcheck.h"
+
+namespace dtrain {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::random_values;
+
+std::string build_error(const ModelSpec& spec, const Shape& sample, int classes) {
+  try {
+    build_model(spec, sample, classes, Device::cpu(), 0);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+int64_t parameter_count(Sequential& model) {
+  int64_t n = 0;
+  for (Parameter* p : model.parameters()) n += p->value.numel();
+  return n;
+}
+
+int64_t planned_count(const ModelSpec& spec, const Shape& sample, int classes) {
+  int64_t n = 0;
+  for (const LayerSize& l : plan_model(spec, sample, classes)) n += l.parameters;
+  return n;
+}
+
+TEST(Models, CnnAdaptsToTheImageSize) {
+  // 28x28 -> 16x5x5 (LeNet), 32x32 -> 16x6x6, 12x12 (the smallest) -> 16x1x1, 20x16 -> 16x3x2.
+  const std::vector<std::pair<Shape, int64_t>> cases = {
+      {{1, 28, 28}, 400}, {{3, 32, 32}, 576}, {{1, 12, 12}, 16}, {{2, 20, 16}, 96}};
+  for (const auto& [sample, flat] : cases) {
+    ModelSpec spec{ModelKind::kCnn};
+    auto model = build_model(spec, sample, 7, Device::cpu(), 3);
+    EXPECT_EQ(plan_model(spec, sample, 7)[2].layer, fmt::format("Linear({}, 120)", flat)) << shape_str(sample);
+    Shape batch = {2};
+    batch.insert(batch.end(), sample.begin(), sample.end());
+    Tensor y = model->forward(Tensor::from_vector(random_values(static_cast<size_t>(shape_numel(batch)), 5), batch));
+    EXPECT_EQ(y.shape(), (Shape{2, 7})) << shape_str(sample);
+    EXPECT_EQ(parameter_count(*model), planned_count(spec, sample, 7)) << shape_str(sample);
+  }
+}
+
+TEST(Models, CnnRefusesImagesItCannotTakeWithOneLine) {
+  EXPECT_EQ(build_error(ModelSpec{ModelKind::kCnn}, {1, 11, 28}, 10),
+            "cnn needs images of at least 12x12 (two 5x5 convolutions, each followed by 2x2 max pooling), got "
+            "[1, 11, 28]");
+  EXPECT_EQ(build_error(ModelSpec{ModelKind::kCnn}, {1, 28, 8}, 10),
+            "cnn needs images of at least 12x12 (two 5x5 convolutions, each followed by 2x2 max pooling), got "
+            "[1, 28, 8]");
+  EXPECT_EQ(build_error(ModelSpec{ModelKind::kCnn}, {784}, 10),
+            "cnn expects samples of shape [channels, height, width], got [784]");
+}
+
+TEST(Models, PlanCountsWhatIsBuilt) {
+  for (const ModelSpec& spec : {ModelSpec{ModelKind::kMlp}, ModelSpec{ModelKind::kMlp, {64, 32}}, ModelSpec{ModelKind::kMlp, {}}, ModelSpec{ModelKind::kCnn}}) {
+    auto model = build_model(spec, {1, 28, 28}, 10, Device::cpu(), 1);
+    EXPECT_EQ(parameter_count(*model), planned_count(spec, {1, 28, 28}, 10)) << model_kind_name(spec.kind);
+  }
+  EXPECT_EQ(planned_count(ModelSpec{}, {1, 28, 28}, 10), 784 * 256 + 256 + 256 * 10 + 10);
+  EXPECT_EQ(build_error(ModelSpec{}, {1, 28, 28}, 0), "mlp needs at least one class, got 0");
+}
+
+// The format-valid train file of shape [1, 1, 4000000] made the MLP allocate ~8 GB
+// before saying anything; 2 ranks of it do not fit this 25 GB machine.
+TEST(Models, RefusesAModelThatCannotFitBeforeAllocating) {
+  ModelSpec spec;
+  spec.memory_budget_bytes = int64_t{8} << 30;
+  EXPECT_EQ(build_error(spec, {1, 1, 4000000}, 10),
+            "mlp needs 12.3 GB to train (1024002826 parameters with their gradients and optimizer state), more than "
+            "its memory budget of 8.6 GB; its largest layer is Linear(4000000, 256) with 1024000256 parameters "
+            "(12.3 GB)");
+  // Without a budget, the machine's memory: 2^40 parameters fit nowhere.
+  EXPECT_THAT(build_error(ModelSpec{ModelKind::kMlp, {1 << 20, 1 << 20}}, {1, 28, 28}, 10),
+              HasSubstr("more than this machine's " + format_bytes(double(host_memory_bytes())) +
+                        " of memory; its largest layer is Linear(1048576, 1048576)"));
+  EXPECT_EQ(build_error(ModelSpec{ModelKind::kMlp, {4611686018427387904}}, {1, 28, 28}, 10),
+            "Linear(784, 4611686018427387904): 784 x 4611686018427387904 overflows 64 bits");
+  spec.memory_budget_bytes = int64_t{13} << 30;  // 14 GB: fits
+  EXPECT_EQ(plan_model(spec, {1, 1, 4000000}, 10).front().parameters, 1024000256);
+  EXPECT_EQ(build_error(ModelSpec{}, {1, 28, 28}, 10), "");
+}
+
+}  // namespace
+}  // namespace dtrain
