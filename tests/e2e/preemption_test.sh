@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Preemption: SIGTERM (or SIGINT) to one rank of a job mid-epoch makes every rank stop at the
-# same step boundary; rank 0 saves a checkpoint there, says so in one line, and every rank
+# same step boundary (within the vote's period, app/preemption.h); rank 0 saves a checkpoint there, says so in one line, and every rank
 # exits with 128 + the signal's number (no rank left waiting). `--resume auto` then finishes the
 # job bitwise identical to the same job run uninterrupted.
 #   preemption_test.sh PATH/TO/dtrain NP [SIGNAL]
@@ -36,7 +36,7 @@ check "one line says it stopped (got $stopped)" [ "$stopped" -eq 1 ]
 grep "^dtrain: stopped" "$run.log" | sed 's/^/# /'
 step=$(sed -n "s/^dtrain: stopped by SIG$SIGNAL at step \([0-9]*\) .*/\1/p" "$run.log")
 check "the checkpoint of step $step was saved and latest names it" [ -n "$step" -a "$(latest_step "$run")" = "$step" ]
-check "it is mid-epoch" grep -q '"epoch": 0,' "$run/step-$step/state.json"
+check "it is mid-epoch" [ -z "$(grep '"step_in_epoch": 0,' "$run/step-$step/state.json")" ]
 
 dtrain_at "$NP" "$run.resumed.log" "${args[@]}" --checkpoint-dir "$run" --resume auto
 check "the resumed job ran" grep -q "^resume: from $run/step-$step " "$run.resumed.log"

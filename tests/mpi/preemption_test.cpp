@@ -1,7 +1,9 @@
 // Note [Agreeing to stop] at np 2 and 3: ranks that see a signal at different step boundaries
-// (or not at all) all stop at the same boundary; the root's broadcast of a file or its error
-// reaches every rank alike.
+// (or not at all) all stop at the same boundary, whether they vote at every boundary or once a
+// period; the root's broadcast of a file or its error reaches every rank alike.
+#include <chrono>
 #include <csignal>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -14,10 +16,11 @@ namespace dtrain {
 namespace {
 
 // The boundary at which poll() first says stop, when this rank's signal arrives before
-// boundary `signalled_at` (never when negative).
-int stopping_boundary(Communicator& comm, int signalled_at, int signal) {
-  StopVote vote(comm);
-  for (int boundary = 0; boundary < 50; ++boundary) {
+// boundary `signalled_at` (never when negative); each boundary takes `step_ms`.
+int stopping_boundary(Communicator& comm, int signalled_at, int signal, double period_ms = 0, int step_ms = 0) {
+  StopVote vote(comm, period_ms);
+  for (int boundary = 0; boundary < 200; ++boundary) {
+    if (step_ms) std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
     const int local = signalled_at >= 0 && boundary >= signalled_at ? signal : 0;
     if (const int agreed = vote.poll(local)) {
       EXPECT_EQ(agreed, signal);
@@ -27,22 +30,34 @@ int stopping_boundary(Communicator& comm, int signalled_at, int signal) {
   return -1;
 }
 
-TEST(StopVote, EveryRankStopsAtTheSameBoundary) {
-  Communicator& comm = testing::test_comm();
-  // Only the last rank is signalled, at boundary 7: all stop at boundary 8 (the vote cast at 7
-  // is read at 8).
-  const int last = comm.size() - 1;
-  const int mine = stopping_boundary(comm, comm.rank() == last ? 7 : -1, SIGTERM);
-  EXPECT_EQ(mine, 8);
+void expect_all_equal(Communicator& comm, int mine) {
   const std::vector<int> all = allgather_values(comm, mine);
   for (int r = 0; r < comm.size(); ++r) EXPECT_EQ(all[static_cast<size_t>(r)], mine) << "rank " << r;
+}
+
+TEST(StopVote, EveryRankStopsAtTheBoundaryWhereOneWasSignalled) {
+  Communicator& comm = testing::test_comm();
+  // Voting at every boundary; only the last rank is signalled, before boundary 7.
+  const int mine = stopping_boundary(comm, comm.rank() == comm.size() - 1 ? 7 : -1, SIGTERM);
+  EXPECT_EQ(mine, 7);
+  expect_all_equal(comm, mine);
 }
 
 TEST(StopVote, RanksSignalledAtDifferentBoundariesStopTogetherOnTheFirst) {
   Communicator& comm = testing::test_comm();
   const int mine = stopping_boundary(comm, 3 + 5 * comm.rank(), SIGINT);  // rank 0 first, at 3
-  const std::vector<int> all = allgather_values(comm, mine);
-  for (int r = 0; r < comm.size(); ++r) EXPECT_EQ(all[static_cast<size_t>(r)], 4) << "rank " << r;
+  EXPECT_EQ(mine, 3);
+  expect_all_equal(comm, mine);
+}
+
+TEST(StopVote, VotingEveryPeriodStillStopsEveryRankAtOneBoundary) {
+  Communicator& comm = testing::test_comm();
+  // Steps of 1 ms and a vote every 8 ms: the ranks count rank 0's interval alike and stop at
+  // the same boundary, within a period or so of the signal.
+  const int mine = stopping_boundary(comm, comm.rank() == comm.size() - 1 ? 40 : -1, SIGTERM, 8, 1);
+  EXPECT_GE(mine, 40);
+  EXPECT_LE(mine, 40 + 40);
+  expect_all_equal(comm, mine);
 }
 
 TEST(StopVote, NoSignalNoStop) {

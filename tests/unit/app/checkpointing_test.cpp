@@ -7,6 +7,7 @@
 #include "app/architecture.h"
 #include "app/checkpointing.h"
 #include "app/eval_command.h"
+#include "app/preemption.h"
 #include "app/train_options.h"
 #include "checkpoint/training_state.h"
 #include "core/error.h"
@@ -151,6 +152,14 @@ TEST(CheckpointOptions, Parse) {
   EXPECT_TRUE(d.data.shuffle);
   EXPECT_THROW(parse_train_options({"--data", "/tmp", "--resume", "auto"}), UsageError);
   EXPECT_THROW(parse_train_options({"--data", "/tmp", "--checkpoint-every", "-1"}), UsageError);
+}
+
+TEST(StopVote, VotesAboutOncePerPeriod) {
+  EXPECT_EQ(vote_interval(1.0, 50), 50);      // 1 ms steps: every 50th boundary
+  EXPECT_EQ(vote_interval(200.0, 50), 1);     // slow steps: every boundary
+  EXPECT_EQ(vote_interval(0.0, 50), 1);       // nothing measured yet
+  EXPECT_EQ(vote_interval(1.0, 0), 1);        // period 0: every boundary
+  EXPECT_EQ(vote_interval(1e-6, 50), kMaxVoteInterval);
 }
 
 }  // namespace
