@@ -35,10 +35,13 @@ json lr_schedule_config(const TrainConfig& c) {
 }
 
 json optimizer_config(const OptimizerSpec& o) {
-  json j = {{"kind", optimizer_name(o.kind)}, {"lr", decimal(o.lr)}, {"weight_decay", decimal(o.weight_decay)}};
+  // "algorithm" sorts first, so that another optimizer is reported as such.
+  json j = {{"algorithm", optimizer_name(o.kind)}, {"lr", decimal(o.lr)}, {"weight_decay", decimal(o.weight_decay)}};
   if (o.kind == OptimizerKind::kSgd) {
     j["momentum"] = decimal(o.momentum);
     j["nesterov"] = o.nesterov;
+  } else {
+    j["eps"] = decimal(o.eps);
   }
   return j;
 }

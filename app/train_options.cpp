@@ -93,6 +93,7 @@ cxxopts::Options make_train_options() {
     ("momentum", "SGD momentum", cxxopts::value<float>()->default_value("0.9"))
     ("nesterov", "SGD with Nesterov momentum")
     ("weight-decay", "Weight decay (L2 for SGD, decoupled for AdamW)", cxxopts::value<float>()->default_value("0"))
+    ("adam-eps", "AdamW's eps, added to the denominator", cxxopts::value<float>()->default_value("1e-08"))
     ("lr-schedule", "none, step or cosine (per epoch)", cxxopts::value<std::string>()->default_value("none"))
     ("lr-step-size", "step: epochs between decays", cxxopts::value<int64_t>()->default_value("1"))
     ("lr-gamma", "step: decay factor", cxxopts::value<float>()->default_value("0.1"))
@@ -169,6 +170,8 @@ void read_optimisation(const cxxopts::ParseResult& r, TrainConfig& c) {
   o.momentum = r["momentum"].as<float>();
   o.nesterov = r.count("nesterov") > 0;
   o.weight_decay = r["weight-decay"].as<float>();
+  o.eps = r["adam-eps"].as<float>();
+  require(std::isfinite(o.eps) && o.eps > 0.f, fmt::format("--adam-eps: must be positive, got {}", o.eps));
   require(std::isfinite(o.lr) && o.lr > 0.f, fmt::format("--lr: must be positive, got {}", o.lr));
   require(o.momentum >= 0.f && o.momentum < 1.f, fmt::format("--momentum: must be in [0, 1), got {}", o.momentum));
   require(o.weight_decay >= 0.f, fmt::format("--weight-decay: must be non-negative, got {}", o.weight_decay));

@@ -55,7 +55,7 @@ expect_error() {
 auto=(--resume auto)
 expect_error "another hidden width" "config.model.hidden: checkpoint [256], this run [128]" : "${auto[@]}" --hidden 128
 expect_error "another model" 'config.model.architecture: checkpoint "mlp", this run "cnn"' : "${auto[@]}" --model cnn
-expect_error "another optimizer" 'config.optimizer.kind: checkpoint "sgd", this run "adamw"' : "${auto[@]}" --optimizer adamw
+expect_error "another optimizer" 'config.optimizer.algorithm: checkpoint "sgd", this run "adamw"' : "${auto[@]}" --optimizer adamw
 expect_error "another learning rate" "config.optimizer.lr: checkpoint 0.01, this run 0.02" : "${auto[@]}" --lr 0.02
 expect_error "another batch size" "config.batch_size: checkpoint 20, this run 10" : "${auto[@]}" --batch-size 10
 expect_error "another seed" "config.seed: checkpoint 0, this run 1" : "${auto[@]}" --seed 1

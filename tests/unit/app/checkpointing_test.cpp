@@ -27,7 +27,7 @@ std::string difference(const std::vector<std::string>& a, const std::vector<std:
 TEST(ResumeConfig, EverySettingThatChangesResultsMustMatch) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--model", "cnn"}, "model.architecture"},      {{"--hidden", "128"}, "model.hidden"},
-      {{"--dropout", "0.1"}, "model.dropout"},          {{"--optimizer", "adamw"}, "optimizer.kind"},
+      {{"--dropout", "0.1"}, "model.dropout"},          {{"--optimizer", "adamw"}, "optimizer.algorithm"},
       {{"--lr", "0.02"}, "optimizer.lr"},               {{"--momentum", "0.5"}, "optimizer.momentum"},
       {{"--nesterov"}, "optimizer.nesterov"},           {{"--weight-decay", "0.1"}, "optimizer.weight_decay"},
       {{"--lr-schedule", "step"}, "lr_schedule.kind"},  {{"--batch-size", "32"}, "batch_size"},
@@ -41,6 +41,11 @@ TEST(ResumeConfig, EverySettingThatChangesResultsMustMatch) {
     const std::string d = difference({}, flags);
     EXPECT_EQ(d.substr(0, d.find(':')), field) << flags[0] << ": " << d;
   }
+}
+
+TEST(ResumeConfig, AdamWsEpsMustMatch) {
+  EXPECT_EQ(difference({"--optimizer", "adamw"}, {"--optimizer", "adamw", "--adam-eps", "1e-6"}),
+            "optimizer.eps: checkpoint 1e-08, this run 1e-06");
 }
 
 TEST(ResumeConfig, ALargerEpochCountAndOutputSettingsMayChange) {
