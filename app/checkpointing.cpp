@@ -139,6 +139,7 @@ void CheckpointSaver::save(checkpoint::TrainingState state, Module& model, const
   // The previous save's buffers return to the pool once written: wait for them rather than
   // take a second set (and so never queue more than one save).
   writer_->wait();
+  const auto t1 = std::chrono::steady_clock::now();
   checkpoint::HostBufferPool* pool = &writer_->buffers();
   state.rng = rng_state(model);
   checkpoint::CheckpointSnapshot snapshot;
@@ -150,11 +151,17 @@ void CheckpointSaver::save(checkpoint::TrainingState state, Module& model, const
   for (const auto& c : optimizer_state.counts) snapshot.optimizer.push_back(safetensors::i64_scalar(c.name, c.value));
   snapshot.optimizer_metadata = {{"optimizer", optimizer_name(optimizer.kind())}};
   last_path_ = (fs::path(settings_.dir) / checkpoint::step_dir_name(snapshot.state.global_step)).string();
+  const auto t2 = std::chrono::steady_clock::now();
   if (settings_.background)
     writer_->save_async(std::move(snapshot));
   else
     writer_->save(std::move(snapshot));
-  times_.blocked_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  const auto t3 = std::chrono::steady_clock::now();
+  auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+  times_.blocked_ms.push_back(ms(t0, t3));
+  times_.previous_ms.push_back(ms(t0, t1));
+  times_.snapshot_ms.push_back(ms(t1, t2));
+  times_.write_ms.push_back(ms(t2, t3));
 }
 
 void CheckpointSaver::wait() {
@@ -171,10 +178,12 @@ void CheckpointSaver::record_step(double ms, bool while_writing) {
 std::string CheckpointSaver::summary() const {
   if (times_.blocked_ms.empty()) return "";
   return fmt::format(
-      "checkpoint: {} save(s) to {} ({}): training waited {:.1f} ms per save (median; max {:.1f}); {} step(s) ran "
-      "while one was written, {:.2f} ms per step against {:.2f} ms otherwise (mean)",
+      "checkpoint: {} save(s) to {} ({}): training waited {:.1f} ms per save (median; max {:.1f}; medians: {:.1f} "
+      "for the previous save, {:.1f} snapshot, {:.1f} writing); {} step(s) ran while one was written, {:.2f} ms per "
+      "step against {:.2f} ms otherwise (mean)",
       times_.blocked_ms.size(), settings_.dir, settings_.background ? "background writer" : "synchronous",
       median(times_.blocked_ms), *std::max_element(times_.blocked_ms.begin(), times_.blocked_ms.end()),
+      median(times_.previous_ms), median(times_.snapshot_ms), median(times_.write_ms),
       times_.step_ms_while_writing.size(), mean(times_.step_ms_while_writing), mean(times_.step_ms_otherwise));
 }
 

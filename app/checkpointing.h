@@ -41,7 +41,10 @@ struct RunPosition {
 
 // How long saving held training up, for the run's closing checkpoint line.
 struct SaveTimes {
-  std::vector<double> blocked_ms;     // per save: snapshot (plus the write itself, when synchronous)
+  std::vector<double> blocked_ms;     // per save, in all: the three below
+  std::vector<double> previous_ms;    // waiting for the previous save to be written
+  std::vector<double> snapshot_ms;    // copying parameters and optimizer state to host buffers
+  std::vector<double> write_ms;       // writing, when synchronous
   std::vector<double> step_ms_while_writing, step_ms_otherwise;  // optimizer-step durations
 };
 
