@@ -93,6 +93,12 @@ usage "--keep 0" "--keep: must be at least 1" train --checkpoint-dir "$WORK/x" -
 usage "--shuffle maybe" "--shuffle: expected on or off" train --shuffle maybe
 usage "eval without --weights" "--weights: required" eval
 
+# dtrain eval of the final checkpoint prints the Test set line the run printed after its last
+# epoch (the same test set, sharded over the same ranks).
+dtrain_at "$NP" "$WORK/eval.log" eval --weights "$good" --data "$DATA" --test-limit 500 --threads 1
+check "eval at $NP rank(s) prints the run's last Test set line ($(grep '^Test set' "$WORK/eval.log"))" \
+  [ "$(grep '^Test set' "$WORK/eval.log")" = "$(grep '^Test set' "$WORK/good.log" | tail -1)" ]
+
 # dtrain eval: the architecture comes from the file; flags that disagree are one line.
 eval_error() {
   local name=$1 expected=$2
