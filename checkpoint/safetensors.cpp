@@ -179,6 +179,7 @@ Dtype from_core(DType dtype) {
     case DType::kI32: return Dtype::kI32;
     case DType::kBF16: return Dtype::kBF16;
     case DType::kF16: return Dtype::kF16;
+    case DType::kU8: return Dtype::kU8;
   }
   throw Error("safetensors: unknown core dtype");
 }
@@ -189,6 +190,7 @@ std::optional<DType> to_core(Dtype dtype) {
     case Dtype::kI32: return DType::kI32;
     case Dtype::kBF16: return DType::kBF16;
     case Dtype::kF16: return DType::kF16;
+    case Dtype::kU8: return DType::kU8;
     default: return std::nullopt;
   }
 }
