@@ -51,10 +51,14 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int num_replicas, i
   num_samples_ = drop_last ? dataset_size / num_replicas : (dataset_size + num_replicas - 1) / num_replicas;
 }
 
-std::vector<int64_t> DistributedSampler::indices() const {
+std::vector<int64_t> DistributedSampler::indices_from(int64_t position) const {
+  if (position < 0 || position > dataset_size_)
+    throw Error(fmt::format("DistributedSampler: epoch position {} is outside [0, {}]", position, dataset_size_));
+  const int64_t remaining = dataset_size_ - position;
+  const int64_t per_rank = drop_last_ ? remaining / num_replicas_ : (remaining + num_replicas_ - 1) / num_replicas_;
   std::vector<int64_t> out;
-  out.reserve(static_cast<size_t>(num_samples_));
-  if (num_samples_ == 0) return out;
+  out.reserve(static_cast<size_t>(per_rank));
+  if (per_rank == 0) return out;
   std::vector<int64_t> order;
   if (shuffle_) {
     order = seeded_permutation(dataset_size_, seed_ + static_cast<uint64_t>(epoch_));
@@ -63,9 +67,11 @@ std::vector<int64_t> DistributedSampler::indices() const {
     std::iota(order.begin(), order.end(), int64_t{0});
   }
   // Position p of the padded list is order[p % N]: padding repeats the list from its start
-  // (cycling when N < R, as PyTorch does); with drop_last only p < total_size() is used.
-  const int64_t total = total_size();
-  for (int64_t p = rank_; p < total; p += num_replicas_) out.push_back(order[static_cast<size_t>(p % dataset_size_)]);
+  // (cycling when N < R, as PyTorch does); with drop_last only the positions up to a multiple of
+  // R are used.
+  const int64_t end = position + per_rank * num_replicas_;
+  for (int64_t p = position + rank_; p < end; p += num_replicas_)
+    out.push_back(order[static_cast<size_t>(p % dataset_size_)]);
   return out;
 }
 

@@ -22,7 +22,15 @@ class DistributedSampler {
   // This rank's indices for the current epoch: positions rank, rank + R, rank + 2R, ... of the
   // (shuffled) index list, padded from its start (!drop_last) or truncated (drop_last) to
   // total_size(). Always num_samples() long.
-  std::vector<int64_t> indices() const;
+  std::vector<int64_t> indices() const { return indices_from(0); }
+
+  // The same for the rest of an epoch of which the positions [0, position) of the (shuffled)
+  // index list were used already, possibly at another world size (a resumed run): positions
+  // position + rank, position + rank + R, ..., each rank taking ceil((N - position) / R) of them
+  // (floor with drop_last), padded from the list's start as above. At the world size that used
+  // them, with position a multiple of R, this is the tail of indices(); at another, every
+  // remaining position is used once (plus the padding). Throws unless 0 <= position <= N.
+  std::vector<int64_t> indices_from(int64_t position) const;
 
   int64_t num_samples() const { return num_samples_; }  // per rank: ceil(N/R), or floor(N/R) with drop_last
   int64_t total_size() const { return num_samples_ * num_replicas_; }

@@ -36,6 +36,8 @@ class Dropout : public Module {
   Tensor forward(const Tensor& input) override;
   Tensor backward(const Tensor& grad_output, bool need_input_grad = true) override;
   std::string describe() const override;
+  // The draws so far: mask element i of the next forward is hash(seed, counter + i).
+  std::vector<uint64_t*> rng_counters() override { return {&counter_}; }
 
  private:
   float p_;

@@ -16,6 +16,7 @@
 // A layer never reads or replaces p.grad's storage: DDP makes it a view into a bucket.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -59,6 +60,10 @@ class Module {
   virtual std::vector<Parameter*> parameters() { return {}; }
   // Non-trainable state that must match across replicas (none of the built-in layers has any).
   virtual std::vector<Tensor*> buffers() { return {}; }
+  // Random-number state that advances as the module trains (Dropout's mask counter), in forward
+  // order: a checkpoint saves it so that a resumed run draws the masks the uninterrupted run
+  // would have drawn. Pointers stay valid for the module's lifetime.
+  virtual std::vector<uint64_t*> rng_counters() { return {}; }
 
   virtual void set_training(bool training) { training_ = training; }
   bool training() const { return training_; }

@@ -43,6 +43,13 @@ std::vector<Tensor*> Sequential::buffers() {
   return out;
 }
 
+std::vector<uint64_t*> Sequential::rng_counters() {
+  std::vector<uint64_t*> out;
+  for (auto& layer : layers_)
+    for (uint64_t* c : layer->rng_counters()) out.push_back(c);
+  return out;
+}
+
 void Sequential::set_training(bool training) {
   Module::set_training(training);
   for (auto& layer : layers_) layer->set_training(training);

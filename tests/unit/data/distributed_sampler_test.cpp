@@ -152,5 +152,69 @@ TEST(DistributedSampler, ValidatesArguments) {
   EXPECT_TRUE(empty.indices().empty());
 }
 
+// A run resumed mid-epoch at the world size that saved it continues exactly where it stopped:
+// each rank's remaining indices are the tail of the uninterrupted epoch's.
+TEST(DistributedSampler, ResumedAtTheSameWorldSizeContinuesTheEpochExactly) {
+  for (bool drop_last : {false, true})
+    for (int world : {1, 2, 3})
+      for (int64_t batches_done : {0, 1, 4}) {
+        const int64_t batch = 5, n = 67, position = batches_done * batch * world;
+        for (int rank = 0; rank < world; ++rank) {
+          DistributedSampler s(n, world, rank, true, 11, drop_last);
+          s.set_epoch(3);
+          const std::vector<int64_t> all = s.indices();
+          const std::vector<int64_t> tail(all.begin() + batches_done * batch, all.end());
+          EXPECT_EQ(s.indices_from(position), tail) << "world " << world << " rank " << rank << " after "
+                                                    << batches_done << " batches, drop_last " << drop_last;
+        }
+      }
+}
+
+// At another world size the rest of the epoch's order is split anew: with the positions already
+// used, every sample of the epoch is used exactly once (the counts here need no padding), and
+// with padding only the list's first entries are used a second time, as DistributedSampler pads.
+TEST(DistributedSampler, ResumedAtAnotherWorldSizeUsesEverySampleOnce) {
+  const int64_t n = 60, batch = 4;
+  for (auto [before, after] : {std::pair{2, 3}, std::pair{3, 2}, std::pair{2, 4}, std::pair{4, 3}}) {
+    for (int64_t batches_done : {0, 1, 3}) {
+      const int64_t position = batches_done * batch * before;
+      std::vector<int> uses(n, 0);
+      for (int rank = 0; rank < before; ++rank) {
+        DistributedSampler s(n, before, rank, true, 2);
+        s.set_epoch(1);
+        const std::vector<int64_t> all = s.indices();
+        for (int64_t i = 0; i < batches_done * batch; ++i) ++uses[static_cast<size_t>(all[static_cast<size_t>(i)])];
+      }
+      int64_t taken = 0;
+      for (int rank = 0; rank < after; ++rank) {
+        DistributedSampler s(n, after, rank, true, 2);
+        s.set_epoch(1);
+        for (int64_t i : s.indices_from(position)) ++uses[static_cast<size_t>(i)], ++taken;
+      }
+      const int64_t padding = (after - (n - position) % after) % after;
+      EXPECT_EQ(taken, n - position + padding);
+      const std::vector<int64_t> order = seeded_permutation(n, 2 + 1);
+      for (int64_t i = 0; i < n; ++i) {
+        const bool padded = std::find(order.begin(), order.begin() + padding, i) != order.begin() + padding;
+        EXPECT_EQ(uses[static_cast<size_t>(i)], padded ? 2 : 1)
+            << "sample " << i << ", " << before << " -> " << after << " ranks after " << batches_done << " batches";
+      }
+    }
+  }
+}
+
+TEST(DistributedSampler, WithoutShuffleRankRTakesRPlusMultiplesOfN) {
+  DistributedSampler s(10, 3, 1, false);
+  EXPECT_THAT(s.indices(), ElementsAre(1, 4, 7, 0));  // padded from the start, as PyTorch's
+  EXPECT_THAT(s.indices_from(6), ElementsAre(7, 0));
+}
+
+TEST(DistributedSampler, RejectsAPositionOutsideTheEpoch) {
+  DistributedSampler s(10, 2, 0);
+  EXPECT_THROW(s.indices_from(11), Error);
+  EXPECT_THROW(s.indices_from(-1), Error);
+  EXPECT_TRUE(s.indices_from(10).empty());
+}
+
 }  // namespace
 }  // namespace dtrain
