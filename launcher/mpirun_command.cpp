@@ -139,6 +139,9 @@ std::vector<std::string> build_mpirun_argv(const LaunchOptions& opts, const Laun
   if (!host.env.contains("OPENBLAS_NUM_THREADS"))
     argv.insert(argv.end(), {"-x", fmt::format("OPENBLAS_NUM_THREADS={}", plan.threads_per_rank)});
 
+  for (const std::string& setting : opts.rank_env) argv.insert(argv.end(), {"-x", setting});
+
+  argv.insert(argv.end(), opts.rank_supervisor.begin(), opts.rank_supervisor.end());
   argv.insert(argv.end(), opts.program.begin(), opts.program.end());
   return argv;
 }
