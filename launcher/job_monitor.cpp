@@ -153,7 +153,7 @@ JobOutcome JobMonitor::outcome() const {
   std::string line = fmt::format("mpirun exited with status {}", status);
   if (!missing.empty())
     line += fmt::format(" before rank{} {} started", missing.size() > 1 ? "s" : "", format_ranks(missing));
-  return {JobOutcome::Kind::kMpirunFailed, status, line + " (--mpi-verbose shows Open MPI's own messages)"};
+  return {JobOutcome::Kind::kMpirunFailed, status, line};
 }
 
 std::string describe_start_timeout(double timeout_s, const std::vector<StartState>& ranks) {

@@ -73,8 +73,10 @@ int run_supervised(const LaunchOptions& opts, const LaunchHost& host) {
     run.rank_supervisor = {self_path(), kSupervisorFlag, "--"};
     run.rank_env = {fmt::format("{}={}", kLaunchAddressesEnv, addresses), fmt::format("{}={}", kLaunchTokenEnv, attempt.token)};
     attempt.mpirun_argv = build_mpirun_argv(run, host);
-    const JobOutcome outcome = run_job_attempt(attempt, listener, signals);
+    JobOutcome outcome = run_job_attempt(attempt, listener, signals);
     if (outcome.kind == JobOutcome::Kind::kSucceeded) return 0;
+    if (outcome.kind == JobOutcome::Kind::kMpirunFailed && !opts.mpi_verbose)
+      outcome.cause += " (--mpi-verbose shows Open MPI's own messages)";
     const RestartDecision decision = decide_restart(outcome, restarts, opts.max_restarts);
     fmt::print(stderr, "dtrain-launch: {}\n", decision.line);
     std::fflush(stderr);
