@@ -1,10 +1,13 @@
 // The rank side of dtrain-launch's launch channel: report_reached_training() writes its one line
 // into the socket the environment names, once however often it is called, and nothing at all
-// when the variable is missing, malformed or names something that is not a socket. Each case runs
+// when the variable is missing, malformed or names something that is not a Unix-domain socket
+// (a file, an MPI TCP connection). Each case runs
 // in a child process (the report is once per process).
 #include "comm/launch_channel.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -75,6 +78,30 @@ TEST(LaunchChannel, NeverWritesIntoAFileThatHappensToHaveTheNumber) {
   EXPECT_EQ(read_all(fd), "");
   close(fd);
   unlink(path);
+}
+
+TEST(LaunchChannel, NeverWritesIntoATcpConnectionThatHappensToHaveTheNumber) {
+  // Like an MPI rank's TCP connection to a peer: a loopback connection, accepted on the far end.
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  ASSERT_EQ(listen(listener, 1), 0);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const int near = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(connect(near, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  const int far = accept(listener, nullptr, nullptr);
+  ASSERT_GE(far, 0);
+  EXPECT_TRUE(in_child([&] {
+    setenv(dtrain::kLaunchChannelFdEnv, std::to_string(near).c_str(), 1);
+    dtrain::report_reached_training();
+  }));
+  close(near);
+  EXPECT_EQ(read_all(far), "");
+  close(far);
+  close(listener);
 }
 
 }  // namespace
