@@ -25,8 +25,8 @@ cxxopts::Options make_options() {
        cxxopts::value<std::string>())
       ("hostfile", "Open MPI hostfile", cxxopts::value<std::string>())
       ("gpus-per-node", "one rank per GPU, this many per node", cxxopts::value<std::string>())
-      ("iface", "network for Open MPI's TCP and out-of-band traffic: interface names or IPv4 CIDRs, "
-                "e.g. eth1 or 10.1.0.0/16", cxxopts::value<std::string>())
+      ("iface", "network for Open MPI's TCP and out-of-band traffic and for the ranks' reports to dtrain-launch: "
+                "interface names or IPv4 CIDRs, e.g. eth1 or 10.1.0.0/16", cxxopts::value<std::string>())
       ("start-timeout", "seconds within which every rank must reach training, or the job is ended naming the ranks "
                         "that did not (0: no bound)", cxxopts::value<std::string>()->default_value("300"))
       ("max-restarts", "when the job fails, start it again this many times, adding --resume auto to the program's "
