@@ -52,6 +52,8 @@ std::unique_ptr<Runtime> init(int* argc, char*** argv, const RuntimeOptions& opt
   if (started_by_launcher(process_env)) {
     rt->owns_mpi_ = start_mpi(argc, argv, comm_thread_should_yield(rt->topology_));
     rt->control_ = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD);
+    if (std::string problem = launcher_world_mismatch(process_env, rt->control_->size()); !problem.empty())
+      throw Error(problem);
     set_world_rank_for_messages(rt->control_->rank());
     check_local_topology(rt->control_->local_rank(), rt->control_->local_size(), process_env);
   } else {
