@@ -5,6 +5,7 @@
 #include <new>
 
 #include "core/error.h"
+#include "core/host_allocator.h"
 #ifdef DTRAIN_WITH_CUDA
 #include "core/cuda/cuda_backend.h"
 #endif
@@ -12,19 +13,12 @@
 namespace dtrain {
 
 namespace {
-constexpr size_t kHostAlignment = 64;  // a cache line; also what AVX-512 loads like
-
 [[noreturn, maybe_unused]] void no_cuda() { throw Error("this dtrain binary was built without CUDA"); }
 }  // namespace
 
 void* device_alloc(Device device, size_t bytes) {
   if (bytes == 0) return nullptr;
-  if (device.is_cpu()) {
-    size_t rounded = (bytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
-    void* p = std::aligned_alloc(kHostAlignment, rounded);
-    if (!p) throw Error(fmt::format("out of host memory allocating {} bytes", bytes));
-    return p;
-  }
+  if (device.is_cpu()) return HostAllocator::instance().alloc(bytes);
 #ifdef DTRAIN_WITH_CUDA
   return cuda::alloc(bytes, device.index);
 #else
@@ -35,7 +29,7 @@ void* device_alloc(Device device, size_t bytes) {
 void device_free(Device device, void* ptr, size_t bytes) {
   if (!ptr) return;
   if (device.is_cpu()) {
-    std::free(ptr);
+    HostAllocator::instance().free(ptr, bytes);
     return;
   }
 #ifdef DTRAIN_WITH_CUDA
