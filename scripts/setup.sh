@@ -10,7 +10,7 @@ mode=${1:-}
 case "$mode" in run|test|build) ;; *) echo "usage: bash scripts/setup.sh run|test|build" >&2; exit 2 ;; esac
 
 packages=(cmake g++ make libopenmpi-dev openmpi-bin libcxxopts-dev libfmt-dev libgtest-dev libopenblas-dev
-          zlib1g-dev dataset-fashion-mnist)
+          libblis-dev libbenchmark-dev zlib1g-dev dataset-fashion-mnist)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
