@@ -12,18 +12,25 @@
 // GEMM's [channel, sample*pixel] layout to NCHW share one pass after the GEMM; backward's move
 // back shares its pass with the ReLU mask and the bias gradient.
 //
-// Libraries weighed (bench/kernel_bench, and a one-off comparison on this 2-core AMD EPYC (Zen 4
-// AVX2 path), 1 thread, batch 64, best of 30; the machine was shared, so ratios, not times):
-// - oneDNN 2.6 (PyTorch's CPU convolution, jit:avx2): forward with ReLU 1.00 ms (conv1, 1->6,
-//   5x5, 28x28) and 0.71 ms (conv2, 6->16, 5x5, 14x14) against 1.06 and 1.79 ms for these loops
-//   with OpenBLAS; but backward-weights 3.31 and 1.04 ms, backward-data 0.97 ms (conv2) against
-//   1.20, 0.78 and 1.59 ms, because oneDNN wants blocked layouts (nChw8c) and NCHW tensors pay a
-//   reorder both ways on every call. Keeping every activation blocked would mean oneDNN for
-//   pooling, ReLU and the first Linear too, and a second layout beside the GPU's.
-// - BLIS 0.9 (Debian's libblis, OpenMP build): faster than OpenBLAS 0.3.21 on the conv GEMMs'
-//   skinny shapes (6 or 16 rows: 31-62 GFLOP/s against 11-45), slower on the MLP's (65-75
-//   against 75-85 GFLOP/s). See the note in core/ops.cpp for what dtrain does with that.
-// So: these loops, and the one GEMM per convolution step that dtrain already makes.
+// Libraries weighed (a one-off comparison and bench/kernel_bench.cpp on this 2-core AMD EPYC,
+// AVX2, 1 thread, batch 64, best of 30 runs; the machine was shared, so ratios, not times):
+// - oneDNN 2.6 (PyTorch's CPU convolution; jit:avx2 here): forward with ReLU 1.00 ms for conv1
+//   (1->6 channels, 5x5, 28x28) and 0.71 ms for conv2 (6->16, 5x5, 14x14) against 1.06 and 1.79
+//   ms for these loops with OpenBLAS, but backward-weights 3.31 and 1.04 ms and backward-data
+//   0.97 ms (conv2) against 1.20, 0.78 and 1.59 ms: oneDNN wants blocked layouts (nChw8c), so
+//   NCHW tensors pay a reorder both ways on every call. Keeping every activation blocked would
+//   take pooling, ReLU and the first Linear into oneDNN too, beside a second layout for the GPU.
+// - BLIS 0.9: the convolutions' GEMMs are skinny (6 or 16 rows), where it ran 31-62 GFLOP/s
+//   against OpenBLAS's 11-45, so dtrain sends them to BLIS (Note [Two CPU GEMM libraries] in
+//   core/ops.cpp). These loops with BLIS then took 0.97 + 0.77 ms for conv1 (forward +
+//   backward-weights) and 1.27 + 0.61 + 1.31 ms for conv2 (+ backward-data): 4.9 ms against
+//   oneDNN's 7.0. oneDNN stays ahead on conv2's forward and backward-data (0.71 and 0.97 ms);
+//   taking it for that layer alone would save about 0.5 ms of a ~7 ms step for a 40 MB library
+//   with its own OpenMP runtime, so it is not used.
+// Max pooling: the 2x2 stride-2 windows of LeNet-style nets vectorise across a row of outputs
+// (each maximum kept in registers; a conditional store back to memory compiles to a masked
+// store, slow on AMD); other shapes and the padded edges take a branch-free scalar loop. Forward
+// records the argmax, so backward is a scatter.
 #include "model/cpu_conv.h"
 
 #include <algorithm>
@@ -155,8 +162,9 @@ DTRAIN_CPU_CLONES void nchw_to_columns(const float* dy, const float* relu_output
 
 namespace {
 
-// One output of max-pool: the reference's loop and test (the first valid tap, then any strictly
-// greater one), so NaN and ties resolve as there.
+// One output of max-pool: the reference's taps in its order and its test (the first valid tap,
+// then any strictly greater one), so NaN and ties resolve as there. Both sides of the test are
+// evaluated: the compiler emits selects, not a branch the data would decide.
 inline void pool_one(const float* xp, const kernels::ConvGeometry& g, int64_t y0, int64_t ky0, int64_t ky1, int64_t ox,
                      float* y, int32_t* argmax) {
   const int64_t x0 = ox * g.stride - g.pad, kx0 = std::max<int64_t>(0, -x0), kx1 = std::min(g.kw, g.w - x0);
@@ -164,59 +172,59 @@ inline void pool_one(const float* xp, const kernels::ConvGeometry& g, int64_t y0
   int32_t best_at = -1;
   for (int64_t ky = ky0; ky < ky1; ++ky)
     for (int64_t kx = kx0; kx < kx1; ++kx) {
-      const int64_t at = (y0 + ky) * g.w + x0 + kx;
-      const bool take = xp[at] > best || best_at < 0;  // a select, not a branch: the data decide it
+      const int32_t at = static_cast<int32_t>((y0 + ky) * g.w + x0 + kx);
+      const bool take = (xp[at] > best) | (best_at < 0);
       best = take ? xp[at] : best;
-      best_at = take ? static_cast<int32_t>(at) : best_at;
+      best_at = take ? at : best_at;
     }
   *y = best;
   *argmax = best_at;
+}
+
+// The same for the outputs [lo, hi) of a row whose K x K windows (stride S) lie inside the
+// image: the tap loops unroll and the loop over outputs vectorises (each output's maximum is
+// kept in registers and stored once).
+template <int64_t K, int64_t S>
+inline void pool_inside(const float* __restrict xp, int64_t w, int64_t y0, int64_t pad, int64_t lo, int64_t hi,
+                        float* __restrict yr, int32_t* __restrict ar) {
+  for (int64_t ox = lo; ox < hi; ++ox) {
+    const int64_t x0 = ox * S - pad;
+    int32_t best_at = static_cast<int32_t>(y0 * w + x0);
+    float best = xp[best_at];
+    for (int64_t ky = 0; ky < K; ++ky)
+      for (int64_t kx = ky == 0 ? 1 : 0; kx < K; ++kx) {
+        const int32_t at = static_cast<int32_t>((y0 + ky) * w + x0 + kx);
+        const bool take = xp[at] > best;
+        best = take ? xp[at] : best;
+        best_at = take ? at : best_at;
+      }
+    yr[ox] = best;
+    ar[ox] = best_at;
+  }
 }
 
 }  // namespace
 
 DTRAIN_CPU_CLONES void maxpool_forward(const float* x, const kernels::ConvGeometry& g, int64_t planes, float* y,
                                        int32_t* argmax) {
-  // Columns whose window lies inside the image in x: [in.lo, in.hi). There the same test runs
-  // tap by tap across the whole row of outputs, branch-free, which vectorises.
+  // Columns whose window lies inside the image in x: [in.lo, in.hi). The 2x2 stride-2 pooling
+  // of LeNet-style nets takes the vectorised path there; every other output goes one by one.
   const Range in = {std::min(g.ow, (g.pad + g.stride - 1) / g.stride),
                     std::clamp(floor_div(g.w - g.kw + g.pad, g.stride) + 1, int64_t{0}, g.ow)};
+  const bool two_by_two = g.kh == 2 && g.kw == 2 && g.stride == 2 && in.lo < in.hi;
   for (int64_t pl = 0; pl < planes; ++pl) {
-    const float* __restrict xp = x + pl * g.h * g.w;
+    const float* xp = x + pl * g.h * g.w;
     for (int64_t oy = 0; oy < g.oh; ++oy) {
       const int64_t y0 = oy * g.stride - g.pad, ky0 = std::max<int64_t>(0, -y0), ky1 = std::min(g.kh, g.h - y0);
-      float* __restrict yr = y + (pl * g.oh + oy) * g.ow;
-      int32_t* __restrict ar = argmax + (pl * g.oh + oy) * g.ow;
-      for (int64_t ox = 0; ox < std::min(in.lo, g.ow); ++ox) pool_one(xp, g, y0, ky0, ky1, ox, yr + ox, ar + ox);
-      for (int64_t ox = std::max(in.hi, in.lo); ox < g.ow; ++ox) pool_one(xp, g, y0, ky0, ky1, ox, yr + ox, ar + ox);
-      if (in.hi <= in.lo) continue;
-      // Blocks of 8 outputs kept in registers (a store back under a condition would become a
-      // masked store, slow on AMD), the rest one by one.
-      const int64_t first = (y0 + ky0) * g.w - g.pad;  // the window's first tap is (ky0, 0)
-      int64_t ox = in.lo;
-      for (; ox + 8 <= in.hi; ox += 8) {
-        float best[8];
-        int32_t best_at[8];
-        for (int j = 0; j < 8; ++j) {
-          best_at[j] = static_cast<int32_t>(first + (ox + j) * g.stride);
-          best[j] = xp[best_at[j]];
-        }
-        for (int64_t ky = ky0; ky < ky1; ++ky)
-          for (int64_t kx = ky == ky0 ? 1 : 0; kx < g.kw; ++kx) {
-            const int64_t base = (y0 + ky) * g.w - g.pad + kx;
-            for (int j = 0; j < 8; ++j) {
-              const int32_t at = static_cast<int32_t>(base + (ox + j) * g.stride);
-              const bool take = xp[at] > best[j];
-              best[j] = take ? xp[at] : best[j];
-              best_at[j] = take ? at : best_at[j];
-            }
-          }
-        for (int j = 0; j < 8; ++j) {
-          yr[ox + j] = best[j];
-          ar[ox + j] = best_at[j];
-        }
+      float* yr = y + (pl * g.oh + oy) * g.ow;
+      int32_t* ar = argmax + (pl * g.oh + oy) * g.ow;
+      if (two_by_two && ky0 == 0 && ky1 == 2) {
+        for (int64_t ox = 0; ox < in.lo; ++ox) pool_one(xp, g, y0, ky0, ky1, ox, yr + ox, ar + ox);
+        pool_inside<2, 2>(xp, g.w, y0, g.pad, in.lo, in.hi, yr, ar);
+        for (int64_t ox = in.hi; ox < g.ow; ++ox) pool_one(xp, g, y0, ky0, ky1, ox, yr + ox, ar + ox);
+      } else {
+        for (int64_t ox = 0; ox < g.ow; ++ox) pool_one(xp, g, y0, ky0, ky1, ox, yr + ox, ar + ox);
       }
-      for (; ox < in.hi; ++ox) pool_one(xp, g, y0, ky0, ky1, ox, yr + ox, ar + ox);
     }
   }
 }
