@@ -108,16 +108,24 @@ DTRAIN_CPU_CLONES void im2col(const float* x, const kernels::ConvGeometry& g, in
 DTRAIN_CPU_CLONES void col2im(const float* col, const kernels::ConvGeometry& g, int64_t batch, float* dx) {
   const int64_t plane = g.oh * g.ow, ncols = batch * plane, in_plane = g.h * g.w;
   std::memset(dx, 0, sizeof(float) * static_cast<size_t>(batch * g.c * in_plane));
-  for (int64_t n = 0; n < batch; ++n)
-    for (int64_t ci = 0; ci < g.c; ++ci) {
-      float* xc = dx + (n * g.c + ci) * in_plane;  // one input plane, hot in L1 while its taps add up
+  // Samples in blocks whose input gradient (one channel) fits in L1, taps outside the samples
+  // of a block: each column row is read in long runs, front to back, and every pixel still
+  // receives its taps in (ky, kx) order.
+  const int64_t block = std::max<int64_t>(1, (16 << 10) / static_cast<int64_t>(sizeof(float) * in_plane));
+  for (int64_t ci = 0; ci < g.c; ++ci)
+    for (int64_t n0 = 0; n0 < batch; n0 += block) {
+      const int64_t n1 = std::min(batch, n0 + block);
       for (int64_t ky = 0; ky < g.kh; ++ky) {
         const Range ry = inside(ky, g.h, g.oh, g.stride, g.pad);
         for (int64_t kx = 0; kx < g.kw; ++kx) {
           const Range rx = inside(kx, g.w, g.ow, g.stride, g.pad);
-          const float* row = col + ((ci * g.kh + ky) * g.kw + kx) * ncols + n * plane;
-          for (int64_t oy = ry.lo; oy < ry.hi; ++oy)
-            add_row(xc, row + oy * g.ow, (oy * g.stride - g.pad + ky) * g.w - g.pad + kx, rx, g.stride);
+          const float* row = col + ((ci * g.kh + ky) * g.kw + kx) * ncols;
+          for (int64_t n = n0; n < n1; ++n) {
+            float* xc = dx + (n * g.c + ci) * in_plane;
+            const float* in = row + n * plane;
+            for (int64_t oy = ry.lo; oy < ry.hi; ++oy)
+              add_row(xc, in + oy * g.ow, (oy * g.stride - g.pad + ky) * g.w - g.pad + kx, rx, g.stride);
+          }
         }
       }
     }
