@@ -10,6 +10,7 @@
 
 #include "gradcheck.h"
 #include "model/kernels.h"
+#include "model/loss.h"
 
 namespace dtrain {
 namespace {
@@ -90,6 +91,23 @@ TEST(CpuKernels, CrossEntropyInOnePassEqualsTheThreeFunctorsBitwise) {
         EXPECT_TRUE(same_bits(got_totals[1], totals[1])) << what << ": scale";
         for (size_t i = 0; i < grad.size(); ++i) EXPECT_TRUE(same_bits(got_grad[i], grad[i])) << what << " grad " << i;
       }
+}
+
+// The loss keeps its buffers across calls: a smaller batch after a larger one gives what a fresh
+// loss gives (value and gradient).
+TEST(CpuKernels, CrossEntropyLossSmallerBatchAfterLargerMatchesFresh) {
+  auto run = [](CrossEntropyLoss& loss, int64_t rows, uint32_t seed) {
+    Tensor logits = Tensor::from_vector(random_values(static_cast<size_t>(rows * 10), seed), {rows, 10});
+    Tensor labels = Tensor::empty({rows}, Device::cpu(), DType::kI32);
+    for (int64_t r = 0; r < rows; ++r) labels.data_as<int32_t>()[r] = static_cast<int32_t>((r * 3) % 10);
+    const float value = loss_value(loss.forward(logits, labels));
+    std::vector<float> out = loss.backward().to_vector();
+    out.push_back(value);
+    return out;
+  };
+  CrossEntropyLoss used, fresh;
+  run(used, 9, 1);
+  EXPECT_EQ(run(used, 4, 2), run(fresh, 4, 2));
 }
 
 }  // namespace
