@@ -73,6 +73,15 @@ class Module {
   virtual void set_grad_ready_hook(GradReadyHook hook) { hook_ = std::move(hook); }
   virtual std::string describe() const = 0;  // "Linear(784, 256)"
 
+  // Note [Fused ReLU]: a layer whose output pass can also apply a ReLU that follows it (Linear,
+  // Conv2d) answers true here and from then on outputs ReLU(y), masking its gradient by that
+  // output in backward. Sequential offers each layer to the one before it (fuse_into): a ReLU
+  // that was absorbed becomes the identity, keeping its place, so parameter names ("2.weight")
+  // and describe() do not change. One pass over the activations and one over their gradient
+  // fewer per fused pair; the floats equal the unfused forward's.
+  virtual bool absorb_following_relu() { return false; }
+  virtual void fuse_into(Module& previous) { (void)previous; }
+
  protected:
   void grad_ready(Parameter& p) {
     if (hook_) hook_(p);

@@ -7,6 +7,7 @@ namespace dtrain {
 Sequential& Sequential::add(std::unique_ptr<Module> layer) {
   // Children are named "<index>.<name>" once, here; names are stable for the module's life.
   for (Parameter* p : layer->parameters()) p->name = fmt::format("{}.{}", layers_.size(), p->name);
+  if (!layers_.empty()) layer->fuse_into(*layers_.back());  // Note [Fused ReLU]
   layers_.push_back(std::move(layer));
   return *this;
 }

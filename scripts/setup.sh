@@ -15,7 +15,7 @@ mode=${1:-}
 case "$mode" in run|test|build|sanitize|tsan) ;; *) echo "usage: bash scripts/setup.sh run|test|build|sanitize|tsan" >&2; exit 2 ;; esac
 
 packages=(cmake g++ make libopenmpi-dev openmpi-bin libcxxopts-dev libfmt-dev libgtest-dev libopenblas-dev
-          zlib1g-dev libdeflate-dev nlohmann-json3-dev libhwloc-dev pkg-config python3-torch python3-matplotlib
+          zlib1g-dev libdeflate-dev nlohmann-json3-dev libhwloc-dev pkg-config libblis-dev libbenchmark-dev python3-torch python3-matplotlib
           dataset-fashion-mnist iproute2)
 missing=()
 for p in "${packages[@]}"; do
