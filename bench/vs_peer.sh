@@ -39,7 +39,7 @@ trap 'rm -rf "$out"' EXIT
 
 run_dtrain() {  # np hidden [extra flags]
   local np=$1 hidden=$2; shift 2
-  OPENBLAS_NUM_THREADS=1 "$build/launcher/dtrain-launch" -n "$np" -- "$build/examples/dtrain" train \
+  OPENBLAS_NUM_THREADS=1 "$build/launcher/dtrain-launch" -n "$np" -- "$build/app/dtrain" train \
     --model "$model" --epochs "$epochs" --hidden "$hidden" --batch-size 64 --lr 0.01 --momentum 0.9 --device cpu --threads 1 \
     --quiet --json "$@" | grep '^{'
 }
@@ -51,7 +51,7 @@ run_peer() {  # np hidden
 run_pair() {  # two independent 1-rank jobs at once, one per core; appends both rates
   local core
   for core in 0 1; do
-    OPENBLAS_NUM_THREADS=1 taskset -c "$core" "$build/examples/dtrain" train --model "$model" --epochs "$epochs" --hidden 256 \
+    OPENBLAS_NUM_THREADS=1 taskset -c "$core" "$build/app/dtrain" train --model "$model" --epochs "$epochs" --hidden 256 \
       --batch-size 64 --lr 0.01 --momentum 0.9 --device cpu --threads 1 --quiet --json | grep '^{' >"$out/pair_$core" &
   done
   wait

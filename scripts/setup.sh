@@ -48,7 +48,7 @@ cmake --build "$build" -j "$(nproc)" "${targets[@]}"
 
 case "$mode" in
   run)
-    exec "$build/launcher/dtrain-launch" -n 2 -- "$build/examples/dtrain" train --epochs 1
+    exec "$build/launcher/dtrain-launch" -n 2 -- "$build/app/dtrain" train --epochs 1
     ;;
   test)
     cd "$build"
