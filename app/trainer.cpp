@@ -15,6 +15,7 @@
 #include "app/checkpointing.h"
 #include "app/evaluate.h"
 #include "app/preemption.h"
+#include "app/rank_agreement.h"
 #include "app/reporter.h"
 #include "app/sample_log.h"
 #include "app/trace.h"
@@ -117,6 +118,9 @@ Trainer::Trainer(Runtime& runtime, const TrainConfig& c)
       saver_(c.checkpoints, runtime.rank() == 0),
       stop_vote_(runtime.control()),
       sample_log_(runtime.rank()) {
+  // Before the first collective whose count or shape a setting decides (DDP's checks, the
+  // broadcast, the steps): ranks started with other flags fail here, in one line, not in a hang.
+  check_ranks_agree(runtime.control(), shared_settings(c, data_.train->size(), data_.test->size()));
   model_->set_amp(c.amp);
   if (runtime.size() > 1) ddp_.emplace(*model_, runtime, c.ddp);
   optimizer_ = make_optimizer(c.optimizer, model_->parameters());
