@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "app/eval_command.h"
+#include "app/flight_report.h"
 #include "app/root_broadcast.h"
 #include "app/train_options.h"
 #include "app/trainer.h"
@@ -25,6 +26,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: dtrain train [flags]                 (dtrain train --help for the flags)\n"
     "       dtrain eval --weights FILE [flags]   (dtrain eval --help)\n"
+    "       dtrain flight-report DIR             (where a hung or timed-out job stopped)\n"
     "  runs on every rank it is started with: dtrain-launch -n 2 -- dtrain train --epochs 1\n";
 
 bool is_rank_zero_before_init() {
@@ -134,5 +136,13 @@ int main(int argc, char** argv) {
   }
   if (args[0] == "train") return run_train({args.begin() + 1, args.end()}, &argc, &argv);
   if (args[0] == "eval") return run_eval({args.begin() + 1, args.end()}, &argc, &argv);
-  return usage_error(fmt::format("unknown command '{}'; expected 'train' or 'eval'", args[0]));
+  if (args[0] == "flight-report") {
+    if (args.size() != 2) return usage_error("flight-report: expected one directory (dtrain flight-report DIR)");
+    try {
+      return dtrain::run_flight_report(args[1]);
+    } catch (const dtrain::UsageError& e) {
+      return usage_error(e.what());
+    }
+  }
+  return usage_error(fmt::format("unknown command '{}'; expected 'train', 'eval' or 'flight-report'", args[0]));
 }

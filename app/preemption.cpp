@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <atomic>
 
+#include "comm/flight_recorder.h"
+
 namespace dtrain {
 
 namespace {
@@ -12,7 +14,10 @@ namespace {
 std::atomic<int> g_received{0};
 static_assert(std::atomic<int>::is_always_lock_free, "read and written in a signal handler");
 
-struct sigaction g_previous_term, g_previous_int;
+struct sigaction g_previous_term, g_previous_int, g_previous_usr1;
+
+// SIGUSR1: every rank writes its flight recorder (its watchdog thread does the writing).
+extern "C" void request_dump(int) { request_flight_recorder_dump(); }
 
 extern "C" void record_stop_signal(int signal) {
   int none = 0;
@@ -31,11 +36,17 @@ StopSignals::StopSignals() {
   action.sa_flags = SA_RESETHAND | SA_RESTART;
   sigaction(SIGTERM, &action, &g_previous_term);
   sigaction(SIGINT, &action, &g_previous_int);
+  struct sigaction dump {};
+  dump.sa_handler = request_dump;
+  sigemptyset(&dump.sa_mask);
+  dump.sa_flags = SA_RESTART;
+  sigaction(SIGUSR1, &dump, &g_previous_usr1);
 }
 
 StopSignals::~StopSignals() {
   sigaction(SIGTERM, &g_previous_term, nullptr);
   sigaction(SIGINT, &g_previous_int, nullptr);
+  sigaction(SIGUSR1, &g_previous_usr1, nullptr);
 }
 
 int StopSignals::received() { return g_received.load(); }

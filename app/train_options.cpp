@@ -107,13 +107,15 @@ cxxopts::Options make_train_options() {
   o.add_options("Distributed")
     ("bucket-cap-mb", "Gradient bucket cap in MiB (the first bucket is 1 MiB)", cxxopts::value<double>()->default_value("25"))
     ("find-unused-parameters", "Treat parameters without a gradient in a step as ready with zero gradient")
-    ("comm-hook", "Gradient reduction: allreduce, bf16 or fp16 (compressed)", cxxopts::value<std::string>()->default_value("allreduce"));
+    ("comm-hook", "Gradient reduction: allreduce, bf16 or fp16 (compressed)", cxxopts::value<std::string>()->default_value("allreduce"))
+    ("flight-recorder-dir", "Where each rank writes its last collectives on a timeout, an error or SIGUSR1", cxxopts::value<std::string>()->default_value("."))
+    ("flight-recorder-size", "Collectives each rank remembers", cxxopts::value<int64_t>()->default_value("2000"));
   o.add_options("Device")
     ("device", "auto, cpu, cuda or cuda:N (auto: CUDA when visible, else CPU)", cxxopts::value<std::string>()->default_value("auto"))
     ("allow-gpu-sharing", "Let several local ranks share a GPU (local rank r on visible GPU r mod count)")
     ("tf32", "Allow TF32 tensor cores for float32 GEMM on GPU")
     ("amp", "Mixed precision: off, or bf16 (Linear matmuls in bf16, float32 weights; emulated on CPU)", cxxopts::value<std::string>()->default_value("off"))
-    ("timeout", "Seconds before a stuck GPU collective aborts the job", cxxopts::value<double>()->default_value("600"))
+    ("timeout", "Seconds before a collective that has not completed ends the job, naming the ranks that did not arrive (0: never)", cxxopts::value<double>()->default_value("600"))
     ("threads", "CPU BLAS threads per rank (0: cores / local ranks)", cxxopts::value<int>()->default_value("0"));
   o.add_options("Checkpoints")
     ("checkpoint-dir", "Save checkpoints to DIR/step-<N> (DIR/latest names the newest)", cxxopts::value<std::string>()->default_value(""))
@@ -209,8 +211,13 @@ void read_device(const cxxopts::ParseResult& r, TrainConfig& c) {
   rt.tf32 = r.count("tf32") > 0;
   rt.collective_timeout_s = r["timeout"].as<double>();
   rt.cpu_threads = r["threads"].as<int>();
-  require(rt.collective_timeout_s > 0 && rt.collective_timeout_s <= 1e7,
-          fmt::format("--timeout: must be in (0, 1e7] seconds, got {}", rt.collective_timeout_s));
+  require(rt.collective_timeout_s >= 0 && rt.collective_timeout_s <= 1e7,
+          fmt::format("--timeout: must be in [0, 1e7] seconds (0: no timeout), got {}", rt.collective_timeout_s));
+  rt.flight_recorder_dir = r["flight-recorder-dir"].as<std::string>();
+  const int64_t recorded = r["flight-recorder-size"].as<int64_t>();
+  require(recorded >= 1 && recorded <= 10'000'000,
+          fmt::format("--flight-recorder-size: must be in [1, 10000000], got {}", recorded));
+  rt.flight_recorder_size = static_cast<size_t>(recorded);
   require(rt.cpu_threads >= 0, fmt::format("--threads: must be non-negative, got {}", rt.cpu_threads));
   const std::string amp = r["amp"].as<std::string>();
   require(amp == "off" || amp == "bf16", fmt::format("--amp: expected off or bf16, got '{}'", amp));

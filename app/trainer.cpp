@@ -19,6 +19,7 @@
 #include "app/reporter.h"
 #include "app/sample_log.h"
 #include "app/trace.h"
+#include "comm/flight_recorder.h"
 #include "comm/mpi_lifecycle.h"
 #include "core/memory.h"
 #include "core/ops.h"
@@ -206,6 +207,8 @@ bool Trainer::run_epoch(TrainResult& result) {
   StagedBatches data(*loader_, stager_);
   for (int64_t i = 0; data.next(); ++i) {
     const MicroBatch micro = micro_batch(i, batches, c_.accumulate);
+    // What the collectives of this step are for, in the flight recorder and timeout lines.
+    set_collective_context(fmt::format("epoch {} step {}", epoch + 1, pos_.global_step + 1));
     if (micro.index_in_step == 0) step_start = Clock::now(), writing = saver_.writing();
     Tensor loss = step(data.images(), data.labels(), micro);
     const int64_t n = data.labels().numel();
@@ -229,6 +232,7 @@ bool Trainer::run_epoch(TrainResult& result) {
   const int64_t global_samples = samples * world;  // every rank runs the same count
   result.train_samples += global_samples;
   result.train_seconds += seconds;
+  set_collective_context(fmt::format("epoch {} evaluation", epoch + 1));
   const Evaluation eval = evaluate(*model_, *data_.test, rt_.control(), rt_.device());
   result.test_loss = eval.loss;
   result.test_accuracy = eval.accuracy;

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "comm/mpi_check.h"
 
 namespace dtrain {
@@ -30,7 +32,8 @@ void check_count(int64_t count, const void* buf, const char* what) {
 
 }  // namespace
 
-MpiCommunicator::MpiCommunicator(MPI_Comm parent) {
+MpiCommunicator::MpiCommunicator(MPI_Comm parent, const CollectiveOptions& options)
+    : recorder_(options.flight_recorder_size) {
   MPI_CHECK(MPI_Comm_dup(parent, &comm_));
   MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
@@ -45,7 +48,41 @@ MpiCommunicator::MpiCommunicator(MPI_Comm parent) {
   int use_shm = size_ > 1 && local_size_ == size_ && shm_allreduce_enabled() ? 1 : 0;
   if (size_ > 1) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &use_shm, 1, MPI_INT, MPI_MIN, comm_));
   if (use_shm) shm_ = ShmAllreduce::create(comm_, kShmSlotBytes);
+  if (size_ > 1) board_ = ProgressBoard::create(comm_);
   stream_ = make_stream(Device::cpu());
+  watchdog_ = std::make_unique<CollectiveWatchdog>(
+      WatchdogSettings{options.timeout_s, options.flight_recorder_dir}, rank_, size_, recorder_, board_.get());
+}
+
+WorkHandle MpiCommunicator::submit(const char* kind, DType dtype, int64_t count, std::function<void(int64_t)> body) {
+  const int64_t seq = recorder_.enqueue(kind, dtype, count);
+  const int code = ProgressBoard::kind_code(kind);
+  return queue_.submit([this, seq, code, dtype, count, body = std::move(body)] {
+    recorder_.started(seq);
+    if (board_) board_->started(seq, code, count, dtype);
+    watchdog_->begin(seq);
+    try {
+      body(seq);
+    } catch (const std::exception& e) {
+      watchdog_->end();
+      recorder_.finished(seq, false);
+      watchdog_->dump(fmt::format("collective #{} failed: {}", seq, e.what()));
+      throw;
+    }
+    watchdog_->end();
+    recorder_.finished(seq, true);
+    if (board_) board_->completed(seq);
+  });
+}
+
+void MpiCommunicator::check_same_collective(int64_t seq, int64_t count) const {
+  if (!board_) return;
+  const std::string differs = not_arrived_text(board_->read(), board_->local_rank(), seq,
+                                               ProgressBoard::kind_code("allreduce"), count,
+                                               static_cast<int>(DType::kF32));
+  if (!differs.empty())
+    throw Error(fmt::format("ranks issued different collectives: rank {} is in #{}: allreduce of {} float32; {}", rank_,
+                            seq, count, differs));
 }
 
 MpiCommunicator::~MpiCommunicator() = default;
@@ -55,11 +92,14 @@ WorkHandle MpiCommunicator::allreduce_async(void* buf, int64_t count, DType dtyp
   DTRAIN_CHECK(op != ReduceOp::kAvg || !is_integer(dtype), "allreduce: ReduceOp::kAvg needs a floating-point dtype, got {}",
                dtype_name(dtype));
   if (count == 0) return WorkQueue::completed();
-  if (shm_ && ShmAllreduce::supports(dtype))
-    return queue_.submit([this, buf, count, op] { shm_->allreduce(static_cast<float*>(buf), count, op); });
+  if (shm_ && ShmAllreduce::supports(dtype)) {
+    return submit("allreduce", dtype, count, [this, buf, count, op](int64_t seq) {
+      shm_->allreduce(static_cast<float*>(buf), count, op, [this, seq, count] { check_same_collective(seq, count); });
+    });
+  }
   MPI_Datatype type = mpi_datatype(dtype);
   MPI_Op sum = ops_.sum(dtype);
-  return queue_.submit([this, buf, count, dtype, op, type, sum] {
+  return submit("allreduce", dtype, count, [this, buf, count, dtype, op, type, sum](int64_t) {
     auto* p = static_cast<char*>(buf);
     const size_t esize = dtype_size(dtype);
     for (int64_t done = 0; done < count;) {
@@ -89,7 +129,7 @@ WorkHandle MpiCommunicator::broadcast_async(void* buf, int64_t count, DType dtyp
   DTRAIN_CHECK(root >= 0 && root < size_, "broadcast: root {} is not a rank of {}", root, size_);
   if (count == 0) return WorkQueue::completed();
   MPI_Datatype type = mpi_datatype(dtype);
-  return queue_.submit([this, buf, count, dtype, root, type] {
+  return submit("broadcast", dtype, count, [this, buf, count, dtype, root, type](int64_t) {
     auto* p = static_cast<char*>(buf);
     const size_t esize = dtype_size(dtype);
     for (int64_t done = 0; done < count;) {
@@ -113,20 +153,22 @@ WorkHandle MpiCommunicator::allgather_async(const void* send, void* recv, int64_
   const void* own_block = static_cast<const char*>(recv) + static_cast<size_t>(rank_) * block;
   const void* sendbuf = send == own_block ? MPI_IN_PLACE : send;
   int n = static_cast<int>(count_per_rank);
-  return queue_.submit(
-      [this, sendbuf, recv, n, type] { MPI_CHECK(MPI_Allgather(sendbuf, n, type, recv, n, type, comm_)); });
+  return submit("allgather", dtype, count_per_rank,
+                [this, sendbuf, recv, n, type](int64_t) { MPI_CHECK(MPI_Allgather(sendbuf, n, type, recv, n, type, comm_)); });
 }
 
 WorkHandle MpiCommunicator::barrier_async() {
-  return queue_.submit([this] { MPI_CHECK(MPI_Barrier(comm_)); });
+  return submit("barrier", DType::kU8, 0, [this](int64_t) { MPI_CHECK(MPI_Barrier(comm_)); });
 }
 
 void MpiCommunicator::shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   queue_.drain_and_stop();
+  watchdog_.reset();
   ops_.release();
   if (shm_) shm_->release();
+  if (board_) board_->release();
   MPI_CHECK(MPI_Comm_free(&comm_));
 }
 

@@ -51,7 +51,9 @@ std::unique_ptr<Runtime> init(int* argc, char*** argv, const RuntimeOptions& opt
   rt->topology_ = probe_cpu_topology();
   if (started_by_launcher(process_env)) {
     rt->owns_mpi_ = start_mpi(argc, argv, comm_thread_should_yield(rt->topology_));
-    rt->control_ = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD);
+    rt->control_ = std::make_unique<MpiCommunicator>(
+        MPI_COMM_WORLD,
+        CollectiveOptions{options.collective_timeout_s, options.flight_recorder_size, options.flight_recorder_dir});
     if (std::string problem = launcher_world_mismatch(process_env, rt->control_->size()); !problem.empty())
       throw Error(problem);
     set_world_rank_for_messages(rt->control_->rank());
@@ -86,7 +88,9 @@ void Runtime::start_gradient_communicator(const RuntimeOptions& options) {
   if (!device_.is_cuda() || size() == 1) return;
   check_one_rank_per_gpu(device_, *control_);
   NcclOptions nccl;
-  nccl.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.collective_timeout_s * 1000));
+  // No deadline (0) is a deadline no collective reaches.
+  const double timeout_s = options.collective_timeout_s > 0 ? options.collective_timeout_s : 1e9;
+  nccl.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   gradients_ = make_nccl_communicator(*control_, device_, nccl);
 }
 

@@ -1,5 +1,7 @@
 #include "ddp/reducer.h"
 
+#include "comm/flight_recorder.h"
+
 #include <utility>
 
 #include <fmt/format.h>
@@ -101,6 +103,7 @@ void Reducer::launch(GradBucket& bucket) {
   // Note [Stream ordering]
   comm_.stream().wait(*compute_.record());
   bucket.launched_ns = steady_now_ns();
+  ScopedCollectiveDetail detail(fmt::format("bucket {}", bucket.index));  // the flight recorder's label
   bucket.work = hook_->run(bucket, comm_);
 }
 
