@@ -26,6 +26,7 @@ struct Dump {
   int world_size = 0;
   std::string host, reason;
   int64_t dumped_ns = 0;
+  std::vector<int> unresponsive;  // ranks this one saw stopped or frozen
   std::map<int64_t, json> records;  // by sequence number
 };
 
@@ -93,6 +94,7 @@ std::string flight_report(const std::vector<std::string>& texts) {
     d.host = j.value("host", "?");
     d.reason = j.value("reason", "");
     d.dumped_ns = j.value("dumped_ns", int64_t{0});
+    if (j.contains("unresponsive_ranks")) d.unresponsive = j.at("unresponsive_ranks").get<std::vector<int>>();
     for (const json& r : j.at("records")) d.records[r.at("seq").get<int64_t>()] = r;
     world = std::max(world, d.world_size);
     dumps.push_back(std::move(d));
@@ -120,10 +122,15 @@ std::string flight_report(const std::vector<std::string>& texts) {
   for (const Dump& d : dumps) {
     lines.push_back("  " + rank_at(d, first));
     if (!d.records.empty() && d.records.rbegin()->first < first) behind.push_back(d.rank);
+    for (int r : d.unresponsive) {
+      lines.push_back(fmt::format("  rank {} saw rank {} stop responding (no heartbeat) while it waited", d.rank, r));
+      behind.push_back(r);
+    }
   }
   for (int r : missing)
     lines.push_back(fmt::format("  rank {}: no dump: it stopped, died or hung outside a collective before #{}", r, first));
   std::sort(behind.begin(), behind.end());
+  behind.erase(std::unique(behind.begin(), behind.end()), behind.end());
   if (!behind.empty()) lines.push_back(fmt::format("behind or missing: rank(s) {}", fmt::join(behind, ",")));
   std::string out;
   for (const std::string& line : lines) out += line + "\n";

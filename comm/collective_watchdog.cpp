@@ -18,6 +18,7 @@ namespace dtrain {
 struct ProgressBoard::Slot {
   std::atomic<int64_t> started{0}, completed{0}, count{0};
   std::atomic<int32_t> kind{0}, dtype{0};
+  std::atomic<int64_t> heartbeat_ns{0};
 };
 static_assert(std::atomic<int64_t>::is_always_lock_free, "the board is shared between processes");
 
@@ -79,6 +80,10 @@ void ProgressBoard::completed(int64_t seq) {
   slots_[static_cast<size_t>(local_rank_)]->completed.store(seq, std::memory_order_release);
 }
 
+void ProgressBoard::heartbeat(int64_t now_ns) {
+  slots_[static_cast<size_t>(local_rank_)]->heartbeat_ns.store(now_ns, std::memory_order_relaxed);
+}
+
 std::vector<ProgressBoard::Entry> ProgressBoard::read() const {
   std::vector<Entry> out;
   for (size_t r = 0; r < slots_.size(); ++r) {
@@ -90,6 +95,7 @@ std::vector<ProgressBoard::Entry> ProgressBoard::read() const {
     e.kind = s->kind.load(std::memory_order_relaxed);
     e.count = s->count.load(std::memory_order_relaxed);
     e.dtype = s->dtype.load(std::memory_order_relaxed);
+    e.heartbeat_ns = s->heartbeat_ns.load(std::memory_order_relaxed);
     out.push_back(e);
   }
   return out;
@@ -104,14 +110,28 @@ void ProgressBoard::release() {
   slots_.clear();
 }
 
+std::vector<int> unresponsive_ranks(const std::vector<ProgressBoard::Entry>& board, int my_local_rank, int64_t now_ns) {
+  std::vector<int> out;
+  for (size_t r = 0; r < board.size(); ++r) {
+    const ProgressBoard::Entry& e = board[r];
+    if (static_cast<int>(r) != my_local_rank && e.heartbeat_ns != 0 && now_ns - e.heartbeat_ns > kHeartbeatStaleNs)
+      out.push_back(e.world_rank);
+  }
+  return out;
+}
+
 std::string not_arrived_text(const std::vector<ProgressBoard::Entry>& board, int my_local_rank, int64_t seq, int kind,
-                             int64_t count, int dtype) {
+                             int64_t count, int dtype, int64_t now_ns) {
   std::string out;
   for (size_t r = 0; r < board.size(); ++r) {
     if (static_cast<int>(r) == my_local_rank) continue;
     const ProgressBoard::Entry& e = board[r];
     std::string what;
-    if (e.started < seq) {
+    // A stopped or frozen process is the cause whatever collective it was in.
+    if (now_ns != 0 && e.heartbeat_ns != 0 && now_ns - e.heartbeat_ns > kHeartbeatStaleNs) {
+      what = fmt::format("rank {} is not responding (stopped or frozen: no heartbeat for {:.1f} s; it was in #{})",
+                         e.world_rank, static_cast<double>(now_ns - e.heartbeat_ns) * 1e-9, e.started);
+    } else if (e.started < seq) {
       what = fmt::format("rank {} has not arrived (last started #{}, completed #{})", e.world_rank, e.started,
                          e.completed);
     } else if (e.started > seq) {
@@ -145,15 +165,17 @@ CollectiveWatchdog::~CollectiveWatchdog() {
 
 int64_t CollectiveWatchdog::steady_now_ns_relaxed() { return steady_now_ns(); }
 
-std::string CollectiveWatchdog::dump(const std::string& reason) {
+std::string CollectiveWatchdog::dump(const std::string& reason, const std::vector<int>& unresponsive) {
   std::string error;
-  const std::string path = recorder_.dump(settings_.dump_dir, rank_, size_, reason, error);
+  const std::string path = recorder_.dump(settings_.dump_dir, rank_, size_, reason, unresponsive, error);
   return path.empty() ? fmt::format("not written: {}", error) : path;
 }
 
 void CollectiveWatchdog::run() {
   std::unique_lock lock(mu_);
+  if (board_) board_->heartbeat(steady_now_ns());
   while (!cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stopping_; })) {
+    if (board_) board_->heartbeat(steady_now_ns());
     if (const uint64_t asked = flight_recorder_dump_requests(); asked != dumps_seen_) {
       dumps_seen_ = asked;
       const std::string where = dump("SIGUSR1");
@@ -175,14 +197,18 @@ void CollectiveWatchdog::time_out(int64_t seq, double waited_s) {
   for (const CollectiveRecord& r : recorder_.snapshot())
     if (r.seq == seq) rec = r;
   std::string others;
+  std::vector<int> suspects;
   if (board_) {
-    others = not_arrived_text(board_->read(), board_->local_rank(), seq, ProgressBoard::kind_code(rec.kind), rec.count,
-                              static_cast<int>(rec.dtype));
+    const std::vector<ProgressBoard::Entry> board = board_->read();
+    const int64_t now = steady_now_ns();
+    others = not_arrived_text(board, board_->local_rank(), seq, ProgressBoard::kind_code(rec.kind), rec.count,
+                              static_cast<int>(rec.dtype), now);
+    suspects = unresponsive_ranks(board, board_->local_rank(), now);
     if (others.empty()) others = "every rank on this node arrived; the missing rank is on another node";
   } else {
     others = "ranks on other nodes: see their lines or `dtrain flight-report`";
   }
-  const std::string where = dump(fmt::format("timeout in collective #{}", seq));
+  const std::string where = dump(fmt::format("timeout in collective #{}: {}", seq, others), suspects);
   const std::string line = fmt::format(
       "dtrain: rank {}: collective #{} ({} of {} {}{}) timed out after {:.1f} s (timeout {} s): {}; flight "
       "recorder: {}\n",

@@ -41,6 +41,7 @@ class ProgressBoard {
     int kind = 0;                        // kind_code() of the started collective
     int64_t count = 0;
     int dtype = 0;
+    int64_t heartbeat_ns = 0;  // steady clock (CLOCK_MONOTONIC: one clock for the whole node)
   };
   // Collective over `world`: the node's ranks map one window. nullptr (on every rank of the
   // node) when the window cannot be made.
@@ -52,6 +53,7 @@ class ProgressBoard {
 
   void started(int64_t seq, int kind, int64_t count, DType dtype);
   void completed(int64_t seq);
+  void heartbeat(int64_t now_ns);
   std::vector<Entry> read() const;  // every rank of this node, by local rank
   int local_rank() const { return local_rank_; }
   void release();
@@ -66,10 +68,16 @@ class ProgressBoard {
   std::vector<int> world_ranks_;
 };
 
-// "rank 1 has not arrived (last started #11, completed #11)"; "" when every rank of the board
-// is in collective `seq` of the same kind and size. Pure; tested without MPI.
+// A rank whose watchdog has not beaten for this long is stopped or frozen (it beats every 100 ms).
+constexpr int64_t kHeartbeatStaleNs = 2'000'000'000;
+
+// "rank 2 is not responding (no heartbeat for 5.0 s)", "rank 1 has not arrived (last started
+// #11, completed #11)"; "" when every rank of the board is in collective `seq` of the same kind
+// and size and alive. `now_ns` 0: heartbeats are not judged. Pure; tested without MPI.
 std::string not_arrived_text(const std::vector<ProgressBoard::Entry>& board, int my_local_rank, int64_t seq,
-                             int kind, int64_t count, int dtype);
+                             int kind, int64_t count, int dtype, int64_t now_ns = 0);
+// The world ranks on the board whose heartbeat is stale at `now_ns`. Pure.
+std::vector<int> unresponsive_ranks(const std::vector<ProgressBoard::Entry>& board, int my_local_rank, int64_t now_ns);
 
 struct WatchdogSettings {
   double timeout_s = 600;  // 0: no deadline
@@ -91,7 +99,8 @@ class CollectiveWatchdog {
   void end() { running_seq_.store(0, std::memory_order_release); }
 
   // Writes the flight recorder now (on an error, SIGUSR1); returns where, or a reason.
-  std::string dump(const std::string& reason);
+  // `unresponsive`: ranks this one saw stopped or frozen (recorded in the dump).
+  std::string dump(const std::string& reason, const std::vector<int>& unresponsive = {});
 
  private:
   static int64_t steady_now_ns_relaxed();

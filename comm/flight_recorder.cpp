@@ -93,7 +93,8 @@ int64_t FlightRecorder::last_seq() const {
   return next_seq_ - 1;
 }
 
-std::string FlightRecorder::to_json(int rank, int size, const std::string& reason) const {
+std::string FlightRecorder::to_json(int rank, int size, const std::string& reason,
+                                    const std::vector<int>& unresponsive) const {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   const int64_t now = steady_now_ns();
@@ -111,18 +112,18 @@ std::string FlightRecorder::to_json(int rank, int size, const std::string& reaso
   }
   const nlohmann::json doc = {{"format", "dtrain-flight-recorder-1"}, {"rank", rank}, {"world_size", size},
                               {"host", host}, {"pid", static_cast<int64_t>(getpid())}, {"reason", reason},
-                              {"dumped_ns", now}, {"records", records}};
+                              {"unresponsive_ranks", unresponsive}, {"dumped_ns", now}, {"records", records}};
   return doc.dump(1);
 }
 
 std::string FlightRecorder::dump(const std::string& dir, int rank, int size, const std::string& reason,
-                                 std::string& error) const {
+                                 const std::vector<int>& unresponsive, std::string& error) const {
   namespace fs = std::filesystem;
   const fs::path path = fs::path(dir.empty() ? "." : dir) / fmt::format("flight_recorder_rank{}.json", rank);
   const fs::path tmp = fs::path(path.string() + fmt::format(".tmp{}", getpid()));
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << to_json(rank, size, reason) << '\n';
+    out << to_json(rank, size, reason, unresponsive) << '\n';
     out.flush();
     if (!out) {
       error = fmt::format("cannot write {}", tmp.string());

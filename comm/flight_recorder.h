@@ -45,10 +45,12 @@ class FlightRecorder {
   int64_t last_seq() const;
 
   // The dump file's JSON text: rank, world size, host, why it was written, the records.
-  std::string to_json(int rank, int size, const std::string& reason) const;
+  // `unresponsive`: ranks this one saw stopped or frozen (flight-report names them).
+  std::string to_json(int rank, int size, const std::string& reason, const std::vector<int>& unresponsive = {}) const;
   // Writes to_json() to DIR/flight_recorder_rank<R>.json atomically (a temporary file renamed);
   // returns the path, or "" with `error` set.
-  std::string dump(const std::string& dir, int rank, int size, const std::string& reason, std::string& error) const;
+  std::string dump(const std::string& dir, int rank, int size, const std::string& reason,
+                   const std::vector<int>& unresponsive, std::string& error) const;
 
  private:
   CollectiveRecord* find_locked(int64_t seq);
