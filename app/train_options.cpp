@@ -109,7 +109,8 @@ cxxopts::Options make_train_options() {
     ("find-unused-parameters", "Treat parameters without a gradient in a step as ready with zero gradient")
     ("comm-hook", "Gradient reduction: allreduce, bf16 or fp16 (compressed)", cxxopts::value<std::string>()->default_value("allreduce"))
     ("flight-recorder-dir", "Where each rank writes its last collectives on a timeout, an error or SIGUSR1", cxxopts::value<std::string>()->default_value("."))
-    ("flight-recorder-size", "Collectives each rank remembers", cxxopts::value<int64_t>()->default_value("2000"));
+    ("flight-recorder-size", "Collectives each rank remembers (0 with --timeout 0: no recorder and no watchdog)", cxxopts::value<int64_t>()->default_value("2000"))
+    ("debug-collectives", "Check before every MPI collective that all ranks issue the same one (one small all-reduce each)");
   o.add_options("Device")
     ("device", "auto, cpu, cuda or cuda:N (auto: CUDA when visible, else CPU)", cxxopts::value<std::string>()->default_value("auto"))
     ("allow-gpu-sharing", "Let several local ranks share a GPU (local rank r on visible GPU r mod count)")
@@ -215,9 +216,10 @@ void read_device(const cxxopts::ParseResult& r, TrainConfig& c) {
           fmt::format("--timeout: must be in [0, 1e7] seconds (0: no timeout), got {}", rt.collective_timeout_s));
   rt.flight_recorder_dir = r["flight-recorder-dir"].as<std::string>();
   const int64_t recorded = r["flight-recorder-size"].as<int64_t>();
-  require(recorded >= 1 && recorded <= 10'000'000,
-          fmt::format("--flight-recorder-size: must be in [1, 10000000], got {}", recorded));
+  require(recorded >= 0 && recorded <= 10'000'000,
+          fmt::format("--flight-recorder-size: must be in [0, 10000000], got {}", recorded));
   rt.flight_recorder_size = static_cast<size_t>(recorded);
+  rt.debug_collectives = r.count("debug-collectives") > 0;
   require(rt.cpu_threads >= 0, fmt::format("--threads: must be non-negative, got {}", rt.cpu_threads));
   const std::string amp = r["amp"].as<std::string>();
   require(amp == "off" || amp == "bf16", fmt::format("--amp: expected off or bf16, got '{}'", amp));

@@ -9,13 +9,17 @@
 
 #include <fmt/format.h>
 
+#include "comm/collective_check.h"
 #include "comm/communicator.h"
 #include "comm/mpi_check.h"
 #include "comm/watchdog_policy.h"
 
 namespace dtrain {
 
+// `version` is odd while started() rewrites the slot: a reader that sees it change retries, so it
+// never pairs one collective's sequence number with the next one's kind or count.
 struct ProgressBoard::Slot {
+  std::atomic<int64_t> version{0};
   std::atomic<int64_t> started{0}, completed{0}, count{0};
   std::atomic<int32_t> kind{0}, dtype{0};
   std::atomic<int64_t> heartbeat_ns{0};
@@ -70,10 +74,14 @@ ProgressBoard::~ProgressBoard() = default;
 
 void ProgressBoard::started(int64_t seq, int kind, int64_t count, DType dtype) {
   Slot* s = slots_[static_cast<size_t>(local_rank_)];
+  const int64_t v = s->version.load(std::memory_order_relaxed);
+  s->version.store(v + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
   s->kind.store(kind, std::memory_order_relaxed);
   s->count.store(count, std::memory_order_relaxed);
   s->dtype.store(static_cast<int32_t>(dtype), std::memory_order_relaxed);
-  s->started.store(seq, std::memory_order_release);
+  s->started.store(seq, std::memory_order_relaxed);
+  s->version.store(v + 2, std::memory_order_release);
 }
 
 void ProgressBoard::completed(int64_t seq) {
@@ -90,11 +98,17 @@ std::vector<ProgressBoard::Entry> ProgressBoard::read() const {
     const Slot* s = slots_[r];
     Entry e;
     e.world_rank = world_ranks_[r];
-    e.started = s->started.load(std::memory_order_acquire);
+    // A stopped writer may be stopped mid-update: after a few tries, take what is there.
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      const int64_t v = s->version.load(std::memory_order_acquire);
+      e.started = s->started.load(std::memory_order_relaxed);
+      e.kind = s->kind.load(std::memory_order_relaxed);
+      e.count = s->count.load(std::memory_order_relaxed);
+      e.dtype = s->dtype.load(std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (v % 2 == 0 && s->version.load(std::memory_order_relaxed) == v) break;
+    }
     e.completed = s->completed.load(std::memory_order_acquire);
-    e.kind = s->kind.load(std::memory_order_relaxed);
-    e.count = s->count.load(std::memory_order_relaxed);
-    e.dtype = s->dtype.load(std::memory_order_relaxed);
     e.heartbeat_ns = s->heartbeat_ns.load(std::memory_order_relaxed);
     out.push_back(e);
   }
@@ -146,6 +160,26 @@ std::string not_arrived_text(const std::vector<ProgressBoard::Entry>& board, int
   return out;
 }
 
+std::string different_collective_text(const std::vector<ProgressBoard::Entry>& board, int my_local_rank) {
+  const ProgressBoard::Entry& me = board[static_cast<size_t>(my_local_rank)];
+  std::vector<CollectiveHeader> headers;
+  bool differs = false;
+  for (const ProgressBoard::Entry& e : board) {
+    // Only ranks in the same collective number can be compared: one behind may yet arrive.
+    if (e.started != me.started) continue;
+    headers.push_back({e.started, e.kind, e.count, e.dtype});
+    differs = differs || !(headers.back() == headers.front());
+  }
+  if (!differs) return "";
+  std::string out = fmt::format("ranks issued different collectives at #{}:", me.started);
+  for (const ProgressBoard::Entry& e : board)
+    if (e.started == me.started)
+      out += fmt::format(" rank {}: {} of {} {};", e.world_rank, ProgressBoard::kind_name(e.kind), e.count,
+                         dtype_name(static_cast<DType>(e.dtype)));
+  out.pop_back();
+  return out;
+}
+
 CollectiveWatchdog::CollectiveWatchdog(WatchdogSettings settings, int rank, int size, FlightRecorder& recorder,
                                        ProgressBoard* board)
     : settings_(std::move(settings)), rank_(rank), size_(size), recorder_(recorder), board_(board) {
@@ -182,7 +216,16 @@ void CollectiveWatchdog::run() {
       std::fprintf(stderr, "dtrain: rank %d: flight recorder: %s\n", rank_, where.c_str());
     }
     const int64_t seq = running_seq_.load(std::memory_order_acquire);
-    if (seq == 0 || settings_.timeout_s <= 0) continue;
+    if (seq == 0) continue;
+    if (board_ && steady_now_ns() - running_since_ns_.load(std::memory_order_relaxed) > kMismatchCheckAfterNs) {
+      // Note [Checking every collective]: a slow collective may be one other ranks never issue.
+      const std::vector<ProgressBoard::Entry> board = board_->read();
+      const std::string differs = different_collective_text(board, board_->local_rank());
+      if (!differs.empty() && board[static_cast<size_t>(board_->local_rank())].started == seq &&
+          running_seq_.load(std::memory_order_acquire) == seq)
+        fail_now(seq, differs);
+    }
+    if (settings_.timeout_s <= 0) continue;
     const auto since = WatchdogClock::time_point(std::chrono::nanoseconds(running_since_ns_.load(std::memory_order_relaxed)));
     const WatchdogPending pending[] = {{seq, "", since}};
     const auto timeout = std::chrono::duration_cast<WatchdogClock::duration>(std::chrono::duration<double>(settings_.timeout_s));
@@ -190,6 +233,15 @@ void CollectiveWatchdog::run() {
     if (v.action == WatchdogAction::kTimeout && running_seq_.load(std::memory_order_acquire) == seq)
       time_out(seq, v.waited_s);
   }
+}
+
+void CollectiveWatchdog::fail_now(int64_t seq, const std::string& differs) {
+  const std::string where = dump(fmt::format("collective #{}: {}", seq, differs));
+  const std::string line = fmt::format("dtrain: rank {}: {}; flight recorder: {}\n", rank_, differs, where);
+  std::fflush(stdout);
+  std::fputs(line.c_str(), stderr);
+  std::fflush(stderr);
+  std::_Exit(1);  // as time_out: the communication thread is inside MPI
 }
 
 void CollectiveWatchdog::time_out(int64_t seq, double waited_s) {

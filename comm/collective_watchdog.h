@@ -76,6 +76,10 @@ constexpr int64_t kHeartbeatStaleNs = 2'000'000'000;
 // and size and alive. `now_ns` 0: heartbeats are not judged. Pure; tested without MPI.
 std::string not_arrived_text(const std::vector<ProgressBoard::Entry>& board, int my_local_rank, int64_t seq,
                              int kind, int64_t count, int dtype, int64_t now_ns = 0);
+// "ranks issued different collectives at #12: rank 0: barrier of 0 uint8; rank 1: broadcast of
+// 10 int32" when ranks of the board are in the same sequence number as `my_local_rank` with
+// another kind, count or dtype; "" otherwise (ranks behind or ahead are not compared). Pure.
+std::string different_collective_text(const std::vector<ProgressBoard::Entry>& board, int my_local_rank);
 // The world ranks on the board whose heartbeat is stale at `now_ns`. Pure.
 std::vector<int> unresponsive_ranks(const std::vector<ProgressBoard::Entry>& board, int my_local_rank, int64_t now_ns);
 
@@ -106,6 +110,8 @@ class CollectiveWatchdog {
   static int64_t steady_now_ns_relaxed();
   void run();
   [[noreturn]] void time_out(int64_t seq, double waited_s);
+  // Ranks of this node are in collective `seq` with another kind or size: one line, dump, exit.
+  [[noreturn]] void fail_now(int64_t seq, const std::string& differs);
 
   WatchdogSettings settings_;
   int rank_, size_;

@@ -3,6 +3,7 @@
 // MPI_THREAD_SERIALIZED suffices and *_async calls return at once.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -23,7 +24,11 @@ struct CollectiveOptions {
   double timeout_s = 600;              // per collective; 0: none
   size_t flight_recorder_size = 2000;  // collectives kept
   std::string flight_recorder_dir;     // where dumps go ("": the current directory)
+  // Each MPI collective first all-reduces its header (Note [Checking every collective]).
+  bool check_every_collective = false;
 };
+// timeout_s 0 and flight_recorder_size 0: no recorder, no progress board, no watchdog thread
+// (every rank then runs without them if any rank asked for none; see the constructor).
 
 class MpiCommunicator final : public Communicator {
  public:
@@ -72,6 +77,8 @@ class MpiCommunicator final : public Communicator {
   WorkHandle submit(const char* kind, DType dtype, int64_t count, std::function<void(int64_t seq)> body);
   // After every rank arrived in shared-memory all-reduce `seq`: all of them are in the same one.
   void check_same_collective(int64_t seq, int64_t count) const;
+  // --debug-collectives: every rank's header of MPI collective `seq` agrees, or all throw.
+  void check_header(int64_t seq, const char* kind, int64_t count, DType dtype);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
@@ -83,7 +90,9 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<ShmAllreduce> shm_;
   FlightRecorder recorder_;
   std::unique_ptr<ProgressBoard> board_;
-  std::unique_ptr<CollectiveWatchdog> watchdog_;
+  std::unique_ptr<CollectiveWatchdog> watchdog_;  // null when timeouts and recording are off
+  std::atomic<int64_t> unrecorded_seq_{0};         // sequence numbers without a recorder
+  bool check_headers_ = false;
   bool shut_down_ = false;
   WorkQueue queue_{"dtrain-mpi"};  // last: its thread stops before the members above go
 };

@@ -53,7 +53,8 @@ std::unique_ptr<Runtime> init(int* argc, char*** argv, const RuntimeOptions& opt
     rt->owns_mpi_ = start_mpi(argc, argv, comm_thread_should_yield(rt->topology_));
     rt->control_ = std::make_unique<MpiCommunicator>(
         MPI_COMM_WORLD,
-        CollectiveOptions{options.collective_timeout_s, options.flight_recorder_size, options.flight_recorder_dir});
+        CollectiveOptions{options.collective_timeout_s, options.flight_recorder_size, options.flight_recorder_dir,
+                          options.debug_collectives});
     if (std::string problem = launcher_world_mismatch(process_env, rt->control_->size()); !problem.empty())
       throw Error(problem);
     set_world_rank_for_messages(rt->control_->rank());

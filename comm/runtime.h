@@ -21,6 +21,7 @@ struct RuntimeOptions {
   double collective_timeout_s = 600;  // every collective, CPU and GPU; PyTorch's default, 10 minutes; 0: none
   size_t flight_recorder_size = 2000;  // collectives each rank remembers (comm/flight_recorder.h)
   std::string flight_recorder_dir;     // where ranks write them on a timeout, an error or SIGUSR1
+  bool debug_collectives = false;      // every MPI collective checks its header first (comm/collective_check.h)
   int cpu_threads = 0;  // BLAS threads per rank; 0: the thread policy's choice (core/thread_policy.h)
 };
 
