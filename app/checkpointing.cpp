@@ -121,7 +121,8 @@ json resume_config(const TrainConfig& c) {
        {{"train_limit", c.data.train_limit},
         {"test_limit", c.data.test_limit},
         {"normalize", {decimal(c.data.normalize.mean), decimal(c.data.normalize.std)}},
-        {"shuffle", c.data.shuffle}}},
+        {"shuffle", c.data.shuffle},
+        {"sampler", sampler_tail_name(c.data.sampler)}}},
       {"seed", c.seed},
   };
 }

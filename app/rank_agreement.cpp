@@ -61,6 +61,7 @@ Settings shared_settings(const TrainConfig& c, int64_t train_samples, int64_t te
       {"--lr-schedule", lr_schedule_name(c.lr_schedule)},
       {"--seed", fmt::format("{}", c.seed)},
       {"--shuffle", c.data.shuffle ? "on" : "off"},
+      {"--sampler", sampler_tail_name(c.data.sampler)},
       {"--train-limit", fmt::format("{}", c.data.train_limit)},
       {"--test-limit", fmt::format("{}", c.data.test_limit)},
       {"training samples (--data)", fmt::format("{}", train_samples)},

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "comm/runtime.h"
+#include "data/distributed_sampler.h"
 #include "data/mnist.h"
 #include "ddp/distributed_data_parallel.h"
 #include "model/amp.h"
@@ -22,6 +23,7 @@ struct DataSettings {
   int64_t test_limit = 0;
   Normalize normalize;
   bool shuffle = true;  // false: rank r takes samples r, r + N, ... in dataset order (PyTorch's shuffle=False)
+  SamplerTail sampler = SamplerTail::kPad;  // uneven: ranks run different numbers of steps (Join)
 };
 
 // Where a run starts from and where it saves (app/checkpointing.h).

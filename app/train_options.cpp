@@ -85,7 +85,8 @@ cxxopts::Options make_train_options() {
     ("train-limit", "Use only the first N training samples (0: all)", cxxopts::value<int64_t>()->default_value("0"))
     ("test-limit", "Use only the first N test samples (0: all)", cxxopts::value<int64_t>()->default_value("0"))
     ("normalize", "Pixel mean,std applied after scaling to [0,1] (e.g. 0.2860,0.3530)", cxxopts::value<std::string>()->default_value(""))
-    ("shuffle", "on: a seeded shuffle per epoch; off: rank r takes samples r, r+N, ... in order (PyTorch's DistributedSampler(shuffle=False))", cxxopts::value<std::string>()->default_value("on"));
+    ("shuffle", "on: a seeded shuffle per epoch; off: rank r takes samples r, r+N, ... in order (PyTorch's DistributedSampler(shuffle=False))", cxxopts::value<std::string>()->default_value("on"))
+    ("sampler", "The epoch's last N mod ranks samples: pad (repeat some, as PyTorch), drop-last, or uneven (ranks run different numbers of steps; Join)", cxxopts::value<std::string>()->default_value("pad"));
   o.add_options("Model")
     ("model", "mlp or cnn", cxxopts::value<std::string>()->default_value("mlp"))
     ("hidden", "MLP hidden widths, comma separated", cxxopts::value<std::string>()->default_value("256"))
@@ -147,6 +148,10 @@ void read_data(const cxxopts::ParseResult& r, TrainConfig& c) {
   const std::string shuffle = r["shuffle"].as<std::string>();
   require(shuffle == "on" || shuffle == "off", fmt::format("--shuffle: expected on or off, got '{}'", shuffle));
   c.data.shuffle = shuffle == "on";
+  const std::string sampler = r["sampler"].as<std::string>();
+  require(sampler == "pad" || sampler == "drop-last" || sampler == "uneven",
+          fmt::format("--sampler: expected pad, drop-last or uneven, got '{}'", sampler));
+  c.data.sampler = sampler == "uneven" ? SamplerTail::kUneven : sampler == "drop-last" ? SamplerTail::kDropLast : SamplerTail::kPad;
   const std::string norm = r["normalize"].as<std::string>();
   if (norm.empty()) return;
   float mean = 0, std = 0;
@@ -279,6 +284,14 @@ ParsedTrain parse_train_options(const std::vector<std::string>& args) {
   }
   for (auto read : {read_data, read_model, read_optimisation, read_distributed, read_device, read_checkpoints, read_output})
     read(r, out.config);
+  const TrainConfig& c = out.config;
+  // Join shadows whole optimizer steps, and a checkpoint inside an uneven epoch has no single
+  // sample position to resume from.
+  require(c.data.sampler != SamplerTail::kUneven || c.accumulate == 1,
+          fmt::format("--sampler uneven: needs --accumulate 1, got {}", c.accumulate));
+  require(c.data.sampler != SamplerTail::kUneven || c.checkpoints.every == 0,
+          fmt::format("--sampler uneven: checkpoints are saved at epoch ends only (--checkpoint-every 0), got {}",
+                      c.checkpoints.every));
   return out;
 }
 

@@ -25,6 +25,7 @@
 #include "core/ops.h"
 #include "data/data_loader.h"
 #include "data/distributed_sampler.h"
+#include "ddp/join.h"
 #include "model/fingerprint.h"
 #include "model/loss.h"
 
@@ -70,6 +71,7 @@ class Trainer {
   // Trains the rest of epoch pos_.epoch; false when the ranks agreed to stop.
   bool run_epoch(TrainResult& result);
   Tensor step(const Tensor& images, const Tensor& labels, const MicroBatch& micro);
+  void join_step();
   // Between two optimizer steps (`epoch_end`: after an epoch's evaluation): saves a checkpoint
   // when one is due; returns the signal the ranks agreed to stop on, 0 to go on.
   int at_step_boundary(bool epoch_end);
@@ -82,6 +84,7 @@ class Trainer {
   MnistSplits data_;
   std::unique_ptr<Sequential> model_;
   std::optional<DistributedDataParallel> ddp_;  // none on one rank: nothing to synchronise
+  std::optional<Join> join_;                     // --sampler uneven on more than one rank
   std::unique_ptr<Optimizer> optimizer_;
   LrSchedule schedule_;
   DistributedSampler sampler_;
@@ -107,7 +110,7 @@ Trainer::Trainer(Runtime& runtime, const TrainConfig& c)
       model_(build_model(model_spec_for_rank(c.model, runtime), data_.train->sample_shape(),
                          data_.train->num_classes(), runtime.device(), c.seed)),
       schedule_{c.lr_schedule, c.optimizer.lr, c.lr_step_size, c.lr_gamma, c.epochs, 0.f},
-      sampler_(data_.train->size(), runtime.size(), runtime.rank(), c.data.shuffle, c.seed),
+      sampler_(data_.train->size(), runtime.size(), runtime.rank(), c.data.shuffle, c.seed, c.data.sampler),
       loader_(std::make_unique<DataLoader>(*data_.train, c.batch_size)),
       stager_(runtime.device()),
       tracer_(!c.output.trace_path.empty()),
@@ -124,6 +127,7 @@ Trainer::Trainer(Runtime& runtime, const TrainConfig& c)
   check_ranks_agree(runtime.control(), shared_settings(c, data_.train->size(), data_.test->size()));
   model_->set_amp(c.amp);
   if (runtime.size() > 1) ddp_.emplace(*model_, runtime, c.ddp);
+  if (runtime.size() > 1 && c.data.sampler == SamplerTail::kUneven) join_.emplace(runtime.control());
   optimizer_ = make_optimizer(c.optimizer, model_->parameters());
   choose_starting_point();
 }
@@ -191,6 +195,7 @@ bool Trainer::run_epoch(TrainResult& result) {
   const int64_t epoch = pos_.epoch;
   sampler_.set_epoch(epoch);
   // The rest of the epoch: all of it, or what a checkpoint had not used yet.
+  const int64_t epoch_start_position = pos_.sample_in_epoch;
   const std::vector<int64_t> indices = sampler_.indices_from(pos_.sample_in_epoch);
   loader_->start_epoch(indices);
   optimizer_->set_lr(schedule_.lr_at(epoch));
@@ -205,7 +210,22 @@ bool Trainer::run_epoch(TrainResult& result) {
   auto step_start = t0;
   bool writing = false;
   StagedBatches data(*loader_, stager_);
-  for (int64_t i = 0; data.next(); ++i) {
+  for (int64_t i = 0;; ++i) {
+    const bool have = data.next();
+    if (join_) {
+      // Uneven inputs: every rank votes at each step; the boundary after the previous step comes
+      // only now that all know the epoch goes on (the last one follows its evaluation).
+      if (!join_->any_rank_has_data(have)) break;
+      if (i > 0)
+        if (const int signal = at_step_boundary(false)) return stop(signal), false;
+      if (!have) {
+        set_collective_context(fmt::format("epoch {} step {} (joined)", epoch + 1, pos_.global_step + 1));
+        join_step();
+        continue;
+      }
+    } else if (!have) {
+      break;
+    }
     const MicroBatch micro = micro_batch(i, batches, c_.accumulate);
     // What the collectives of this step are for, in the flight recorder and timeout lines.
     set_collective_context(fmt::format("epoch {} step {}", epoch + 1, pos_.global_step + 1));
@@ -223,13 +243,14 @@ bool Trainer::run_epoch(TrainResult& result) {
     ++pos_.global_step;
     ++pos_.step_in_epoch;
     saver_.record_step(ms_since(step_start), writing);
-    if (i + 1 < batches) {  // the epoch's last step ends at the boundary after its evaluation
+    if (!join_ && i + 1 < batches) {  // the epoch's last step ends at the boundary after its evaluation
       if (const int signal = at_step_boundary(false)) return stop(signal), false;
     }
   }
   rt_.compute_stream().synchronize();
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  const int64_t global_samples = samples * world;  // every rank runs the same count
+  // Every rank runs the same count, except with uneven inputs: then the epoch's rest, once.
+  const int64_t global_samples = join_ ? sampler_.total_size() - epoch_start_position : samples * world;
   result.train_samples += global_samples;
   result.train_seconds += seconds;
   set_collective_context(fmt::format("epoch {} evaluation", epoch + 1));
@@ -244,13 +265,24 @@ bool Trainer::run_epoch(TrainResult& result) {
   return true;
 }
 
+// A rank out of data while others still train (--sampler uneven): the same collectives and the
+// same optimizer step as theirs, with zero gradients of its own (Join).
+void Trainer::join_step() {
+  optimizer_->zero_grad();
+  ddp_->join_backward();
+  optimizer_->step();
+  ++pos_.global_step;
+  ++pos_.step_in_epoch;
+}
+
 int Trainer::at_step_boundary(bool epoch_end) {
   const bool run_end = epoch_end && pos_.epoch >= c_.epochs;
   // Every rank reaches the same boundaries, so every rank votes at each (Note [Agreeing to stop]).
   const int signal = run_end ? 0 : stop_vote_.poll(StopSignals::received());
   const CheckpointSettings& k = c_.checkpoints;
   if (!k.dir.empty()) {
-    const bool due = run_end || signal != 0 || (k.every > 0 ? pos_.global_step % k.every == 0 : epoch_end);
+    bool due = run_end || signal != 0 || (k.every > 0 ? pos_.global_step % k.every == 0 : epoch_end);
+    if (join_ && !epoch_end) due = false;  // uneven epochs have no single position to resume from
     if (due && pos_.global_step != last_saved_step_) save_checkpoint();
   }
   return signal;
@@ -285,8 +317,11 @@ void Trainer::stop(int signal) {
   stopped_by_ = signal;
   saver_.wait();
   if (rt_.rank() == 0) {
-    const std::string saved = c_.checkpoints.dir.empty()
-                                  ? "nothing saved (no --checkpoint-dir)"
+    const std::string saved = c_.checkpoints.dir.empty() ? "nothing saved (no --checkpoint-dir)"
+                              : last_saved_step_ != pos_.global_step
+                                  ? fmt::format("no checkpoint of this step (--sampler uneven saves at epoch ends); the "
+                                                "newest is {}",
+                                                saver_.last_path().empty() ? "none" : saver_.last_path())
                                   : fmt::format("checkpoint {} saved; continue with --resume auto", saver_.last_path());
     std::fflush(stdout);
     fmt::print(stderr, "dtrain: stopped by {} at step {} (epoch {}, {} samples into it); {}\n", signal_name(signal),

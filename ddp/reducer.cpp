@@ -91,6 +91,10 @@ void Reducer::mark_ready(Parameter& param) {
   if (--b.pending == 0) launch_ready_buckets();
 }
 
+void Reducer::mark_all_ready() {
+  for (Parameter* p : params_) mark_ready(*p);
+}
+
 void Reducer::launch_ready_buckets() {
   while (next_to_launch_ < buckets_.size() && buckets_[next_to_launch_].pending == 0) {
     launch(buckets_[next_to_launch_]);
