@@ -1,5 +1,9 @@
 // OpenBLAS kernel choice: which of OpenBLAS's own picks dtrain overrides, and with what; and
 // which library runs a GEMM of a given shape.
+#include <dlfcn.h>
+
+#include <string>
+
 #include <gtest/gtest.h>
 
 #include "core/cpu_blas.h"
@@ -39,6 +43,16 @@ TEST(CpuGemmLibrary, SkinnyProductsGoToBlisWideOnesToOpenBlas) {
   EXPECT_FALSE(blis_wins(256, 784, 64));       // ... its weight gradient
   EXPECT_FALSE(blis_wins(64, 2048, 784));
   EXPECT_FALSE(blis_wins(1024, 1024, 1024));
+}
+
+// BLIS and OpenBLAS both define the CBLAS names; the process must bind cblas_sgemm to OpenBLAS,
+// or every "wide" GEMM silently runs on BLIS (as it did when libdtrain_core listed BLIS first).
+TEST(CpuGemmLibrary, CblasSgemmIsOpenBlas) {
+  void* sym = dlsym(RTLD_DEFAULT, "cblas_sgemm");
+  ASSERT_NE(sym, nullptr);
+  Dl_info info{};
+  ASSERT_NE(dladdr(sym, &info), 0);
+  EXPECT_NE(std::string(info.dli_fname).find("openblas"), std::string::npos) << "cblas_sgemm comes from " << info.dli_fname;
 }
 
 }  // namespace
