@@ -114,6 +114,7 @@ void Reporter::write_step_record(int64_t epoch, int64_t batch, int64_t samples, 
       {"lr", lr},
       {"samples_per_s", seconds > 0 ? static_cast<double>(interval_samples_) / seconds : 0},
       {"allreduce_wait_s", interval_.wait_s},
+      {"allreduce_s", interval_.allreduce_s},
       {"allreduce_overlap", interval_.allreduce_s > 0 ? interval_.overlapped_s / interval_.allreduce_s : 0},
       {"time_s", std::chrono::duration<double>(now - run_start_).count()}};
   fmt::print(metrics_, "{}\n", record.dump());
