@@ -30,7 +30,7 @@ void check_count(int64_t count, const void* buf, const char* what) {
 
 }  // namespace
 
-MpiCommunicator::MpiCommunicator(MPI_Comm parent) {
+MpiCommunicator::MpiCommunicator(MPI_Comm parent, bool shared_memory_allreduce) {
   MPI_CHECK(MPI_Comm_dup(parent, &comm_));
   MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
@@ -42,7 +42,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm parent) {
   MPI_CHECK(MPI_Comm_free(&node));
   // Creating it is collective, so the ranks agree first: an environment variable set on only
   // some ranks must not leave the others waiting in a collective those never join.
-  int use_shm = size_ > 1 && local_size_ == size_ && shm_allreduce_enabled() ? 1 : 0;
+  int use_shm = shared_memory_allreduce && size_ > 1 && local_size_ == size_ && shm_allreduce_enabled() ? 1 : 0;
   if (size_ > 1) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &use_shm, 1, MPI_INT, MPI_MIN, comm_));
   if (use_shm) shm_ = ShmAllreduce::create(comm_, kShmSlotBytes);
   stream_ = make_stream(Device::cpu());

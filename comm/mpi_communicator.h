@@ -20,8 +20,9 @@ class MpiCommunicator final : public Communicator {
   // Duplicates `parent` (which the caller keeps), sets MPI_ERRORS_RETURN on the duplicate,
   // finds the node-local rank/size with MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), creates the
   // BF16/F16 ops and starts the communication thread. Call it from the thread that owns MPI
-  // with no other MPI call in flight (MPI_THREAD_SERIALIZED).
-  explicit MpiCommunicator(MPI_Comm parent);
+  // with no other MPI call in flight (MPI_THREAD_SERIALIZED). shared_memory_allreduce=false
+  // keeps every all-reduce on MPI_Allreduce (the flat algorithm) even on one node.
+  explicit MpiCommunicator(MPI_Comm parent, bool shared_memory_allreduce = true);
   // Without shutdown(): queued collectives that have not started fail, a running one finishes,
   // and the MPI handles are left to process exit (no MPI call from a destructor).
   ~MpiCommunicator() override;
