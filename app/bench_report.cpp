@@ -103,6 +103,11 @@ std::string format_bench_report(const BenchHeader& h, const std::vector<BenchRow
     out += fmt::format("  {:<13} {:<9} {:>12} {:>11} {:>12.2f} {:>11.3f} {:>11.3f} {:>7}\n", r.path, dtype_name(r.dtype),
                        r.bytes, r.count, r.seconds * 1e6, r.algbw, r.busbw, r.wrong);
   for (const BenchSkip& s : skipped) out += fmt::format("# skipped {}: {}\n", s.path, s.reason);
+  for (const BenchRow& r : rows)
+    if (r.path == "shm" && r.dtype != DType::kF32 && r.bytes == rows.back().bytes) {
+      out += "# note: the shared-memory path reduces float32 only; its other dtypes go through MPI_Allreduce\n";
+      break;
+    }
   for (const std::string& line : fastest_paths(rows)) out += fmt::format("# fastest, {}\n", line);
   return out;
 }
