@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "app/batch_stager.h"
 #include "data/data_loader.h"
 #include "model/loss.h"
@@ -29,6 +31,11 @@ Evaluation evaluate(Module& model, const Dataset& data, Communicator& control, D
   control.allreduce(sums, 3, DType::kF32, ReduceOp::kSum);
   const float count = std::max(sums[2], 1.f);
   return {sums[0] / count, sums[1] / count, static_cast<int64_t>(sums[2])};
+}
+
+std::string test_set_line(const Evaluation& eval, int64_t test_size) {
+  return fmt::format("Test set: Average loss: {:.4f}, Accuracy: {:.0f}/{} ({:.2f}%)", eval.loss,
+                     eval.accuracy * static_cast<double>(test_size), test_size, 100.0 * eval.accuracy);
 }
 
 }  // namespace dtrain

@@ -1,6 +1,7 @@
 // `dtrain`: the command-line trainer. `dtrain train [flags]` runs data-parallel training on as
-// many ranks as it was started with (dtrain-launch, mpirun -np N, srun, or one process alone).
-// Flags are parsed before anything starts, so --help and flag errors need no MPI job.
+// many ranks as it was started with (dtrain-launch, mpirun -np N, srun, or one process alone);
+// `dtrain eval --weights FILE` evaluates trained weights. Flags are parsed before anything
+// starts, so --help and flag errors need no MPI job.
 #include <unistd.h>
 
 #include <cstdio>
@@ -11,6 +12,9 @@
 #include <fmt/format.h>
 
 #include "app/bench_allreduce.h"
+#include "app/eval_command.h"
+#include "app/flight_report.h"
+#include "app/root_broadcast.h"
 #include "app/train_options.h"
 #include "app/trainer.h"
 #include "comm/mpi_lifecycle.h"
@@ -21,8 +25,10 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: dtrain train [flags]              (dtrain train --help for the flags)\n"
-    "       dtrain bench allreduce [flags]    (dtrain bench allreduce --help)\n"
+    "usage: dtrain train [flags]                 (dtrain train --help for the flags)\n"
+    "       dtrain eval --weights FILE [flags]   (dtrain eval --help)\n"
+    "       dtrain flight-report DIR             (where a hung or timed-out job stopped)\n"
+    "       dtrain bench allreduce [flags]       (dtrain bench allreduce --help)\n"
     "  runs on every rank it is started with: dtrain-launch -n 2 -- dtrain train --epochs 1\n";
 
 bool is_rank_zero_before_init() {
@@ -56,6 +62,33 @@ int fail(const std::string& message, std::unique_ptr<dtrain::Runtime>& runtime, 
   return exit_code;
 }
 
+// An error every rank raised alike (app/root_broadcast.h): printed once, by rank 0, and every
+// rank shuts down normally, so no MPI_Abort is needed.
+int agreed_failure(const dtrain::AgreedError& e, std::unique_ptr<dtrain::Runtime>& runtime) {
+  std::fflush(stdout);
+  if (runtime->rank() == 0) fmt::print(stderr, "dtrain: error: {}\n", e.what());
+  runtime.reset();
+  return 1;
+}
+
+// Runs `work` on a started runtime: the exit status, failures reported (and peers stopped).
+template <class Work>
+int with_runtime(int* argc, char*** argv, const dtrain::RuntimeOptions& options, Work work) {
+  std::unique_ptr<dtrain::Runtime> runtime;
+  int status = 0;
+  try {
+    runtime = dtrain::init(argc, argv, options);
+    status = work(*runtime);
+  } catch (const dtrain::AgreedError& e) {
+    if (runtime) return agreed_failure(e, runtime);
+    return fail(e.what(), runtime, 1);
+  } catch (const std::exception& e) {
+    return fail(e.what(), runtime, 1);
+  }
+  runtime.reset();
+  return status;
+}
+
 int run_train(const std::vector<std::string>& args, int* argc, char*** argv) {
   dtrain::ParsedTrain parsed;
   try {
@@ -67,15 +100,28 @@ int run_train(const std::vector<std::string>& args, int* argc, char*** argv) {
     if (is_rank_zero_before_init()) fmt::print("{}", parsed.help_text);
     return 0;
   }
-  std::unique_ptr<dtrain::Runtime> runtime;
+  return with_runtime(argc, argv, parsed.config.runtime, [&](dtrain::Runtime& runtime) {
+    const dtrain::TrainResult result = dtrain::train(runtime, parsed.config);
+    // Stopped by SIGTERM/SIGINT (rank 0 said so): the status a process ended by it would have.
+    return result.stop_signal ? 128 + result.stop_signal : 0;
+  });
+}
+
+int run_eval(const std::vector<std::string>& args, int* argc, char*** argv) {
+  dtrain::ParsedEval parsed;
   try {
-    runtime = dtrain::init(argc, argv, parsed.config.runtime);
-    dtrain::train(*runtime, parsed.config);
-  } catch (const std::exception& e) {
-    return fail(e.what(), runtime, 1);
+    parsed = dtrain::parse_eval_options(args);
+  } catch (const dtrain::UsageError& e) {
+    return usage_error(e.what());
   }
-  runtime.reset();
-  return 0;
+  if (parsed.help) {
+    if (is_rank_zero_before_init()) fmt::print("{}", parsed.help_text);
+    return 0;
+  }
+  return with_runtime(argc, argv, parsed.config.runtime, [&](dtrain::Runtime& runtime) {
+    dtrain::run_eval(runtime, parsed.config);
+    return 0;
+  });
 }
 
 int run_bench_allreduce_command(const std::vector<std::string>& args, int* argc, char*** argv) {
@@ -115,6 +161,9 @@ int run_bench(const std::vector<std::string>& args, int* argc, char*** argv) {
 
 int main(int argc, char** argv) {
   reexec_with_better_blas_kernels(argv);
+  // Log lines reach a file (or a launcher's pipe) as they are printed, as on a terminal: a
+  // job's log shows where it stands, and a rank killed later has already written them.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "-h" || args[0] == "--help") {
     fmt::print(args.empty() ? stderr : stdout, "{}", kUsage);
@@ -122,5 +171,14 @@ int main(int argc, char** argv) {
   }
   if (args[0] == "train") return run_train({args.begin() + 1, args.end()}, &argc, &argv);
   if (args[0] == "bench") return run_bench({args.begin() + 1, args.end()}, &argc, &argv);
-  return usage_error(fmt::format("unknown command '{}'; expected 'train' or 'bench'", args[0]));
+  if (args[0] == "eval") return run_eval({args.begin() + 1, args.end()}, &argc, &argv);
+  if (args[0] == "flight-report") {
+    if (args.size() != 2) return usage_error("flight-report: expected one directory (dtrain flight-report DIR)");
+    try {
+      return dtrain::run_flight_report(args[1]);
+    } catch (const dtrain::UsageError& e) {
+      return usage_error(e.what());
+    }
+  }
+  return usage_error(fmt::format("unknown command '{}'; expected 'train', 'eval', 'bench' or 'flight-report'", args[0]));
 }

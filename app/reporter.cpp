@@ -141,11 +141,14 @@ void Reporter::end_epoch(int64_t epoch, const Evaluation& eval, int64_t test_siz
     std::fflush(metrics_);
   }
   if (!logs()) return;
-  fmt::print("Test set: Average loss: {:.4f}, Accuracy: {:.0f}/{} ({:.2f}%)\n", eval.loss,
-             eval.accuracy * static_cast<double>(test_size), test_size, 100.0 * eval.accuracy);
+  fmt::print("{}\n", test_set_line(eval, test_size));
   fmt::print("Epoch {}: {:.1f} samples/s ({} samples in {:.2f} s on {} rank(s))\n", epoch + 1,
              static_cast<double>(samples) / seconds, samples, seconds, world_size);
   std::fflush(stdout);
+}
+
+void Reporter::note(const std::string& line) {
+  if (logs() && !line.empty()) fmt::print("{}\n", line);
 }
 
 void Reporter::trace_written(const std::string& path, size_t spans, double overlap, double allreduce_ns) {

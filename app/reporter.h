@@ -43,6 +43,8 @@ class Reporter {
                   float lr, const BackwardTiming* timing);
   void end_epoch(int64_t epoch, const Evaluation& eval, int64_t test_size, int64_t samples, double seconds,
                  int world_size);
+  // A line of its own (checkpoints, resuming), on rank 0 unless quiet; nothing for "".
+  void note(const std::string& line);
   void trace_written(const std::string& path, size_t spans, double overlap, double allreduce_ns);
   void finish(const TrainResult& result);
 

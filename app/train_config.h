@@ -7,6 +7,7 @@
 #include <string>
 
 #include "comm/runtime.h"
+#include "data/distributed_sampler.h"
 #include "data/mnist.h"
 #include "ddp/distributed_data_parallel.h"
 #include "model/amp.h"
@@ -21,6 +22,21 @@ struct DataSettings {
   int64_t train_limit = 0;  // 0: the whole training set
   int64_t test_limit = 0;
   Normalize normalize;
+  bool shuffle = true;  // false: rank r takes samples r, r + N, ... in dataset order (PyTorch's shuffle=False)
+  SamplerTail sampler = SamplerTail::kPad;  // uneven: ranks run different numbers of steps (Join)
+};
+
+// Where a run starts from and where it saves (app/checkpointing.h).
+enum class ResumeMode { kNone, kAuto, kPath };
+
+struct CheckpointSettings {
+  std::string dir;        // empty: no checkpoints
+  int64_t every = 0;      // optimizer steps between checkpoints; 0: at every epoch end (and always at the end)
+  int keep = 2;           // newest checkpoints kept
+  bool background = true;  // written on a background thread while training continues
+  ResumeMode resume = ResumeMode::kNone;
+  std::string resume_path;   // kPath: a checkpoint (DIR/step-N) or a checkpoint directory
+  std::string init_weights;  // a safetensors file of parameters to start from (unless resuming)
 };
 
 // How a run reports: the seeds' log lines, a progress line on terminals, files.
@@ -49,6 +65,7 @@ struct TrainConfig {
   AmpMode amp = AmpMode::kOff;  // bf16: Linear matmuls in bf16, float32 master weights (autocast)
   DdpOptions ddp;
   RuntimeOptions runtime;
+  CheckpointSettings checkpoints;
   OutputSettings output;
 };
 
@@ -62,6 +79,10 @@ struct TrainResult {
   double allreduce_overlap = -1;       // fraction of all-reduce time inside backward (with a trace)
   uint64_t parameters_fingerprint = 0;  // this rank's final parameters (model/fingerprint.h)
   std::string device;
+  int64_t global_step = 0;  // optimizer steps since the first run's start (resumes included)
+  // A SIGTERM or SIGINT stopped the run at a step boundary (0: it ran to the end). Then every
+  // rank has stopped at the same step and rank 0 has saved a checkpoint if it had a directory.
+  int stop_signal = 0;
 };
 
 }  // namespace dtrain

@@ -84,7 +84,9 @@ cxxopts::Options make_train_options() {
     ("data", "Folder with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]", cxxopts::value<std::string>()->default_value(d.data.dir))
     ("train-limit", "Use only the first N training samples (0: all)", cxxopts::value<int64_t>()->default_value("0"))
     ("test-limit", "Use only the first N test samples (0: all)", cxxopts::value<int64_t>()->default_value("0"))
-    ("normalize", "Pixel mean,std applied after scaling to [0,1] (e.g. 0.2860,0.3530)", cxxopts::value<std::string>()->default_value(""));
+    ("normalize", "Pixel mean,std applied after scaling to [0,1] (e.g. 0.2860,0.3530)", cxxopts::value<std::string>()->default_value(""))
+    ("shuffle", "on: a seeded shuffle per epoch; off: rank r takes samples r, r+N, ... in order (PyTorch's DistributedSampler(shuffle=False))", cxxopts::value<std::string>()->default_value("on"))
+    ("sampler", "The epoch's last N mod ranks samples: pad (repeat some, as PyTorch), drop-last, or uneven (ranks run different numbers of steps; Join)", cxxopts::value<std::string>()->default_value("pad"));
   o.add_options("Model")
     ("model", "mlp or cnn", cxxopts::value<std::string>()->default_value("mlp"))
     ("hidden", "MLP hidden widths, comma separated", cxxopts::value<std::string>()->default_value("256"))
@@ -98,6 +100,7 @@ cxxopts::Options make_train_options() {
     ("momentum", "SGD momentum", cxxopts::value<float>()->default_value("0.9"))
     ("nesterov", "SGD with Nesterov momentum")
     ("weight-decay", "Weight decay (L2 for SGD, decoupled for AdamW)", cxxopts::value<float>()->default_value("0"))
+    ("adam-eps", "AdamW's eps, added to the denominator", cxxopts::value<float>()->default_value("1e-08"))
     ("lr-schedule", "none, step or cosine (per epoch)", cxxopts::value<std::string>()->default_value("none"))
     ("lr-step-size", "step: epochs between decays", cxxopts::value<int64_t>()->default_value("1"))
     ("lr-gamma", "step: decay factor", cxxopts::value<float>()->default_value("0.1"))
@@ -106,14 +109,24 @@ cxxopts::Options make_train_options() {
     ("bucket-cap-mb", "Gradient bucket cap in MiB (the first bucket is 1 MiB)", cxxopts::value<double>()->default_value("25"))
     ("find-unused-parameters", "Treat parameters without a gradient in a step as ready with zero gradient")
     ("comm-hook", "Gradient reduction: allreduce, bf16 or fp16 (compressed)", cxxopts::value<std::string>()->default_value("allreduce"))
+    ("flight-recorder-dir", "Where each rank writes its last collectives on a timeout, an error or SIGUSR1", cxxopts::value<std::string>()->default_value("."))
+    ("flight-recorder-size", "Collectives each rank remembers (0 with --timeout 0: no recorder and no watchdog)", cxxopts::value<int64_t>()->default_value("2000"))
+    ("debug-collectives", "Check before every MPI collective that all ranks issue the same one (one small all-reduce each)")
     ("allreduce", "CPU all-reduce: auto, flat (MPI_Allreduce), shm (one node) or hierarchical (shm in a node, MPI between nodes); auto: shm on one node, hierarchical across nodes", cxxopts::value<std::string>()->default_value("auto"));
   o.add_options("Device")
     ("device", "auto, cpu, cuda or cuda:N (auto: CUDA when visible, else CPU)", cxxopts::value<std::string>()->default_value("auto"))
     ("allow-gpu-sharing", "Let several local ranks share a GPU (local rank r on visible GPU r mod count)")
     ("tf32", "Allow TF32 tensor cores for float32 GEMM on GPU")
     ("amp", "Mixed precision: off, or bf16 (Linear matmuls in bf16, float32 weights; emulated on CPU)", cxxopts::value<std::string>()->default_value("off"))
-    ("timeout", "Seconds before a stuck GPU collective aborts the job", cxxopts::value<double>()->default_value("600"))
+    ("timeout", "Seconds before a collective that has not completed ends the job, naming the ranks that did not arrive (0: never)", cxxopts::value<double>()->default_value("600"))
     ("threads", "CPU BLAS threads per rank (0: cores / local ranks)", cxxopts::value<int>()->default_value("0"));
+  o.add_options("Checkpoints")
+    ("checkpoint-dir", "Save checkpoints to DIR/step-<N> (DIR/latest names the newest)", cxxopts::value<std::string>()->default_value(""))
+    ("checkpoint-every", "Optimizer steps between checkpoints (0: at every epoch end); always one at the end", cxxopts::value<int64_t>()->default_value("0"))
+    ("keep", "Newest checkpoints kept", cxxopts::value<int>()->default_value("2"))
+    ("checkpoint-sync", "Write checkpoints before training continues (default: on a background thread)")
+    ("resume", "auto (the checkpoint DIR/latest names, or a fresh start when none) or a checkpoint PATH", cxxopts::value<std::string>()->default_value(""))
+    ("init-weights", "Start from the parameters in FILE.safetensors (ignored when --resume finds a checkpoint)", cxxopts::value<std::string>()->default_value(""));
   o.add_options("Output")
     ("log-interval", "Batches between log lines", cxxopts::value<int64_t>()->default_value("100"))
     ("progress", "auto, on or off: a progress line redrawn in place (auto: when the output is a terminal)", cxxopts::value<std::string>()->default_value("auto"))
@@ -133,6 +146,13 @@ void read_data(const cxxopts::ParseResult& r, TrainConfig& c) {
   require(c.data.train_limit >= 0 && c.data.test_limit >= 0, "--train-limit/--test-limit: must be non-negative");
   require(std::filesystem::is_directory(c.data.dir),
           fmt::format("--data: no such directory '{}' (Debian: apt-get install dataset-fashion-mnist)", c.data.dir));
+  const std::string shuffle = r["shuffle"].as<std::string>();
+  require(shuffle == "on" || shuffle == "off", fmt::format("--shuffle: expected on or off, got '{}'", shuffle));
+  c.data.shuffle = shuffle == "on";
+  const std::string sampler = r["sampler"].as<std::string>();
+  require(sampler == "pad" || sampler == "drop-last" || sampler == "uneven",
+          fmt::format("--sampler: expected pad, drop-last or uneven, got '{}'", sampler));
+  c.data.sampler = sampler == "uneven" ? SamplerTail::kUneven : sampler == "drop-last" ? SamplerTail::kDropLast : SamplerTail::kPad;
   const std::string norm = r["normalize"].as<std::string>();
   if (norm.empty()) return;
   float mean = 0, std = 0;
@@ -167,6 +187,8 @@ void read_optimisation(const cxxopts::ParseResult& r, TrainConfig& c) {
   o.momentum = r["momentum"].as<float>();
   o.nesterov = r.count("nesterov") > 0;
   o.weight_decay = r["weight-decay"].as<float>();
+  o.eps = r["adam-eps"].as<float>();
+  require(std::isfinite(o.eps) && o.eps > 0.f, fmt::format("--adam-eps: must be positive, got {}", o.eps));
   require(std::isfinite(o.lr) && o.lr > 0.f, fmt::format("--lr: must be positive, got {}", o.lr));
   require(o.momentum >= 0.f && o.momentum < 1.f, fmt::format("--momentum: must be in [0, 1), got {}", o.momentum));
   require(o.weight_decay >= 0.f, fmt::format("--weight-decay: must be non-negative, got {}", o.weight_decay));
@@ -198,12 +220,34 @@ void read_device(const cxxopts::ParseResult& r, TrainConfig& c) {
   rt.tf32 = r.count("tf32") > 0;
   rt.collective_timeout_s = r["timeout"].as<double>();
   rt.cpu_threads = r["threads"].as<int>();
-  require(rt.collective_timeout_s > 0 && rt.collective_timeout_s <= 1e7,
-          fmt::format("--timeout: must be in (0, 1e7] seconds, got {}", rt.collective_timeout_s));
+  require(rt.collective_timeout_s >= 0 && rt.collective_timeout_s <= 1e7,
+          fmt::format("--timeout: must be in [0, 1e7] seconds (0: no timeout), got {}", rt.collective_timeout_s));
+  rt.flight_recorder_dir = r["flight-recorder-dir"].as<std::string>();
+  const int64_t recorded = r["flight-recorder-size"].as<int64_t>();
+  require(recorded >= 0 && recorded <= 10'000'000,
+          fmt::format("--flight-recorder-size: must be in [0, 10000000], got {}", recorded));
+  rt.flight_recorder_size = static_cast<size_t>(recorded);
+  rt.debug_collectives = r.count("debug-collectives") > 0;
   require(rt.cpu_threads >= 0, fmt::format("--threads: must be non-negative, got {}", rt.cpu_threads));
   const std::string amp = r["amp"].as<std::string>();
   require(amp == "off" || amp == "bf16", fmt::format("--amp: expected off or bf16, got '{}'", amp));
   c.amp = amp == "bf16" ? AmpMode::kBf16 : AmpMode::kOff;
+}
+
+void read_checkpoints(const cxxopts::ParseResult& r, TrainConfig& c) {
+  CheckpointSettings& k = c.checkpoints;
+  k.dir = r["checkpoint-dir"].as<std::string>();
+  k.every = r["checkpoint-every"].as<int64_t>();
+  k.keep = r["keep"].as<int>();
+  k.background = r.count("checkpoint-sync") == 0;
+  require(k.every >= 0, fmt::format("--checkpoint-every: must be non-negative, got {}", k.every));
+  require(k.keep >= 1, fmt::format("--keep: must be at least 1, got {}", k.keep));
+  const std::string resume = r["resume"].as<std::string>();
+  k.resume = resume.empty() ? ResumeMode::kNone : resume == "auto" ? ResumeMode::kAuto : ResumeMode::kPath;
+  if (k.resume == ResumeMode::kPath) k.resume_path = resume;
+  require(k.resume != ResumeMode::kAuto || !k.dir.empty(), "--resume auto: needs --checkpoint-dir (where to look)");
+  k.init_weights = r["init-weights"].as<std::string>();
+  // The files themselves are rank 0's to read (nodes need not share a filesystem): not checked here.
 }
 
 void read_output(const cxxopts::ParseResult& r, TrainConfig& c) {
@@ -241,8 +285,16 @@ ParsedTrain parse_train_options(const std::vector<std::string>& args) {
     out.help_text = options.help();
     return out;
   }
-  for (auto read : {read_data, read_model, read_optimisation, read_distributed, read_device, read_output})
+  for (auto read : {read_data, read_model, read_optimisation, read_distributed, read_device, read_checkpoints, read_output})
     read(r, out.config);
+  const TrainConfig& c = out.config;
+  // Join shadows whole optimizer steps, and a checkpoint inside an uneven epoch has no single
+  // sample position to resume from.
+  require(c.data.sampler != SamplerTail::kUneven || c.accumulate == 1,
+          fmt::format("--sampler uneven: needs --accumulate 1, got {}", c.accumulate));
+  require(c.data.sampler != SamplerTail::kUneven || c.checkpoints.every == 0,
+          fmt::format("--sampler uneven: checkpoints are saved at epoch ends only (--checkpoint-every 0), got {}",
+                      c.checkpoints.every));
   return out;
 }
 

@@ -4,17 +4,28 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <optional>
+#include <span>
 
+#include <fmt/format.h>
+
+#include "app/architecture.h"
 #include "app/batch_stager.h"
+#include "app/checkpointing.h"
 #include "app/evaluate.h"
+#include "app/preemption.h"
+#include "app/rank_agreement.h"
 #include "app/reporter.h"
+#include "app/sample_log.h"
 #include "app/trace.h"
+#include "comm/flight_recorder.h"
 #include "comm/mpi_lifecycle.h"
 #include "core/memory.h"
 #include "core/ops.h"
 #include "data/data_loader.h"
 #include "data/distributed_sampler.h"
+#include "ddp/join.h"
 #include "model/fingerprint.h"
 #include "model/loss.h"
 
@@ -29,28 +40,51 @@ ModelSpec model_spec_for_rank(ModelSpec spec, const Runtime& runtime) {
   return spec;
 }
 
-// One run: everything a step needs, built once in the constructor (data, model, DDP,
-// optimizer), then epochs of steps.
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+// Micro-batch i of an epoch (or of the rest of one) of `batches` batches that starts at an
+// optimizer-step boundary: its place in its step, the number of micro-batches in that step (the
+// last step of an epoch may be shorter) and whether the step ends with it.
+struct MicroBatch {
+  int64_t index_in_step = 0;
+  int64_t step_size = 1;
+  bool ends_step = true;
+};
+
+MicroBatch micro_batch(int64_t i, int64_t batches, int64_t accumulate) {
+  const int64_t micro = i % accumulate;
+  return {micro, std::min(accumulate, batches - (i - micro)), micro == accumulate - 1 || i == batches - 1};
+}
+
+// One run: everything a step needs, built once in the constructor (data, model, DDP, optimizer,
+// and where training starts: a checkpoint, given weights or the seeded initialisation), then
+// epochs of steps with checkpoints and the stop vote at the boundaries between steps.
 class Trainer {
  public:
   Trainer(Runtime& runtime, const TrainConfig& config);
   TrainResult run();
 
  private:
-  void run_epoch(int64_t epoch, TrainResult& result);
-  struct StepResult {
-    Tensor loss;          // on the device
-    bool stepped = false;  // this micro-batch ended its group: gradients synced, optimizer stepped
-  };
-  // One micro-batch: forward, loss, backward (synced or under no_sync), and the optimizer step
-  // that ends its group.
-  StepResult step(const Tensor& images, const Tensor& labels, int64_t batch, int64_t batches);
+  void choose_starting_point();
+  // Trains the rest of epoch pos_.epoch; false when the ranks agreed to stop.
+  bool run_epoch(TrainResult& result);
+  Tensor step(const Tensor& images, const Tensor& labels, const MicroBatch& micro);
+  void join_step();
+  // Between two optimizer steps (`epoch_end`: after an epoch's evaluation): saves a checkpoint
+  // when one is due; returns the signal the ranks agreed to stop on, 0 to go on.
+  int at_step_boundary(bool epoch_end);
+  void save_checkpoint();
+  void stop(int signal);
+  checkpoint::TrainingState training_state() const;
 
   Runtime& rt_;
   const TrainConfig& c_;
   MnistSplits data_;
   std::unique_ptr<Sequential> model_;
   std::optional<DistributedDataParallel> ddp_;  // none on one rank: nothing to synchronise
+  std::optional<Join> join_;                     // --sampler uneven on more than one rank
   std::unique_ptr<Optimizer> optimizer_;
   LrSchedule schedule_;
   DistributedSampler sampler_;
@@ -59,6 +93,14 @@ class Trainer {
   CrossEntropyLoss loss_fn_;
   Tracer tracer_;
   Reporter reporter_;
+  safetensors::Metadata architecture_;
+  RunPosition pos_;
+  CheckpointSaver saver_;
+  int64_t last_saved_step_ = -1;
+  StopSignals signals_;
+  StopVote stop_vote_;
+  SampleLog sample_log_;
+  int stopped_by_ = 0;  // the signal the ranks agreed to stop on
 };
 
 Trainer::Trainer(Runtime& runtime, const TrainConfig& c)
@@ -68,23 +110,60 @@ Trainer::Trainer(Runtime& runtime, const TrainConfig& c)
       model_(build_model(model_spec_for_rank(c.model, runtime), data_.train->sample_shape(),
                          data_.train->num_classes(), runtime.device(), c.seed)),
       schedule_{c.lr_schedule, c.optimizer.lr, c.lr_step_size, c.lr_gamma, c.epochs, 0.f},
-      sampler_(data_.train->size(), runtime.size(), runtime.rank(), true, c.seed),
+      sampler_(data_.train->size(), runtime.size(), runtime.rank(), c.data.shuffle, c.seed, c.data.sampler),
       loader_(std::make_unique<DataLoader>(*data_.train, c.batch_size)),
       stager_(runtime.device()),
       tracer_(!c.output.trace_path.empty()),
       reporter_(c.output, runtime.rank() == 0,
                 progress_wanted(c.output.progress, started_by_launcher(process_env), process_env("DTRAIN_STDOUT_IS_TTY"),
-                                isatty(STDOUT_FILENO) == 1)) {
+                                isatty(STDOUT_FILENO) == 1)),
+      architecture_(architecture_metadata(
+          {c.model, data_.train->sample_shape(), data_.train->num_classes(), c.data.normalize})),
+      saver_(c.checkpoints, runtime.rank() == 0),
+      stop_vote_(runtime.control()),
+      sample_log_(runtime.rank()) {
+  // Before the first collective whose count or shape a setting decides (DDP's checks, the
+  // broadcast, the steps): ranks started with other flags fail here, in one line, not in a hang.
+  check_ranks_agree(runtime.control(), shared_settings(c, data_.train->size(), data_.test->size()));
   model_->set_amp(c.amp);
   if (runtime.size() > 1) ddp_.emplace(*model_, runtime, c.ddp);
+  if (runtime.size() > 1 && c.data.sampler == SamplerTail::kUneven) join_.emplace(runtime.control());
   optimizer_ = make_optimizer(c.optimizer, model_->parameters());
-  reporter_.start(runtime, model_->describe(), c, data_.train->size(), data_.test->size());
+  choose_starting_point();
 }
 
-Trainer::StepResult Trainer::step(const Tensor& images, const Tensor& labels, int64_t b, int64_t batches) {
-  const int64_t micro = b % c_.accumulate;
-  const bool step_now = micro == c_.accumulate - 1 || b == batches - 1;
-  if (micro == 0) optimizer_->zero_grad();
+// A checkpoint (--resume), else given weights (--init-weights), else the seeded initialisation.
+// Everything that can fail is read before anything is printed: a checkpoint that does not fit
+// is the run's only line.
+void Trainer::choose_starting_point() {
+  const CheckpointSettings& k = c_.checkpoints;
+  const std::optional<Resumed> resumed = restore_checkpoint(rt_.control(), c_, *model_, *optimizer_);
+  if (!resumed && !k.init_weights.empty()) load_initial_weights(rt_.control(), k.init_weights, *model_);
+  reporter_.start(rt_, model_->describe(), c_, data_.train->size(), data_.test->size());
+  if (!resumed) {
+    if (k.resume == ResumeMode::kAuto) reporter_.note(fmt::format("resume: no checkpoint in {} (no {}/latest): starting fresh", k.dir, k.dir));
+    if (!k.init_weights.empty()) reporter_.note(fmt::format("initial weights: {}", k.init_weights));
+    return;
+  }
+  const checkpoint::TrainingState& s = resumed->state;
+  pos_ = {s.epoch, s.step_in_epoch, s.sample_in_epoch, s.global_step, s.samples_seen};
+  last_saved_step_ = s.global_step;
+  reporter_.note(fmt::format("resume: from {} (global step {}; epoch {}, {} step(s) and {} samples into it){}",
+                             resumed->path, s.global_step, s.epoch + 1, s.step_in_epoch, s.sample_in_epoch,
+                             k.init_weights.empty() ? "" : "; --init-weights not used"));
+  if (s.world_size != rt_.size())
+    reporter_.note(fmt::format(
+        "resume: saved at world size {}, running at {}: the rest of epoch {} continues from sample {} of the same "
+        "order, every remaining sample used once; not bitwise identical to continuing at world size {} (batches "
+        "group differently)",
+        s.world_size, rt_.size(), s.epoch + 1, s.sample_in_epoch, s.world_size));
+  if (pos_.epoch >= c_.epochs)
+    reporter_.note(fmt::format("resume: the checkpoint has finished epoch {} of --epochs {}: nothing left to train",
+                               pos_.epoch, c_.epochs));
+}
+
+Tensor Trainer::step(const Tensor& images, const Tensor& labels, const MicroBatch& micro) {
+  if (micro.index_in_step == 0) optimizer_->zero_grad();
   Tensor logits;
   {
     ScopedSpan span(&tracer_, "forward");
@@ -92,13 +171,12 @@ Trainer::StepResult Trainer::step(const Tensor& images, const Tensor& labels, in
   }
   Tensor loss = loss_fn_.forward(logits, labels);
   Tensor grad = loss_fn_.backward();
-  // The step sees the mean over its micro-batches (the epoch's last group may be shorter).
-  const int64_t group = std::min(c_.accumulate, batches - (b - micro));
-  if (group > 1) scale(grad, 1.f / static_cast<float>(group));
+  // The step sees the mean over its micro-batches.
+  if (micro.step_size > 1) scale(grad, 1.f / static_cast<float>(micro.step_size));
   if (!ddp_) {
     ScopedSpan span(&tracer_, "backward");
     model_->backward(grad, false);
-  } else if (step_now) {
+  } else if (micro.ends_step) {
     ddp_->backward(grad);
     tracer_.add_backward(ddp_->last_backward());
   } else {
@@ -106,45 +184,165 @@ Trainer::StepResult Trainer::step(const Tensor& images, const Tensor& labels, in
     ScopedSpan span(&tracer_, "backward (no_sync)");
     ddp_->backward(grad);
   }
-  if (step_now) {
+  if (micro.ends_step) {
     ScopedSpan span(&tracer_, "optimizer step");
     optimizer_->step();
   }
-  return {loss, step_now};
+  return loss;
 }
 
-void Trainer::run_epoch(int64_t epoch, TrainResult& result) {
+bool Trainer::run_epoch(TrainResult& result) {
+  const int64_t epoch = pos_.epoch;
   sampler_.set_epoch(epoch);
-  loader_->start_epoch(sampler_.indices());
+  // The rest of the epoch: all of it, or what a checkpoint had not used yet.
+  const int64_t epoch_start_position = pos_.sample_in_epoch;
+  const std::vector<int64_t> indices = sampler_.indices_from(pos_.sample_in_epoch);
+  loader_->start_epoch(indices);
   optimizer_->set_lr(schedule_.lr_at(epoch));
   const int64_t batches = loader_->num_batches();
+  const int64_t world = rt_.size();
+  // Batches are numbered (in the log) from the epoch's start, as an uninterrupted run at this
+  // world size numbers them.
+  const int64_t first = pos_.sample_in_epoch / (c_.batch_size * world);
+  reporter_.start_epoch(epoch, first + batches, sampler_.total_size());
   int64_t samples = 0;
-  reporter_.start_epoch(epoch, batches, sampler_.total_size());
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = Clock::now();
+  auto step_start = t0;
+  bool writing = false;
   StagedBatches data(*loader_, stager_);
-  for (int64_t b = 0; data.next(); ++b) {
-    const int64_t batch_samples = data.labels().numel();
-    const StepResult r = step(data.images(), data.labels(), b, batches);
-    reporter_.after_step(epoch, b, samples * rt_.size(), batch_samples * rt_.size(), r.loss, optimizer_->lr(),
-                         ddp_ && r.stepped ? &ddp_->last_backward() : nullptr);
-    samples += batch_samples;
+  for (int64_t i = 0;; ++i) {
+    const bool have = data.next();
+    if (join_) {
+      // Uneven inputs: every rank votes at each step; the boundary after the previous step comes
+      // only now that all know the epoch goes on (the last one follows its evaluation).
+      if (!join_->any_rank_has_data(have)) break;
+      if (i > 0)
+        if (const int signal = at_step_boundary(false)) return stop(signal), false;
+      if (!have) {
+        set_collective_context(fmt::format("epoch {} step {} (joined)", epoch + 1, pos_.global_step + 1));
+        join_step();
+        continue;
+      }
+    } else if (!have) {
+      break;
+    }
+    const MicroBatch micro = micro_batch(i, batches, c_.accumulate);
+    // What the collectives of this step are for, in the flight recorder and timeout lines.
+    set_collective_context(fmt::format("epoch {} step {}", epoch + 1, pos_.global_step + 1));
+    if (micro.index_in_step == 0) step_start = Clock::now(), writing = saver_.writing();
+    Tensor loss = step(data.images(), data.labels(), micro);
+    const int64_t n = data.labels().numel();
+    if (sample_log_.enabled())
+      sample_log_.record(epoch, pos_.global_step + 1, std::span(indices).subspan(static_cast<size_t>(i * c_.batch_size), static_cast<size_t>(n)));
+    reporter_.after_step(epoch, first + i, pos_.sample_in_epoch, n * world, loss, optimizer_->lr(),
+                         ddp_ && micro.ends_step ? &ddp_->last_backward() : nullptr);
+    samples += n;
+    pos_.sample_in_epoch += n * world;
+    pos_.samples_seen += n * world;
+    if (!micro.ends_step) continue;
+    ++pos_.global_step;
+    ++pos_.step_in_epoch;
+    saver_.record_step(ms_since(step_start), writing);
+    if (!join_ && i + 1 < batches) {  // the epoch's last step ends at the boundary after its evaluation
+      if (const int signal = at_step_boundary(false)) return stop(signal), false;
+    }
   }
   rt_.compute_stream().synchronize();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const int64_t global_samples = samples * rt_.size();  // every rank runs the same count
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  // Every rank runs the same count, except with uneven inputs: then the epoch's rest, once.
+  const int64_t global_samples = join_ ? sampler_.total_size() - epoch_start_position : samples * world;
   result.train_samples += global_samples;
   result.train_seconds += seconds;
+  set_collective_context(fmt::format("epoch {} evaluation", epoch + 1));
   const Evaluation eval = evaluate(*model_, *data_.test, rt_.control(), rt_.device());
   result.test_loss = eval.loss;
   result.test_accuracy = eval.accuracy;
-  reporter_.end_epoch(epoch, eval, data_.test->size(), global_samples, seconds, rt_.size());
+  reporter_.end_epoch(epoch, eval, data_.test->size(), global_samples, seconds, world);
+  pos_.epoch = epoch + 1;
+  pos_.step_in_epoch = 0;
+  pos_.sample_in_epoch = 0;
+  if (const int signal = at_step_boundary(true)) return stop(signal), false;
+  return true;
+}
+
+// A rank out of data while others still train (--sampler uneven): the same collectives and the
+// same optimizer step as theirs, with zero gradients of its own (Join).
+void Trainer::join_step() {
+  optimizer_->zero_grad();
+  ddp_->join_backward();
+  optimizer_->step();
+  ++pos_.global_step;
+  ++pos_.step_in_epoch;
+}
+
+int Trainer::at_step_boundary(bool epoch_end) {
+  const bool run_end = epoch_end && pos_.epoch >= c_.epochs;
+  // Every rank reaches the same boundaries, so every rank votes at each (Note [Agreeing to stop]).
+  const int signal = run_end ? 0 : stop_vote_.poll(StopSignals::received());
+  const CheckpointSettings& k = c_.checkpoints;
+  if (!k.dir.empty()) {
+    bool due = run_end || signal != 0 || (k.every > 0 ? pos_.global_step % k.every == 0 : epoch_end);
+    if (join_ && !epoch_end) due = false;  // uneven epochs have no single position to resume from
+    if (due && pos_.global_step != last_saved_step_) save_checkpoint();
+  }
+  return signal;
+}
+
+checkpoint::TrainingState Trainer::training_state() const {
+  checkpoint::TrainingState s;
+  s.epoch = pos_.epoch;
+  s.step_in_epoch = pos_.step_in_epoch;
+  s.sample_in_epoch = pos_.sample_in_epoch;
+  s.global_step = pos_.global_step;
+  s.samples_seen = pos_.samples_seen;
+  s.world_size = rt_.size();
+  s.seed = c_.seed;
+  s.lr_schedule_position = pos_.epoch;  // the schedules are per epoch
+  s.lr = schedule_.lr_at(pos_.epoch);
+  s.config = resume_config(c_);
+  return s;  // the saver adds the Dropout counters
+}
+
+void Trainer::save_checkpoint() {
+  rt_.compute_stream().synchronize();  // the snapshot reads what the last step wrote
+  saver_.save(training_state(), *model_, *optimizer_, architecture_);
+  last_saved_step_ = pos_.global_step;
+  reporter_.note(fmt::format("checkpoint: {}{}", saver_.last_path(),
+                             c_.checkpoints.background ? " (writing in the background)" : ""));
+}
+
+// The ranks agreed to stop at this boundary: rank 0's checkpoint is complete before any rank
+// exits (a launcher ends the job when the first rank does), then each returns to exit.
+void Trainer::stop(int signal) {
+  stopped_by_ = signal;
+  saver_.wait();
+  if (rt_.rank() == 0) {
+    const std::string saved = c_.checkpoints.dir.empty() ? "nothing saved (no --checkpoint-dir)"
+                              : last_saved_step_ != pos_.global_step
+                                  ? fmt::format("no checkpoint of this step (--sampler uneven saves at epoch ends); the "
+                                                "newest is {}",
+                                                saver_.last_path().empty() ? "none" : saver_.last_path())
+                                  : fmt::format("checkpoint {} saved; continue with --resume auto", saver_.last_path());
+    std::fflush(stdout);
+    fmt::print(stderr, "dtrain: stopped by {} at step {} (epoch {}, {} samples into it); {}\n", signal_name(signal),
+               pos_.global_step, pos_.epoch + 1, pos_.sample_in_epoch, saved);
+    std::fflush(stderr);
+  }
+  rt_.control().barrier();
 }
 
 TrainResult Trainer::run() {
   TrainResult result;
   result.world_size = rt_.size();
   result.device = rt_.device().str();
-  for (int64_t epoch = 0; epoch < c_.epochs; ++epoch) run_epoch(epoch, result);
+  while (pos_.epoch < c_.epochs) {
+    if (!run_epoch(result)) break;
+  }
+  result.stop_signal = stopped_by_;
+  saver_.wait();  // a failed background save fails the run here
+  result.global_step = pos_.global_step;
+  if (result.stop_signal) return result;
+  reporter_.note(saver_.summary());
   result.samples_per_second = result.train_seconds > 0 ? static_cast<double>(result.train_samples) / result.train_seconds : 0;
   result.parameters_fingerprint = parameters_fingerprint(*model_);
   if (tracer_.enabled()) {

@@ -106,6 +106,7 @@ json to_json(const TrainingState& s) {
       {"dtrain_version", s.dtrain_version},
       {"epoch", s.epoch},
       {"step_in_epoch", s.step_in_epoch},
+      {"sample_in_epoch", s.sample_in_epoch},
       {"global_step", s.global_step},
       {"samples_seen", s.samples_seen},
       {"world_size", s.world_size},
@@ -132,6 +133,7 @@ TrainingState training_state_from_json(const json& doc, std::string_view source)
   s.dtrain_version = version.get<std::string>();
   s.epoch = int_field(doc, "epoch", source);
   s.step_in_epoch = int_field(doc, "step_in_epoch", source);
+  s.sample_in_epoch = int_field(doc, "sample_in_epoch", source);
   s.global_step = int_field(doc, "global_step", source);
   s.samples_seen = int_field(doc, "samples_seen", source);
   s.world_size = int_field(doc, "world_size", source, 1);

@@ -28,6 +28,8 @@ struct TrainingState {
   // Filled by the trainer.
   int64_t epoch = 0;            // the epoch to continue (counts from 0)
   int64_t step_in_epoch = 0;    // optimizer steps of that epoch already done
+  int64_t sample_in_epoch = 0;  // global samples of that epoch already used: the position in the
+                                // epoch's sample order where it continues (at any world size)
   int64_t global_step = 0;      // optimizer steps since the start: the N of step-<N>
   int64_t samples_seen = 0;     // global samples consumed, over all ranks
   int64_t world_size = 1;

@@ -25,7 +25,7 @@ NodeLayout probe_node_layout(MPI_Comm comm) {
   return layout;
 }
 
-HierarchicalCommunicator::HierarchicalCommunicator(MPI_Comm parent) {
+HierarchicalCommunicator::HierarchicalCommunicator(MPI_Comm parent, const CollectiveOptions& options) {
   int rank = 0;
   MPI_CHECK(MPI_Comm_rank(parent, &rank));
   MPI_CHECK(MPI_Comm_split_type(parent, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node_comm_));
@@ -38,9 +38,11 @@ HierarchicalCommunicator::HierarchicalCommunicator(MPI_Comm parent) {
   const NodeLayout layout = probe_node_layout(parent);
   nodes_ = layout.nodes;
   staged_ = layout.max_local_size > 1;
-  world_ = std::make_unique<MpiCommunicator>(parent, /*shared_memory_allreduce=*/false);
-  node_ = std::make_unique<MpiCommunicator>(node_comm_);  // every rank on one node: shm for float32
-  if (leaders_comm_ != MPI_COMM_NULL) leaders_ = std::make_unique<MpiCommunicator>(leaders_comm_);
+  CollectiveOptions world_options = options;
+  world_options.shared_memory_allreduce = false;  // its all-reduces are the flat path (one node per leader)
+  world_ = std::make_unique<MpiCommunicator>(parent, world_options);
+  node_ = std::make_unique<MpiCommunicator>(node_comm_, options);  // every rank on one node: shm for float32
+  if (leaders_comm_ != MPI_COMM_NULL) leaders_ = std::make_unique<MpiCommunicator>(leaders_comm_, options);
 }
 
 HierarchicalCommunicator::~HierarchicalCommunicator() = default;

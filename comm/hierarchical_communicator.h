@@ -37,7 +37,8 @@ class HierarchicalCommunicator final : public Communicator {
  public:
   // Collective over `parent` (which the caller keeps): splits it into node and leader
   // communicators. Call it from the thread that owns MPI with no other MPI call in flight.
-  explicit HierarchicalCommunicator(MPI_Comm parent);
+  // `options` go to each MpiCommunicator it is made of (each stage has the deadline).
+  explicit HierarchicalCommunicator(MPI_Comm parent, const CollectiveOptions& options = {});
   ~HierarchicalCommunicator() override;
 
   int rank() const override { return world_->rank(); }

@@ -6,6 +6,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <fmt/format.h>
+
+#include "comm/collective_check.h"
 #include "comm/mpi_check.h"
 
 namespace dtrain {
@@ -30,7 +33,8 @@ void check_count(int64_t count, const void* buf, const char* what) {
 
 }  // namespace
 
-MpiCommunicator::MpiCommunicator(MPI_Comm parent, bool shared_memory_allreduce) {
+MpiCommunicator::MpiCommunicator(MPI_Comm parent, const CollectiveOptions& options)
+    : recorder_(options.flight_recorder_size) {
   MPI_CHECK(MPI_Comm_dup(parent, &comm_));
   MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
@@ -42,10 +46,77 @@ MpiCommunicator::MpiCommunicator(MPI_Comm parent, bool shared_memory_allreduce) 
   MPI_CHECK(MPI_Comm_free(&node));
   // Creating it is collective, so the ranks agree first: an environment variable set on only
   // some ranks must not leave the others waiting in a collective those never join.
-  int use_shm = shared_memory_allreduce && size_ > 1 && local_size_ == size_ && shm_allreduce_enabled() ? 1 : 0;
-  if (size_ > 1) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &use_shm, 1, MPI_INT, MPI_MIN, comm_));
+  // The same for the watchdog's board and the header checks: on for all if any rank wants them.
+  int agreed[3] = {options.shared_memory_allreduce && size_ > 1 && local_size_ == size_ && shm_allreduce_enabled() ? 0 : 1,
+                   options.timeout_s > 0 || options.flight_recorder_size > 0 ? 1 : 0,
+                   options.check_every_collective ? 1 : 0};
+  if (size_ > 1) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, agreed, 3, MPI_INT, MPI_MAX, comm_));
+  const bool use_shm = size_ > 1 && agreed[0] == 0;
+  const bool watched = agreed[1] != 0;
+  check_headers_ = size_ > 1 && agreed[2] != 0;
   if (use_shm) shm_ = ShmAllreduce::create(comm_, kShmSlotBytes);
+  if (size_ > 1 && watched) board_ = ProgressBoard::create(comm_);
   stream_ = make_stream(Device::cpu());
+  if (watched)
+    watchdog_ = std::make_unique<CollectiveWatchdog>(
+        WatchdogSettings{options.timeout_s, options.flight_recorder_dir}, rank_, size_, recorder_, board_.get());
+}
+
+WorkHandle MpiCommunicator::submit(const char* kind, DType dtype, int64_t count, std::function<void(int64_t)> body) {
+  if (!watchdog_) {
+    const int64_t seq = unrecorded_seq_.fetch_add(1, std::memory_order_relaxed) + 1;
+    return queue_.submit([seq, body = std::move(body)] { body(seq); });
+  }
+  const int64_t seq = recorder_.enqueue(kind, dtype, count);
+  const int code = ProgressBoard::kind_code(kind);
+  return queue_.submit([this, seq, code, dtype, count, body = std::move(body)] {
+    recorder_.started(seq);
+    if (board_) board_->started(seq, code, count, dtype);
+    watchdog_->begin(seq);
+    try {
+      body(seq);
+    } catch (const std::exception& e) {
+      watchdog_->end();
+      recorder_.finished(seq, false);
+      watchdog_->dump(fmt::format("collective #{} failed: {}", seq, e.what()));
+      throw;
+    }
+    watchdog_->end();
+    recorder_.finished(seq, true);
+    if (board_) board_->completed(seq);
+  });
+}
+
+void MpiCommunicator::check_same_collective(int64_t seq, int64_t count) const {
+  if (!board_) return;
+  const std::vector<ProgressBoard::Entry> board = board_->read();
+  // Every rank has arrived: all are in collective `seq` unless one skipped or repeated one.
+  if (std::string differs = different_collective_text(board, board_->local_rank()); !differs.empty()) throw Error(differs);
+  const std::string differs = not_arrived_text(board, board_->local_rank(), seq,
+                                               ProgressBoard::kind_code("allreduce"), count,
+                                               static_cast<int>(DType::kF32));
+  if (!differs.empty())
+    throw Error(fmt::format("ranks issued different collectives: rank {} is in #{}: allreduce of {} float32; {}", rank_,
+                            seq, count, differs));
+}
+
+void MpiCommunicator::check_header(int64_t seq, const char* kind, int64_t count, DType dtype) {
+  if (!check_headers_) return;
+  const CollectiveHeader mine{seq, ProgressBoard::kind_code(kind), count, static_cast<int>(dtype)};
+  int64_t reduced[8];
+  pack_header_check(mine, reduced);
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, reduced, 8, MPI_INT64_T, MPI_MAX, comm_));
+  if (header_check_agrees(reduced)) return;
+  // Only on the way to an error: every rank's header, to name who differs and how.
+  const int64_t packed[4] = {mine.seq, mine.kind, mine.count, mine.dtype};
+  std::vector<int64_t> all(static_cast<size_t>(size_) * 4);
+  MPI_CHECK(MPI_Allgather(packed, 4, MPI_INT64_T, all.data(), 4, MPI_INT64_T, comm_));
+  std::vector<CollectiveHeader> headers;
+  for (int r = 0; r < size_; ++r) {
+    const int64_t* h = &all[static_cast<size_t>(r) * 4];
+    headers.push_back({h[0], static_cast<int>(h[1]), h[2], static_cast<int>(h[3])});
+  }
+  throw Error(header_mismatch_text(headers));
 }
 
 MpiCommunicator::~MpiCommunicator() = default;
@@ -55,11 +126,15 @@ WorkHandle MpiCommunicator::allreduce_async(void* buf, int64_t count, DType dtyp
   DTRAIN_CHECK(op != ReduceOp::kAvg || !is_integer(dtype), "allreduce: ReduceOp::kAvg needs a floating-point dtype, got {}",
                dtype_name(dtype));
   if (count == 0) return WorkQueue::completed();
-  if (shm_ && ShmAllreduce::supports(dtype))
-    return queue_.submit([this, buf, count, op] { shm_->allreduce(static_cast<float*>(buf), count, op); });
+  if (shm_ && ShmAllreduce::supports(dtype)) {
+    return submit("allreduce", dtype, count, [this, buf, count, op](int64_t seq) {
+      shm_->allreduce(static_cast<float*>(buf), count, op, [this, seq, count] { check_same_collective(seq, count); });
+    });
+  }
   MPI_Datatype type = mpi_datatype(dtype);
   MPI_Op sum = ops_.sum(dtype);
-  return queue_.submit([this, buf, count, dtype, op, type, sum] {
+  return submit("allreduce", dtype, count, [this, buf, count, dtype, op, type, sum](int64_t seq) {
+    check_header(seq, "allreduce", count, dtype);
     auto* p = static_cast<char*>(buf);
     const size_t esize = dtype_size(dtype);
     for (int64_t done = 0; done < count;) {
@@ -89,7 +164,8 @@ WorkHandle MpiCommunicator::broadcast_async(void* buf, int64_t count, DType dtyp
   DTRAIN_CHECK(root >= 0 && root < size_, "broadcast: root {} is not a rank of {}", root, size_);
   if (count == 0) return WorkQueue::completed();
   MPI_Datatype type = mpi_datatype(dtype);
-  return queue_.submit([this, buf, count, dtype, root, type] {
+  return submit("broadcast", dtype, count, [this, buf, count, dtype, root, type](int64_t seq) {
+    check_header(seq, "broadcast", count, dtype);
     auto* p = static_cast<char*>(buf);
     const size_t esize = dtype_size(dtype);
     for (int64_t done = 0; done < count;) {
@@ -113,20 +189,28 @@ WorkHandle MpiCommunicator::allgather_async(const void* send, void* recv, int64_
   const void* own_block = static_cast<const char*>(recv) + static_cast<size_t>(rank_) * block;
   const void* sendbuf = send == own_block ? MPI_IN_PLACE : send;
   int n = static_cast<int>(count_per_rank);
-  return queue_.submit(
-      [this, sendbuf, recv, n, type] { MPI_CHECK(MPI_Allgather(sendbuf, n, type, recv, n, type, comm_)); });
+  return submit("allgather", dtype, count_per_rank,
+                [this, sendbuf, recv, n, type, count_per_rank, dtype](int64_t seq) {
+                  check_header(seq, "allgather", count_per_rank, dtype);
+                  MPI_CHECK(MPI_Allgather(sendbuf, n, type, recv, n, type, comm_));
+                });
 }
 
 WorkHandle MpiCommunicator::barrier_async() {
-  return queue_.submit([this] { MPI_CHECK(MPI_Barrier(comm_)); });
+  return submit("barrier", DType::kU8, 0, [this](int64_t seq) {
+    check_header(seq, "barrier", 0, DType::kU8);
+    MPI_CHECK(MPI_Barrier(comm_));
+  });
 }
 
 void MpiCommunicator::shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   queue_.drain_and_stop();
+  watchdog_.reset();
   ops_.release();
   if (shm_) shm_->release();
+  if (board_) board_->release();
   MPI_CHECK(MPI_Comm_free(&comm_));
 }
 

@@ -3,26 +3,42 @@
 // MPI_THREAD_SERIALIZED suffices and *_async calls return at once.
 #pragma once
 
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include <mpi.h>
 
+#include "comm/collective_watchdog.h"
 #include "comm/communicator.h"
+#include "comm/flight_recorder.h"
 #include "comm/mpi_types.h"
 #include "comm/shm_allreduce.h"
 #include "comm/work_queue.h"
 
 namespace dtrain {
 
+// Deadlines and the flight recorder (comm/collective_watchdog.h).
+struct CollectiveOptions {
+  double timeout_s = 600;              // per collective; 0: none
+  size_t flight_recorder_size = 2000;  // collectives kept
+  std::string flight_recorder_dir;     // where dumps go ("": the current directory)
+  // Each MPI collective first all-reduces its header (Note [Checking every collective]).
+  bool check_every_collective = false;
+  // false: every all-reduce is MPI_Allreduce (the flat algorithm), even with every rank on one node.
+  bool shared_memory_allreduce = true;
+};
+// timeout_s 0 and flight_recorder_size 0: no recorder, no progress board, no watchdog thread
+// (every rank then runs without them if any rank asked for none; see the constructor).
+
 class MpiCommunicator final : public Communicator {
  public:
   // Duplicates `parent` (which the caller keeps), sets MPI_ERRORS_RETURN on the duplicate,
   // finds the node-local rank/size with MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), creates the
   // BF16/F16 ops and starts the communication thread. Call it from the thread that owns MPI
-  // with no other MPI call in flight (MPI_THREAD_SERIALIZED). shared_memory_allreduce=false
-  // keeps every all-reduce on MPI_Allreduce (the flat algorithm) even on one node.
-  explicit MpiCommunicator(MPI_Comm parent, bool shared_memory_allreduce = true);
+  // with no other MPI call in flight (MPI_THREAD_SERIALIZED).
+  explicit MpiCommunicator(MPI_Comm parent, const CollectiveOptions& options = {});
   // Without shutdown(): queued collectives that have not started fail, a running one finishes,
   // and the MPI handles are left to process exit (no MPI call from a destructor).
   ~MpiCommunicator() override;
@@ -38,6 +54,7 @@ class MpiCommunicator final : public Communicator {
   // How many all-reduces went through it so far (0 when it is off).
   int64_t shared_memory_reductions() const { return shm_ ? shm_->reductions() : 0; }
   Stream& stream() override { return *stream_; }
+  const FlightRecorder& flight_recorder() const { return recorder_; }
 
   // F32, I32, BF16, F16, U8. kAvg divides the sum by size() (float types only: I32/U8 throw here).
   // count 0 returns a completed Work without touching MPI. F32 goes through ShmAllreduce when
@@ -58,6 +75,13 @@ class MpiCommunicator final : public Communicator {
   void shutdown() override;
 
  private:
+  // Records the collective, then runs `body` on the communication thread under the watchdog.
+  WorkHandle submit(const char* kind, DType dtype, int64_t count, std::function<void(int64_t seq)> body);
+  // After every rank arrived in shared-memory all-reduce `seq`: all of them are in the same one.
+  void check_same_collective(int64_t seq, int64_t count) const;
+  // --debug-collectives: every rank's header of MPI collective `seq` agrees, or all throw.
+  void check_header(int64_t seq, const char* kind, int64_t count, DType dtype);
+
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;
@@ -66,6 +90,11 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Stream> stream_;
   HalfSumOps ops_;
   std::unique_ptr<ShmAllreduce> shm_;
+  FlightRecorder recorder_;
+  std::unique_ptr<ProgressBoard> board_;
+  std::unique_ptr<CollectiveWatchdog> watchdog_;  // null when timeouts and recording are off
+  std::atomic<int64_t> unrecorded_seq_{0};         // sequence numbers without a recorder
+  bool check_headers_ = false;
   bool shut_down_ = false;
   WorkQueue queue_{"dtrain-mpi"};  // last: its thread stops before the members above go
 };

@@ -2,6 +2,7 @@
 #include "comm/mpi_lifecycle.h"
 
 #include <atomic>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 
@@ -27,6 +28,21 @@ bool started_by_launcher(const EnvLookup& env) {
   for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"})
     if (env(name)) return true;
   return env("SLURM_STEP_ID") && env("SLURM_STEP_NUM_TASKS");
+}
+
+std::string launcher_world_mismatch(const EnvLookup& env, int world_size) {
+  if (env("OMPI_COMM_WORLD_SIZE")) return "";
+  const char* source = env("PMI_SIZE") ? "PMI_SIZE" : "SLURM_STEP_NUM_TASKS";
+  const std::optional<std::string> text = env(source);
+  if (!text) return "";
+  int expected = 0;
+  auto [ptr, ec] = std::from_chars(text->data(), text->data() + text->size(), expected);
+  if (ec != std::errc() || ptr != text->data() + text->size() || expected == world_size) return "";
+  const std::string task = env("SLURM_PROCID").value_or("?");
+  return fmt::format("this is task {} of the {} that the launcher started ({}={}), but MPI sees a world of {} rank{}: "
+                     "MPI was not started through the launcher's PMI, so every task runs alone; under srun use "
+                     "--mpi=pmix (srun --mpi=list shows what the cluster offers), or start the job with dtrain-launch",
+                     task, expected, source, *text, world_size, world_size == 1 ? "" : "s");
 }
 
 std::string launcher_rank() {

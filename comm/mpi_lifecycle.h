@@ -13,6 +13,14 @@ namespace dtrain {
 // a Slurm job step (SLURM_STEP_ID with SLURM_STEP_NUM_TASKS) started this process. Pure.
 bool started_by_launcher(const EnvLookup& env);
 
+// "" when the MPI world has the size the process's launcher started, else the one-line problem.
+// Under srun (a job step: SLURM_STEP_NUM_TASKS; an sbatch batch script has no job step and no
+// such variable) the world must have SLURM_STEP_NUM_TASKS ranks: an MPI that was not started
+// through Slurm's PMI makes every task a one-rank world of its own. A PMI server's PMI_SIZE is
+// compared instead when set (srun --mpi=pmi2, MPICH's hydra); under mpirun (OMPI_COMM_WORLD_SIZE)
+// the Slurm step, if any, is mpirun's daemons', so there is nothing to compare. Pure.
+std::string launcher_world_mismatch(const EnvLookup& env, int world_size);
+
 // This process's rank as its launcher exported it (Open MPI, PMIx, PMI, Slurm, torchrun-style
 // RANK), for messages before MPI is up; "" when started without a launcher.
 std::string launcher_rank();

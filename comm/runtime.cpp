@@ -54,7 +54,11 @@ std::unique_ptr<Runtime> init(int* argc, char*** argv, const RuntimeOptions& opt
     rt->owns_mpi_ = start_mpi(argc, argv, comm_thread_should_yield(rt->topology_));
     const AllreduceChoice choice = choose_allreduce(options.allreduce, world_node_layout());
     rt->allreduce_note_ = choice.reason;
-    rt->control_ = make_world_communicator(choice.algorithm);
+    rt->control_ = make_world_communicator(
+        choice.algorithm, CollectiveOptions{options.collective_timeout_s, options.flight_recorder_size,
+                                            options.flight_recorder_dir, options.debug_collectives});
+    if (std::string problem = launcher_world_mismatch(process_env, rt->control_->size()); !problem.empty())
+      throw Error(problem);
     set_world_rank_for_messages(rt->control_->rank());
     check_local_topology(rt->control_->local_rank(), rt->control_->local_size(), process_env);
   } else {
@@ -87,7 +91,9 @@ void Runtime::start_gradient_communicator(const RuntimeOptions& options) {
   if (!device_.is_cuda() || size() == 1) return;
   check_one_rank_per_gpu(device_, *control_);
   NcclOptions nccl;
-  nccl.timeout = std::chrono::milliseconds(static_cast<int64_t>(options.collective_timeout_s * 1000));
+  // No deadline (0) is a deadline no collective reaches.
+  const double timeout_s = options.collective_timeout_s > 0 ? options.collective_timeout_s : 1e9;
+  nccl.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   gradients_ = make_nccl_communicator(*control_, device_, nccl);
 }
 

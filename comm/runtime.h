@@ -19,7 +19,10 @@ struct RuntimeOptions {
   DeviceRequest device = DeviceRequest::automatic();
   bool allow_gpu_sharing = false;  // several local ranks on one GPU (local rank r -> GPU r mod count)
   bool tf32 = false;               // TF32 tensor cores for float32 GEMMs on GPU
-  double collective_timeout_s = 600;  // GPU collectives; PyTorch's default, 10 minutes
+  double collective_timeout_s = 600;  // every collective, CPU and GPU; PyTorch's default, 10 minutes; 0: none
+  size_t flight_recorder_size = 2000;  // collectives each rank remembers (comm/flight_recorder.h)
+  std::string flight_recorder_dir;     // where ranks write them on a timeout, an error or SIGUSR1
+  bool debug_collectives = false;      // every MPI collective checks its header first (comm/collective_check.h)
   int cpu_threads = 0;  // BLAS threads per rank; 0: the thread policy's choice (core/thread_policy.h)
   // How MPI all-reduces on CPU (comm/allreduce_algorithm.h); GPU gradients go over NCCL.
   AllreduceAlgorithm allreduce = AllreduceAlgorithm::kAuto;

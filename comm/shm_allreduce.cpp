@@ -90,8 +90,10 @@ void ShmAllreduce::barrier(MPI_Win win) {
   MPI_CHECK(MPI_Win_sync(win));  // ...and so are everyone else's
 }
 
-void ShmAllreduce::reduce_block(MPI_Win win, const std::vector<float*>& blocks, float* out, int64_t n, bool average) {
+void ShmAllreduce::reduce_block(MPI_Win win, const std::vector<float*>& blocks, float* out, int64_t n, bool average,
+                                const std::function<void()>& arrived) {
   barrier(win);  // every rank's block is complete
+  if (arrived) arrived();
 
   // This rank owns [lo, hi) of every block: it alone reads and writes it until the next barrier,
   // so summing in place is race-free. It sums in rank order, so every rank gets its bits, and
@@ -120,7 +122,7 @@ void ShmAllreduce::reduce_block(MPI_Win win, const std::vector<float*>& blocks, 
   if (out != mine) std::memcpy(out, mine, static_cast<size_t>(n) * sizeof(float));
 }
 
-void ShmAllreduce::allreduce(float* buf, int64_t count, ReduceOp op) {
+void ShmAllreduce::allreduce(float* buf, int64_t count, ReduceOp op, const std::function<void()>& arrived) {
   const bool average = op == ReduceOp::kAvg;
   for (const Region& region : regions_) {
     // Compared as addresses: `buf` usually points into some other allocation.
@@ -129,7 +131,7 @@ void ShmAllreduce::allreduce(float* buf, int64_t count, ReduceOp op) {
     if (at < mine || at + static_cast<uintptr_t>(count) * sizeof(float) > mine + region.floats * sizeof(float)) continue;
     const int64_t offset = static_cast<int64_t>((at - mine) / sizeof(float));
     for (int r = 0; r < size_; ++r) scratch_[static_cast<size_t>(r)] = region.bases[static_cast<size_t>(r)] + offset;
-    reduce_block(region.win, scratch_, buf, count, average);
+    reduce_block(region.win, scratch_, buf, count, average, arrived);
     reductions_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
@@ -137,7 +139,7 @@ void ShmAllreduce::allreduce(float* buf, int64_t count, ReduceOp op) {
   for (int64_t base = 0; base < count; base += slot_floats) {
     const int64_t n = std::min(slot_floats, count - base);
     std::memcpy(slots_.bases[static_cast<size_t>(rank_)], buf + base, static_cast<size_t>(n) * sizeof(float));
-    reduce_block(slots_.win, slots_.bases, buf + base, n, average);
+    reduce_block(slots_.win, slots_.bases, buf + base, n, average, base == 0 ? arrived : std::function<void()>());
   }
   reductions_.fetch_add(1, std::memory_order_relaxed);
 }

@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -52,7 +53,10 @@ class ShmAllreduce {
   float* allocate_region(int64_t floats);
   // In place over `count` floats; every rank calls it with the same count, in the same order,
   // and, for a buffer in a region, at the same offset in the same region.
-  void allreduce(float* buf, int64_t count, ReduceOp op);
+  // `arrived`, when given, runs once every rank has entered this all-reduce and before any rank
+  // reads another's data: a check that all of them are in the same one (it may throw; every
+  // rank then throws alike, so none waits).
+  void allreduce(float* buf, int64_t count, ReduceOp op, const std::function<void()>& arrived = {});
   // All-reduces this object has completed (calls of allreduce()), for tests and logs.
   int64_t reductions() const { return reductions_.load(std::memory_order_relaxed); }
   // Frees the window and the communicator. Idempotent.
@@ -72,7 +76,8 @@ class ShmAllreduce {
   void barrier(MPI_Win win);
   // `blocks[r]` is rank r's copy of the n floats, in `win`; every block receives the reduced
   // floats, and so does `out` (which may be blocks[rank_]).
-  void reduce_block(MPI_Win win, const std::vector<float*>& blocks, float* out, int64_t n, bool average);
+  void reduce_block(MPI_Win win, const std::vector<float*>& blocks, float* out, int64_t n, bool average,
+                    const std::function<void()>& arrived);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;

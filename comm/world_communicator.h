@@ -8,6 +8,7 @@
 
 #include "comm/allreduce_algorithm.h"
 #include "comm/communicator.h"
+#include "comm/mpi_communicator.h"
 
 namespace dtrain {
 
@@ -16,7 +17,9 @@ NodeLayout world_node_layout();
 
 // flat: MPI_Allreduce; shm: the node-shared windows (falls back to MPI_Allreduce, with
 // describe() saying so, where a window cannot be made); hierarchical: HierarchicalCommunicator.
-// `algorithm` must not be kAuto (resolve it with choose_allreduce first).
-std::unique_ptr<Communicator> make_world_communicator(AllreduceAlgorithm algorithm);
+// `options`: deadlines and the flight recorder of every MPI communicator it makes. `algorithm`
+// must not be kAuto (resolve it with choose_allreduce first).
+std::unique_ptr<Communicator> make_world_communicator(AllreduceAlgorithm algorithm,
+                                                      const CollectiveOptions& options = {});
 
 }  // namespace dtrain

@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <set>
@@ -36,6 +37,23 @@ std::string better_blas_coretype(const std::string& current, bool avx2_fma, bool
 std::string blas_corename() {
   const char* name = openblas_get_corename();
   return name ? name : "";
+}
+
+bool blis_wins(int64_t m, int64_t n, int64_t k) {
+  constexpr int64_t kSkinny = 32;
+  return std::min({m, n, k}) <= kSkinny;
+}
+
+bool blis_enabled() {
+#ifdef DTRAIN_WITH_BLIS
+  static const bool enabled = [] {
+    const char* v = std::getenv("DTRAIN_BLIS");
+    return !(v && std::strcmp(v, "off") == 0);
+  }();
+  return enabled;
+#else
+  return false;
+#endif
 }
 
 }  // namespace dtrain

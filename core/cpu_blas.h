@@ -1,10 +1,12 @@
-// Choosing OpenBLAS's kernel for this CPU. OpenBLAS 0.3.21 (Debian 12) does not know AMD Zen 4
+// Choosing the CPU's GEMM: OpenBLAS's kernel set for this CPU, and OpenBLAS or BLIS for a shape.
+// OpenBLAS's kernel for this CPU: OpenBLAS 0.3.21 (Debian 12) does not know AMD Zen 4
 // and falls back to its AVX2 "Haswell"/"Zen" kernels although the CPU has AVX-512; measured
 // here, its AVX-512 "SkylakeX" kernels run the trainer's GEMMs 1.7-1.9x faster. The kernel is
 // fixed when the library loads, so the choice is an environment variable read at start-up.
 // Newer CPUs than it knows (an H100 host's, measured) get its SSE3 "Prescott" fallback.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace dtrain {
@@ -20,5 +22,13 @@ std::string better_blas_coretype(const std::string& current, bool avx2_fma, bool
 
 // Name of the kernel set OpenBLAS is using in this process ("Haswell", "SkylakeX", ...).
 std::string blas_corename();
+
+// Note [Two CPU GEMM libraries] (core/ops.cpp): whether BLIS rather than OpenBLAS runs a CPU GEMM
+// of this shape (row-major C[m,n] += A[m,k] B[k,n]): a side of 32 or less, the convolutions'
+// 6 or 16 output channels and the output layers' 10 classes. The pure rule; blis_enabled() says
+// whether this build and environment may use BLIS at all.
+bool blis_wins(int64_t m, int64_t n, int64_t k);
+// Built with BLIS, and DTRAIN_BLIS is not "off" (read once).
+bool blis_enabled();
 
 }  // namespace dtrain

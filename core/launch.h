@@ -23,16 +23,32 @@ namespace dtrain {
 // The CUDA side (core/gpu_backend.cpp): the backend runs the kernel registered for `kernel`.
 void launch_on_gpu(const std::type_info& kernel, int64_t n, const void* functor);
 
+// DTRAIN_CPU_CLONES: a CPU loop built for AVX2 and for plain x86-64 (the baseline build targets
+// SSE2 only), the better picked when the program loads; used by cpu_loop below and by the
+// CPU-shaped loops in model/cpu_*.cpp. AVX2 brings no FMA and no sum is reordered (no
+// fast-math), so both clones compute the same floats; an AVX-512 clone would contract a*b+c
+// into FMAs and change them.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#define DTRAIN_CPU_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define DTRAIN_CPU_CLONES
+#endif
+
+// Iterations are independent by contract (the GPU runs them all at once), which the compiler
+// cannot prove through the functor's pointers: ivdep lets it vectorise. The local copy keeps
+// the functor's fields out of reach of those pointers' stores.
+template <class F>
+DTRAIN_CPU_CLONES void cpu_loop(int64_t n, const F& f) {
+  const F local = f;
+#pragma GCC ivdep
+  for (int64_t i = 0; i < n; ++i) local(i);
+}
+
 template <class F>
 void launch(Device device, int64_t n, const F& f) {
   if (n <= 0) return;
   if (device.is_cpu()) {
-    // Iterations are independent by contract (the GPU runs them all at once), which the
-    // compiler cannot prove through the functor's pointers: ivdep lets it vectorise. The local
-    // copy keeps the functor's fields out of reach of those pointers' stores.
-    const F local = f;
-#pragma GCC ivdep
-    for (int64_t i = 0; i < n; ++i) local(i);
+    cpu_loop(n, f);
     return;
   }
   static_assert(std::is_trivially_copyable_v<F>, "kernel functors are passed by value to the GPU");

@@ -8,28 +8,20 @@
 
 #include "core/error.h"
 #include "core/gpu_backend.h"
+#include "core/host_allocator.h"
 
 namespace dtrain {
 
-namespace {
-constexpr size_t kHostAlignment = 64;  // a cache line; also what AVX-512 loads like
-}  // namespace
-
 void* device_alloc(Device device, size_t bytes) {
   if (bytes == 0) return nullptr;
-  if (device.is_cpu()) {
-    size_t rounded = (bytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
-    void* p = std::aligned_alloc(kHostAlignment, rounded);
-    if (!p) throw Error(fmt::format("out of host memory allocating {} bytes", bytes));
-    return p;
-  }
+  if (device.is_cpu()) return HostAllocator::instance().alloc(bytes);
   return gpu_backend().alloc(bytes, device.index);
 }
 
 void device_free(Device device, void* ptr, size_t bytes) {
   if (!ptr) return;
   if (device.is_cpu()) {
-    std::free(ptr);
+    HostAllocator::instance().free(ptr, bytes);
     return;
   }
   gpu_backend().free(ptr, bytes, device.index);

@@ -1,6 +1,6 @@
 // Raw device memory: allocation and copies between host and devices. The only place that
-// knows which allocator backs which device (CPU: aligned host memory; CUDA: the caching
-// allocator in core/cuda/allocator.h).
+// knows which allocator backs which device (CPU: the caching allocator in
+// core/host_allocator.h; CUDA: the caching allocator in core/cuda/allocator.h).
 #pragma once
 
 #include <cstddef>

@@ -22,7 +22,22 @@ uint64_t uniform_below(std::mt19937_64& rng, uint64_t bound) {
   }
 }
 
+// Positions p of [from, N) with p = rank (mod R): this rank's share of the rest of an epoch.
+int64_t uneven_share(int64_t n, int64_t from, int rank, int replicas) {
+  const int64_t first = from + rank;
+  return first >= n ? 0 : (n - first + replicas - 1) / replicas;
+}
+
 }  // namespace
+
+const char* sampler_tail_name(SamplerTail tail) {
+  switch (tail) {
+    case SamplerTail::kPad: return "pad";
+    case SamplerTail::kDropLast: return "drop-last";
+    case SamplerTail::kUneven: return "uneven";
+  }
+  return "?";
+}
 
 std::vector<int64_t> seeded_permutation(int64_t n, uint64_t seed) {
   std::vector<int64_t> p(static_cast<size_t>(n));
@@ -36,25 +51,35 @@ std::vector<int64_t> seeded_permutation(int64_t n, uint64_t seed) {
 }
 
 DistributedSampler::DistributedSampler(int64_t dataset_size, int num_replicas, int rank, bool shuffle, uint64_t seed,
-                                       bool drop_last)
+                                       SamplerTail tail)
     : dataset_size_(dataset_size),
       num_replicas_(num_replicas),
       rank_(rank),
       shuffle_(shuffle),
       seed_(seed),
-      drop_last_(drop_last) {
+      tail_(tail) {
   if (dataset_size < 0) throw Error(fmt::format("DistributedSampler: dataset size {} is negative", dataset_size));
   if (num_replicas < 1)
     throw Error(fmt::format("DistributedSampler: num_replicas must be >= 1, got {}", num_replicas));
   if (rank < 0 || rank >= num_replicas)
     throw Error(fmt::format("DistributedSampler: rank {} is out of range [0, {})", rank, num_replicas));
-  num_samples_ = drop_last ? dataset_size / num_replicas : (dataset_size + num_replicas - 1) / num_replicas;
+  switch (tail) {
+    case SamplerTail::kPad: num_samples_ = (dataset_size + num_replicas - 1) / num_replicas; break;
+    case SamplerTail::kDropLast: num_samples_ = dataset_size / num_replicas; break;
+    case SamplerTail::kUneven: num_samples_ = uneven_share(dataset_size, 0, rank, num_replicas); break;
+  }
 }
 
-std::vector<int64_t> DistributedSampler::indices() const {
+std::vector<int64_t> DistributedSampler::indices_from(int64_t position) const {
+  if (position < 0 || position > dataset_size_)
+    throw Error(fmt::format("DistributedSampler: epoch position {} is outside [0, {}]", position, dataset_size_));
+  const int64_t remaining = dataset_size_ - position;
+  const int64_t per_rank = tail_ == SamplerTail::kDropLast ? remaining / num_replicas_
+                           : tail_ == SamplerTail::kPad   ? (remaining + num_replicas_ - 1) / num_replicas_
+                                                          : uneven_share(dataset_size_, position, rank_, num_replicas_);
   std::vector<int64_t> out;
-  out.reserve(static_cast<size_t>(num_samples_));
-  if (num_samples_ == 0) return out;
+  out.reserve(static_cast<size_t>(per_rank));
+  if (per_rank == 0) return out;
   std::vector<int64_t> order;
   if (shuffle_) {
     order = seeded_permutation(dataset_size_, seed_ + static_cast<uint64_t>(epoch_));
@@ -63,9 +88,11 @@ std::vector<int64_t> DistributedSampler::indices() const {
     std::iota(order.begin(), order.end(), int64_t{0});
   }
   // Position p of the padded list is order[p % N]: padding repeats the list from its start
-  // (cycling when N < R, as PyTorch does); with drop_last only p < total_size() is used.
-  const int64_t total = total_size();
-  for (int64_t p = rank_; p < total; p += num_replicas_) out.push_back(order[static_cast<size_t>(p % dataset_size_)]);
+  // (cycling when N < R, as PyTorch does); with drop_last only the positions up to a multiple of
+  // R are used.
+  const int64_t end = tail_ == SamplerTail::kUneven ? dataset_size_ : position + per_rank * num_replicas_;
+  for (int64_t p = position + rank_; p < end; p += num_replicas_)
+    out.push_back(order[static_cast<size_t>(p % dataset_size_)]);
   return out;
 }
 

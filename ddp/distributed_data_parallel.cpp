@@ -119,4 +119,17 @@ void DistributedDataParallel::backward(const Tensor& grad_output) {
   if (sync_) timing_ = {start, end, steady_now_ns(), reducer_->last_timings()};
 }
 
+void DistributedDataParallel::join_backward() {
+  DTRAIN_CHECK(sync_, "join_backward inside no_sync: a joined rank has nothing to accumulate");
+  const int64_t start = steady_now_ns();
+  reducer_->prepare_for_backward(true);
+  for (Parameter* p : module_.parameters()) {
+    p->grad.zero_();  // a view into its bucket
+    p->grad_is_zero = false;  // the all-reduce fills it: the optimizer must step with it
+  }
+  reducer_->mark_all_ready();
+  reducer_->finalize_backward();
+  timing_ = {start, start, steady_now_ns(), reducer_->last_timings()};
+}
+
 }  // namespace dtrain

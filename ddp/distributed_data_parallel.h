@@ -48,6 +48,13 @@ class DistributedDataParallel {
   // on return (accumulated locally only, inside no_sync()).
   void backward(const Tensor& grad_output);
 
+  // Join (uneven inputs; ddp/join.h): a rank that has run out of data calls this instead of
+  // forward and backward. It all-reduces zero gradients through every bucket, so the ranks that
+  // still have data are not left waiting, and its gradients become the same average they get:
+  // the sum over the ranks with data divided by the world size (PyTorch's Join with
+  // divide_by_initial_world_size). Its optimizer step then keeps its replica equal to theirs.
+  void join_backward();
+
   // Gradient accumulation: backward() inside the guard's lifetime skips the all-reduce; the
   // next backward outside it reduces everything accumulated (PyTorch's no_sync()).
   class NoSyncGuard {

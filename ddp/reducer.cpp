@@ -1,5 +1,7 @@
 #include "ddp/reducer.h"
 
+#include "comm/flight_recorder.h"
+
 #include <utility>
 
 #include <fmt/format.h>
@@ -89,6 +91,10 @@ void Reducer::mark_ready(Parameter& param) {
   if (--b.pending == 0) launch_ready_buckets();
 }
 
+void Reducer::mark_all_ready() {
+  for (Parameter* p : params_) mark_ready(*p);
+}
+
 void Reducer::launch_ready_buckets() {
   while (next_to_launch_ < buckets_.size() && buckets_[next_to_launch_].pending == 0) {
     launch(buckets_[next_to_launch_]);
@@ -101,6 +107,7 @@ void Reducer::launch(GradBucket& bucket) {
   // Note [Stream ordering]
   comm_.stream().wait(*compute_.record());
   bucket.launched_ns = steady_now_ns();
+  ScopedCollectiveDetail detail(fmt::format("bucket {}", bucket.index));  // the flight recorder's label
   bucket.work = hook_->run(bucket, comm_);
 }
 

@@ -54,6 +54,7 @@ class Reducer {
 
   void prepare_for_backward(bool sync);  // sync == false inside no_sync: gradients only accumulate
   void mark_ready(Parameter& param);     // the gradient-ready hook
+  void mark_all_ready();                 // every parameter, in parameter order (Join's shadow backward)
   void finalize_backward();              // after backward: launch the rest, wait, averaged grads
   // After a failed backward: waits for every launched all-reduce (errors ignored: the caller
   // is already failing) so none writes into freed buffers, and resets for the next backward.

@@ -91,12 +91,37 @@ std::string unmatched_iface(std::string_view spec, const std::vector<NetInterfac
   return unmatched;
 }
 
+std::vector<uint32_t> addresses_for_ranks(std::string_view spec, const std::vector<NetInterface>& interfaces,
+                                          bool single_node) {
+  constexpr uint32_t kLoopback = 0x7f000001;
+  if (single_node) return {kLoopback};
+  std::vector<uint32_t> chosen;
+  auto add = [&](uint32_t address) {
+    if (std::find(chosen.begin(), chosen.end(), address) == chosen.end()) chosen.push_back(address);
+  };
+  if (!spec.empty()) {
+    for_each_item(spec, [&](std::string_view item) {
+      const std::optional<Cidr> cidr = parse_cidr(item);
+      for (const NetInterface& i : interfaces)
+        if (cidr ? contains(*cidr, i.ipv4) : i.name == item) add(i.ipv4);
+    });
+  }
+  if (chosen.empty()) {
+    for (const NetInterface& i : interfaces)
+      if ((i.ipv4 >> 24) != 127) add(i.ipv4);
+  }
+  if (chosen.empty()) add(kLoopback);
+  return chosen;
+}
+
+std::string ipv4_text(uint32_t address) {
+  return fmt::format("{}.{}.{}.{}", address >> 24, (address >> 16) & 255, (address >> 8) & 255, address & 255);
+}
+
 std::string describe_interfaces(const std::vector<NetInterface>& interfaces) {
   std::string text;
-  for (const NetInterface& i : interfaces) {
-    text += fmt::format("{}{} {}.{}.{}.{}/{}", text.empty() ? "" : ", ", i.name, i.ipv4 >> 24, (i.ipv4 >> 16) & 255,
-                        (i.ipv4 >> 8) & 255, i.ipv4 & 255, i.prefix_len);
-  }
+  for (const NetInterface& i : interfaces)
+    text += fmt::format("{}{} {}/{}", text.empty() ? "" : ", ", i.name, ipv4_text(i.ipv4), i.prefix_len);
   return text.empty() ? "none with an IPv4 address" : text;
 }
 

@@ -27,6 +27,15 @@ void check_iface(std::string_view spec);
 // containing one's address); "" when all match.
 std::string unmatched_iface(std::string_view spec, const std::vector<NetInterface>& interfaces);
 
+// The addresses of this node at which ranks can reach dtrain-launch, best first: 127.0.0.1 when
+// every rank runs here; else the addresses --iface selects (spec non-empty), else every
+// non-loopback address (loopback last, for the ranks on this node, when there is none other).
+std::vector<uint32_t> addresses_for_ranks(std::string_view spec, const std::vector<NetInterface>& interfaces,
+                                          bool single_node);
+
+// "1.2.3.4" for an IPv4 address in host byte order.
+std::string ipv4_text(uint32_t address);
+
 // "eth0 198.18.0.1/24, lo 127.0.0.1/8" for messages.
 std::string describe_interfaces(const std::vector<NetInterface>& interfaces);
 

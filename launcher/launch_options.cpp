@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "launcher/iface.h"
+#include "launcher/restart_policy.h"
 
 namespace dtrain::launcher {
 
@@ -24,13 +25,34 @@ cxxopts::Options make_options() {
        cxxopts::value<std::string>())
       ("hostfile", "Open MPI hostfile", cxxopts::value<std::string>())
       ("gpus-per-node", "one rank per GPU, this many per node", cxxopts::value<std::string>())
-      ("iface", "network for Open MPI's TCP and out-of-band traffic: interface names or IPv4 CIDRs, "
-                "e.g. eth1 or 10.1.0.0/16", cxxopts::value<std::string>())
-      ("dry-run", "print the mpirun command and exit")
+      ("iface", "network for Open MPI's TCP and out-of-band traffic and for the ranks' reports to dtrain-launch: "
+                "interface names or IPv4 CIDRs, e.g. eth1 or 10.1.0.0/16", cxxopts::value<std::string>())
+      ("start-timeout", "seconds within which every rank must reach training, or the job is ended naming the ranks "
+                        "that did not (0: no bound)", cxxopts::value<std::string>()->default_value("300"))
+      ("max-restarts", "when the job fails, start it again this many times, adding --resume auto to the program's "
+                       "arguments (which must include --checkpoint-dir)", cxxopts::value<std::string>()->default_value("0"))
+      ("dry-run", "print the mpirun command (without dtrain-launch's rank supervisors) and exit")
       ("mpi-verbose", "show Open MPI's own error and help messages (hidden by default: ranks print one line each)")
       ("mpirun", "mpirun to run", cxxopts::value<std::string>()->default_value("mpirun"))
       ("h,help", "show this help");
   return options;
+}
+
+int parse_count(std::string_view text, std::string_view what) {
+  int value = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || value < 0)
+    throw UsageError(fmt::format("{}: '{}' is not a whole number of 0 or more", what, text));
+  return value;
+}
+
+double parse_seconds(std::string_view text, std::string_view what) {
+  double value = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  // A bound of more than a year is a typo; it would also overflow the clock's arithmetic.
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || !(value >= 0) || value > 3.2e7)
+    throw UsageError(fmt::format("{}: '{}' is not a number of seconds from 0 to 32000000", what, text));
+  return value;
 }
 
 int parse_positive(std::string_view text, std::string_view what) {
@@ -122,11 +144,15 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& args) {
     opts.iface = result["iface"].as<std::string>();
     check_iface(opts.iface);
   }
+  opts.start_timeout_s = parse_seconds(result["start-timeout"].as<std::string>(), "--start-timeout");
+  opts.max_restarts = parse_count(result["max-restarts"].as<std::string>(), "--max-restarts");
   opts.dry_run = result.count("dry-run") > 0;
   opts.mpi_verbose = result.count("mpi-verbose") > 0;
   opts.mpirun = result["mpirun"].as<std::string>();
   if (opts.mpirun.empty()) throw UsageError("--mpirun: empty path");
   if (opts.program.empty()) throw UsageError("no program to run: put it after --, e.g. dtrain-launch -n 2 -- dtrain train");
+  if (opts.max_restarts > 0 && !has_checkpoint_dir(opts.program))
+    throw UsageError("--max-restarts needs checkpoints to resume from: give the program --checkpoint-dir DIR");
   return opts;
 }
 

@@ -1,6 +1,7 @@
 // dtrain-launch's command line: `dtrain-launch [-n N] [--hosts h1:2,h2:2 | --hostfile F]
-// [--gpus-per-node G] [--iface NAME|CIDR] [--dry-run] [--mpirun PATH] -- program args...`,
-// parsed into LaunchOptions. Wrong flags throw dtrain::UsageError (the launcher exits 2).
+// [--gpus-per-node G] [--iface NAME|CIDR] [--start-timeout S] [--max-restarts K] [--dry-run]
+// [--mpirun PATH] -- program args...`, parsed into LaunchOptions. Wrong flags throw
+// dtrain::UsageError (the launcher exits 2).
 #pragma once
 
 #include <string>
@@ -28,7 +29,14 @@ struct LaunchOptions {
   bool mpi_verbose = false;  // keep Open MPI's multi-line abort banners and help messages
   bool help = false;
   std::string mpirun = "mpirun";
+  double start_timeout_s = 300;  // --start-timeout: every rank must reach training within it; 0: no bound
+  int max_restarts = 0;          // --max-restarts: relaunch a failed job this often, with --resume auto
   std::vector<std::string> program;  // everything after `--`
+
+  // Set by dtrain-launch itself, not by flags: the words mpirun runs before the program on every
+  // rank (the rank supervisor) and NAME=VALUE settings every rank gets (-x).
+  std::vector<std::string> rank_supervisor;
+  std::vector<std::string> rank_env;
 };
 
 // Parses the arguments after argv[0]. Does not read the hostfile (see load_hostfile).

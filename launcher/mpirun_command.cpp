@@ -144,6 +144,9 @@ std::vector<std::string> build_mpirun_argv(const LaunchOptions& opts, const Laun
   if (!host.env.contains("DTRAIN_STDOUT_IS_TTY"))
     argv.insert(argv.end(), {"-x", fmt::format("DTRAIN_STDOUT_IS_TTY={}", host.stdout_is_tty ? 1 : 0)});
 
+  for (const std::string& setting : opts.rank_env) argv.insert(argv.end(), {"-x", setting});
+
+  argv.insert(argv.end(), opts.rank_supervisor.begin(), opts.rank_supervisor.end());
   argv.insert(argv.end(), opts.program.begin(), opts.program.end());
   return argv;
 }

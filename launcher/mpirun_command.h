@@ -2,7 +2,7 @@
 // this machine (LaunchHost), so every decision is testable without starting anything.
 //   mpirun -np N [--host LIST | --hostfile F] [--map-by M] --bind-to core|none [--oversubscribe]
 //          [--allow-run-as-root] [--mca btl_tcp_if_include I --mca oob_tcp_if_include I]
-//          -x VAR... PROGRAM ARGS...
+//          -x VAR... [-x NAME=VALUE...] [RANK SUPERVISOR] PROGRAM ARGS...
 #pragma once
 
 #include <map>

@@ -6,6 +6,7 @@
 namespace dtrain {
 
 Tensor ReLU::forward(const Tensor& input) {
+  if (fused_) return input;
   ensure_tensor(output_, input.shape(), input.device());
   launch(input.device(), input.numel(), kernels::ReluForward{output_.data(), input.data()});
   return output_;
@@ -13,6 +14,7 @@ Tensor ReLU::forward(const Tensor& input) {
 
 Tensor ReLU::backward(const Tensor& grad_output, bool need_input_grad) {
   if (!need_input_grad) return {};
+  if (fused_) return grad_output;
   ensure_tensor(grad_input_, output_.shape(), output_.device());
   launch(output_.device(), output_.numel(),
          kernels::ReluBackward{grad_input_.data(), grad_output.data(), output_.data()});

@@ -12,8 +12,11 @@ class ReLU : public Module {
   Tensor forward(const Tensor& input) override;
   Tensor backward(const Tensor& grad_output, bool need_input_grad = true) override;
   std::string describe() const override { return "ReLU()"; }
+  // The identity from now on when `previous` applies this ReLU itself (Note [Fused ReLU]).
+  void fuse_into(Module& previous) override { fused_ = previous.absorb_following_relu(); }
 
  private:
+  bool fused_ = false;
   Tensor output_, grad_input_;
 };
 
@@ -36,6 +39,8 @@ class Dropout : public Module {
   Tensor forward(const Tensor& input) override;
   Tensor backward(const Tensor& grad_output, bool need_input_grad = true) override;
   std::string describe() const override;
+  // The draws so far: mask element i of the next forward is hash(seed, counter + i).
+  std::vector<uint64_t*> rng_counters() override { return {&counter_}; }
 
  private:
   float p_;

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/ops.h"
+#include "model/cpu_conv.h"
 
 namespace dtrain {
 
@@ -31,8 +32,9 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_
   uniform_init(bias_.value, fan_in_bound(fan_in), rng);
 }
 
-// Launches per call, whatever the batch: forward 3 (im2col, GEMM, to-NCHW + bias); backward 3
-// (to-columns, bias GEMM, weight GEMM), plus 2 with the input gradient (GEMM, col2im).
+// Per call, whatever the batch: forward im2col, GEMM, to-NCHW with bias (and ReLU); backward
+// to-columns (with the ReLU mask; on the CPU with the bias gradient too), the bias GEMM on the
+// GPU, the weight GEMM, plus the GEMM and col2im with the input gradient.
 Tensor Conv2d::forward(const Tensor& input) {
   geom_ = geometry(input, k_, stride_, pad_);
   DTRAIN_CHECK(geom_.c == in_c_, "Conv2d expects {} channels, got {}", in_c_, geom_.c);
@@ -43,11 +45,19 @@ Tensor Conv2d::forward(const Tensor& input) {
   ensure_tensor(output_, {batch, out_c_, geom_.oh, geom_.ow}, dev);
   ensure_tensor(cols_, {rows, batch * plane}, dev);
   ensure_tensor(out_cols_, {out_c_, batch * plane}, dev);
-  launch(dev, cols_.numel(), kernels::Im2col{cols_.data(), input.data(), geom_, batch});
+  if (dev.is_cpu())
+    cpu::im2col(input.data(), geom_, batch, cols_.data());
+  else
+    launch(dev, cols_.numel(), kernels::Im2col{cols_.data(), input.data(), geom_, batch});
   gemm(dev, false, false, out_c_, batch * plane, rows, 1.f, weight_.value.data(), cols_.data(), 0.f,
        out_cols_.data());
+  if (dev.is_cpu()) {
+    cpu::columns_to_nchw_bias(out_cols_.data(), bias_.value.data(), batch, out_c_, plane, relu_, output_.data());
+    return output_;
+  }
   launch(dev, output_.numel(),
          kernels::ColumnsToNchwBias{output_.data(), out_cols_.data(), bias_.value.data(), batch, out_c_, plane});
+  if (relu_) launch(dev, output_.numel(), kernels::ReluForward{output_.data(), output_.data()});
   return output_;
 }
 
@@ -55,11 +65,23 @@ Tensor Conv2d::backward(const Tensor& grad_output, bool need_input_grad) {
   const Device dev = weight_.value.device();
   const int64_t batch = input_.dim(0), plane = geom_.oh * geom_.ow, rows = in_c_ * k_ * k_;
   const int64_t ncols = batch * plane;
+  DTRAIN_CHECK(grad_output.numel() == output_.numel(), "Conv2d backward got {}", shape_str(grad_output.shape()));
   // out_cols_ held forward's GEMM result, no longer needed: it now takes dY in the columns layout.
-  launch(dev, out_cols_.numel(), kernels::NchwToColumns{out_cols_.data(), grad_output.data(), batch, out_c_, plane});
-  // db = dY' 1 as a GEMM (a parallel reduction on the GPU); beta 0 overwrites after zero_grad.
-  gemm(dev, false, false, out_c_, 1, ncols, 1.f, out_cols_.data(), ones(ones_, ncols, dev), take_grad_beta(bias_),
-       bias_.grad.data());
+  if (dev.is_cpu()) {
+    cpu::nchw_to_columns(grad_output.data(), relu_ ? output_.data() : nullptr, batch, out_c_, plane,
+                         out_cols_.data(), bias_.grad.data(), take_grad_beta(bias_));
+  } else {
+    const float* dy = grad_output.data();
+    if (relu_) {
+      ensure_tensor(masked_, output_.shape(), dev);
+      launch(dev, masked_.numel(), kernels::ReluBackward{masked_.data(), dy, output_.data()});
+      dy = masked_.data();
+    }
+    launch(dev, out_cols_.numel(), kernels::NchwToColumns{out_cols_.data(), dy, batch, out_c_, plane});
+    // db = dY' 1 as a GEMM (a parallel reduction on the GPU); beta 0 overwrites after zero_grad.
+    gemm(dev, false, false, out_c_, 1, ncols, 1.f, out_cols_.data(), ones(ones_, ncols, dev), take_grad_beta(bias_),
+         bias_.grad.data());
+  }
   grad_ready(bias_);
   gemm(dev, false, true, out_c_, rows, ncols, 1.f, out_cols_.data(), cols_.data(), take_grad_beta(weight_),
        weight_.grad.data());  // dW (+)= dY' cols^T
@@ -68,7 +90,10 @@ Tensor Conv2d::backward(const Tensor& grad_output, bool need_input_grad) {
   ensure_tensor(grad_input_, input_.shape(), dev);
   // The columns are no longer needed: reuse them for dcols = W^T dY'.
   gemm(dev, true, false, rows, ncols, out_c_, 1.f, weight_.value.data(), out_cols_.data(), 0.f, cols_.data());
-  launch(dev, grad_input_.numel(), kernels::Col2im{grad_input_.data(), cols_.data(), geom_, batch});
+  if (dev.is_cpu())
+    cpu::col2im(cols_.data(), geom_, batch, grad_input_.data());
+  else
+    launch(dev, grad_input_.numel(), kernels::Col2im{grad_input_.data(), cols_.data(), geom_, batch});
   return grad_input_;
 }
 
@@ -88,6 +113,10 @@ Tensor MaxPool2d::forward(const Tensor& input) {
   const int64_t batch = input.dim(0), channels = geom_.c;
   ensure_tensor(output_, {batch, channels, geom_.oh, geom_.ow}, input.device());
   ensure_tensor(argmax_, output_.shape(), input.device(), DType::kI32);
+  if (input.device().is_cpu()) {
+    cpu::maxpool_forward(input.data(), geom_, batch * channels, output_.data(), argmax_.data_as<int32_t>());
+    return output_;
+  }
   launch(input.device(), output_.numel(),
          kernels::MaxPoolForward{output_.data(), argmax_.data_as<int32_t>(), input.data(), geom_});
   return output_;
@@ -96,6 +125,12 @@ Tensor MaxPool2d::forward(const Tensor& input) {
 Tensor MaxPool2d::backward(const Tensor& grad_output, bool need_input_grad) {
   if (!need_input_grad) return {};
   ensure_tensor(grad_input_, input_shape_, grad_output.device());
+  DTRAIN_CHECK(grad_output.numel() == output_.numel(), "MaxPool2d backward got {}", shape_str(grad_output.shape()));
+  if (grad_output.device().is_cpu()) {
+    cpu::maxpool_backward(grad_output.data(), argmax_.data_as<int32_t>(), geom_, input_shape_[0] * input_shape_[1],
+                          grad_input_.data());
+    return grad_input_;
+  }
   launch(grad_output.device(), grad_input_.numel(),
          kernels::MaxPoolBackward{grad_input_.data(), grad_output.data(), argmax_.data_as<int32_t>(), geom_});
   return grad_input_;

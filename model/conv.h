@@ -1,4 +1,6 @@
-// Conv2d (im2col + GEMM, one GEMM for the whole batch) and MaxPool2d, NCHW float32.
+// Conv2d (im2col + GEMM, one GEMM for the whole batch) and MaxPool2d, NCHW float32. On the CPU
+// the passes around the GEMM are the loops of model/cpu_conv.h; on the GPU, the functors of
+// model/kernels.h.
 #pragma once
 
 #include "model/init.h"
@@ -17,15 +19,18 @@ class Conv2d : public Module {
   Tensor backward(const Tensor& grad_output, bool need_input_grad = true) override;
   std::vector<Parameter*> parameters() override { return {&weight_, &bias_}; }
   std::string describe() const override;
+  bool absorb_following_relu() override { return relu_ = true; }
 
  private:
   int64_t in_c_, out_c_, k_, stride_, pad_;
+  bool relu_ = false;  // output is ReLU(conv): Note [Fused ReLU]
   Parameter weight_, bias_;  // weight [out_c, in_c, k, k]
   kernels::ConvGeometry geom_{};
   Tensor input_, output_, grad_input_;
   Tensor cols_;      // [in_c*k*k, batch*oh*ow], column n*oh*ow + p: kept for backward, then dcols
   Tensor out_cols_;  // [out_c, batch*oh*ow]: forward's GEMM result, then dY in the same layout
-  Tensor ones_;      // >= batch*oh*ow ones: the bias gradient as a GEMM
+  Tensor ones_;      // >= batch*oh*ow ones: the bias gradient as a GEMM (GPU)
+  Tensor masked_;    // GPU with a fused ReLU: dY masked by the output, before the columns layout
 };
 
 class MaxPool2d : public Module {

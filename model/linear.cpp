@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/kernels.h"
 #include "core/ops.h"
+#include "model/cpu_kernels.h"
 #include "model/kernels.h"
 
 namespace dtrain {
@@ -37,8 +38,11 @@ Tensor Linear::forward(const Tensor& input) {
   input_ = input;
   ensure_tensor(output_, {batch, out_}, dev);
   float beta = 0.f;
-  if (has_bias_) {  // bias becomes the GEMM's C: no separate pass over the output
-    launch(dev, output_.numel(), kernels::BroadcastRows{output_.data(), bias_.value.data(), out_});
+  if (has_bias_) {  // bias becomes the GEMM's C: it costs the pass that would zero C anyway
+    if (dev.is_cpu())
+      cpu::broadcast_rows(bias_.value.data(), batch, out_, output_.data());
+    else
+      launch(dev, output_.numel(), kernels::BroadcastRows{output_.data(), bias_.value.data(), out_});
     beta = 1.f;
   }
   bf16_forward_ = amp_ == AmpMode::kBf16;
@@ -47,10 +51,34 @@ Tensor Linear::forward(const Tensor& input) {
     pack_bf16(weight_.value, weight_bf16_);
     gemm_bf16(dev, false, true, batch, out_, in_, 1.f, input_bf16_.data_as<uint16_t>(),
               weight_bf16_.data_as<uint16_t>(), beta, output_.data());
-    return output_;
+  } else {
+    gemm(dev, false, true, batch, out_, in_, 1.f, input.data(), weight_.value.data(), beta, output_.data());
   }
-  gemm(dev, false, true, batch, out_, in_, 1.f, input.data(), weight_.value.data(), beta, output_.data());
+  // The fused ReLU, in place while the output is still in cache: the floats ReLU::forward gives.
+  if (relu_) launch(dev, output_.numel(), kernels::ReluForward{output_.data(), output_.data()});
   return output_;
+}
+
+// The gradient of x W^T + b: dY masked by a fused ReLU's output. On the CPU the bias gradient
+// comes from the same pass; on the GPU it is the GEMM ones^T dz. Fires the bias hook.
+Tensor Linear::pre_activation_grad(const Tensor& grad_output) {
+  const Device dev = weight_.value.device();
+  const int64_t batch = input_.dim(0);
+  if (relu_) ensure_tensor(masked_, {batch, out_}, dev);
+  Tensor dz = relu_ ? masked_ : grad_output;
+  if (dev.is_cpu()) {
+    if (relu_ || has_bias_)
+      cpu::relu_backward_bias(grad_output.data(), relu_ ? output_.data() : nullptr, batch, out_,
+                              relu_ ? masked_.data() : nullptr, has_bias_ ? bias_.grad.data() : nullptr,
+                              has_bias_ ? take_grad_beta(bias_) : 0.f);
+  } else {
+    if (relu_) launch(dev, masked_.numel(), kernels::ReluBackward{masked_.data(), grad_output.data(), output_.data()});
+    if (has_bias_)
+      gemm(dev, false, false, 1, out_, batch, 1.f, ones(ones_, batch, dev), dz.data(), take_grad_beta(bias_),
+           bias_.grad.data());
+  }
+  if (has_bias_) grad_ready(bias_);
+  return dz;
 }
 
 Tensor Linear::backward(const Tensor& grad_output, bool need_input_grad) {
@@ -59,13 +87,9 @@ Tensor Linear::backward(const Tensor& grad_output, bool need_input_grad) {
   DTRAIN_CHECK(grad_output.numel() == batch * out_, "Linear backward got {}", shape_str(grad_output.shape()));
   // Bias first, then weight: reverse parameter order, and each hook fires before the
   // input-gradient GEMM so its all-reduce overlaps that GEMM.
-  if (has_bias_) {
-    gemm(dev, false, false, 1, out_, batch, 1.f, ones(ones_, batch, dev), grad_output.data(), take_grad_beta(bias_),
-         bias_.grad.data());
-    grad_ready(bias_);
-  }
-  if (bf16_forward_) {  // dW = dY^T X against forward's packed input; dX = dY W against its packed weight
-    pack_bf16(grad_output, grad_output_bf16_);
+  const Tensor dz = pre_activation_grad(grad_output);
+  if (bf16_forward_) {  // dW = dZ^T X against forward's packed input; dX = dZ W against its packed weight
+    pack_bf16(dz, grad_output_bf16_);
     const uint16_t* dy = grad_output_bf16_.data_as<uint16_t>();
     gemm_bf16(dev, true, false, out_, in_, batch, 1.f, dy, input_bf16_.data_as<uint16_t>(), take_grad_beta(weight_),
               weight_.grad.data());
@@ -76,12 +100,12 @@ Tensor Linear::backward(const Tensor& grad_output, bool need_input_grad) {
               grad_input_.data());
     return grad_input_;
   }
-  gemm(dev, true, false, out_, in_, batch, 1.f, grad_output.data(), input_.data(), take_grad_beta(weight_),
+  gemm(dev, true, false, out_, in_, batch, 1.f, dz.data(), input_.data(), take_grad_beta(weight_),
        weight_.grad.data());
   grad_ready(weight_);
   if (!need_input_grad) return {};
   ensure_tensor(grad_input_, {batch, in_}, dev);
-  gemm(dev, false, false, batch, in_, out_, 1.f, grad_output.data(), weight_.value.data(), 0.f, grad_input_.data());
+  gemm(dev, false, false, batch, in_, out_, 1.f, dz.data(), weight_.value.data(), 0.f, grad_input_.data());
   return grad_input_;
 }
 

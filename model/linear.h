@@ -1,6 +1,7 @@
-// Linear: y = x W^T + b, W stored [out, in] as in PyTorch. Input [B, in]. With AmpMode::kBf16
-// the three GEMMs (y, dW, dX) take bf16 operands with float32 accumulation, like autocast;
-// weight, bias, their gradients and the output stay float32.
+// Linear: y = x W^T + b, W stored [out, in] as in PyTorch. Input [B, in]. A following ReLU can
+// be fused (Note [Fused ReLU]): y = ReLU(x W^T + b). With AmpMode::kBf16 the three GEMMs (y,
+// dW, dX) take bf16 operands with float32 accumulation, like autocast; weight, bias, their
+// gradients and the output stay float32.
 #pragma once
 
 #include "model/init.h"
@@ -16,12 +17,17 @@ class Linear : public Module {
   std::vector<Parameter*> parameters() override;
   std::string describe() const override;
   void set_amp(AmpMode mode) override { amp_ = mode; }
+  bool absorb_following_relu() override { return relu_ = true; }
 
  private:
+  Tensor pre_activation_grad(const Tensor& grad_output);
+
   int64_t in_, out_;
   bool has_bias_;
+  bool relu_ = false;  // output is ReLU(x W^T + b): Note [Fused ReLU]
   Parameter weight_, bias_;
   Tensor input_, output_, grad_input_;
+  Tensor masked_;  // with a fused ReLU: dY masked by the output (the gradient of x W^T + b)
   Tensor ones_;  // >= batch ones (core ones()): the bias gradient is the GEMM ones^T dY
   AmpMode amp_ = AmpMode::kOff;
   bool bf16_forward_ = false;  // the last forward ran in bf16: backward uses its packed operands

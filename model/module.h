@@ -16,6 +16,7 @@
 // A layer never reads or replaces p.grad's storage: DDP makes it a view into a bucket.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -59,6 +60,10 @@ class Module {
   virtual std::vector<Parameter*> parameters() { return {}; }
   // Non-trainable state that must match across replicas (none of the built-in layers has any).
   virtual std::vector<Tensor*> buffers() { return {}; }
+  // Random-number state that advances as the module trains (Dropout's mask counter), in forward
+  // order: a checkpoint saves it so that a resumed run draws the masks the uninterrupted run
+  // would have drawn. Pointers stay valid for the module's lifetime.
+  virtual std::vector<uint64_t*> rng_counters() { return {}; }
 
   virtual void set_training(bool training) { training_ = training; }
   bool training() const { return training_; }
@@ -67,6 +72,15 @@ class Module {
   virtual void set_amp(AmpMode) {}
   virtual void set_grad_ready_hook(GradReadyHook hook) { hook_ = std::move(hook); }
   virtual std::string describe() const = 0;  // "Linear(784, 256)"
+
+  // Note [Fused ReLU]: a layer whose output pass can also apply a ReLU that follows it (Linear,
+  // Conv2d) answers true here and from then on outputs ReLU(y), masking its gradient by that
+  // output in backward. Sequential offers each layer to the one before it (fuse_into): a ReLU
+  // that was absorbed becomes the identity, keeping its place, so parameter names ("2.weight")
+  // and describe() do not change. One pass over the activations and one over their gradient
+  // fewer per fused pair; the floats equal the unfused forward's.
+  virtual bool absorb_following_relu() { return false; }
+  virtual void fuse_into(Module& previous) { (void)previous; }
 
  protected:
   void grad_ready(Parameter& p) {

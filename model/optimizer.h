@@ -120,6 +120,7 @@ struct OptimizerSpec {
   float momentum = 0.9f;
   float weight_decay = 0.f;  // L2 for SGD, decoupled for AdamW
   bool nesterov = false;
+  float eps = 1e-8f;  // AdamW's denominator term, PyTorch's default
 };
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec, std::vector<Parameter*> params);
 

@@ -7,6 +7,7 @@ namespace dtrain {
 Sequential& Sequential::add(std::unique_ptr<Module> layer) {
   // Children are named "<index>.<name>" once, here; names are stable for the module's life.
   for (Parameter* p : layer->parameters()) p->name = fmt::format("{}.{}", layers_.size(), p->name);
+  if (!layers_.empty()) layer->fuse_into(*layers_.back());  // Note [Fused ReLU]
   layers_.push_back(std::move(layer));
   return *this;
 }
@@ -40,6 +41,13 @@ std::vector<Tensor*> Sequential::buffers() {
   std::vector<Tensor*> out;
   for (auto& layer : layers_)
     for (Tensor* b : layer->buffers()) out.push_back(b);
+  return out;
+}
+
+std::vector<uint64_t*> Sequential::rng_counters() {
+  std::vector<uint64_t*> out;
+  for (auto& layer : layers_)
+    for (uint64_t* c : layer->rng_counters()) out.push_back(c);
   return out;
 }
 

@@ -21,6 +21,7 @@ class Sequential : public Module {
   Tensor backward(const Tensor& grad_output, bool need_input_grad = true) override;
   std::vector<Parameter*> parameters() override;
   std::vector<Tensor*> buffers() override;
+  std::vector<uint64_t*> rng_counters() override;
   void set_training(bool training) override;
   void set_amp(AmpMode mode) override;
   void set_grad_ready_hook(GradReadyHook hook) override;

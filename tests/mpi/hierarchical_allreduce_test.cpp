@@ -29,7 +29,9 @@ class HierarchicalVsFlat : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     hier_ = std::make_unique<HierarchicalCommunicator>(MPI_COMM_WORLD).release();
-    flat_ = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, /*shared_memory_allreduce=*/false).release();
+    CollectiveOptions flat;
+    flat.shared_memory_allreduce = false;
+    flat_ = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, flat).release();
   }
   static void TearDownTestSuite() {
     hier_->shutdown();

@@ -10,10 +10,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "comm/mpi_communicator.h"
 #include "comm/shm_allreduce.h"
+#include "core/error.h"
 #include "tests/mpi/mpi_test_env.h"
 
 namespace dtrain {
@@ -140,6 +142,28 @@ TEST(ShmAllreduce, CommunicatorUsesItOnOneNodeUnlessTurnedOff) {
   EXPECT_EQ(v.front(), static_cast<float>(world_size()));
   EXPECT_EQ(off.shared_memory_reductions(), 0);
   off.shutdown();
+}
+
+// Ranks that issue different all-reduces (another size here, as ranks with other bucket caps
+// would) fail with one error naming both, on every rank, instead of summing unrelated buffers
+// or waiting forever.
+TEST(ShmAllreduce, RanksInDifferentCollectivesFailOnEveryRank) {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  ASSERT_TRUE(comm.shared_memory_allreduce());
+  std::vector<float> same(64, 1.f);
+  comm.allreduce(same.data(), 64, DType::kF32, ReduceOp::kSum);  // #1: alike on every rank
+  const int64_t count = world_rank() == 0 ? 1000 : 500;
+  std::vector<float> v(static_cast<size_t>(count), 1.f);
+  std::string error;
+  try {
+    comm.allreduce(v.data(), count, DType::kF32, ReduceOp::kSum);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("ranks issued different collectives"), std::string::npos) << error;
+  EXPECT_NE(error.find(world_rank() == 0 ? "of 500 float32" : "of 1000 float32"), std::string::npos) << error;
+  EXPECT_EQ(comm.flight_recorder().snapshot().back().state, CollectiveState::kFailed);
+  comm.shutdown();
 }
 
 }  // namespace

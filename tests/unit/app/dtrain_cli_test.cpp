@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <cstdlib>
@@ -65,7 +67,8 @@ TEST(DtrainCli, HelpExitsZero) {
 
 TEST(DtrainCli, CorruptDataFileIsOneLineNamingTheFile) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / "dtrain_cli_corrupt";
+  // Its own directory: another build's suite may run this test at the same time.
+  const fs::path dir = fs::temp_directory_path() / ("dtrain_cli_corrupt." + std::to_string(getpid()));
   fs::create_directories(dir);
   for (const char* name : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
                            "t10k-labels-idx1-ubyte"}) {

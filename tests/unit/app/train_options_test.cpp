@@ -109,3 +109,22 @@ TEST(TrainOptions, HelpListsEveryFlag) {
 
 }  // namespace
 }  // namespace dtrain
+
+namespace dtrain {
+namespace {
+
+TEST(TrainOptions, WatchdogFlagsTurnTheMachineryOffAndTheHeaderCheckOn) {
+  const TrainConfig d = parse_train_options({"--data", "/tmp"}).config;
+  EXPECT_EQ(d.runtime.collective_timeout_s, 600);
+  EXPECT_EQ(d.runtime.flight_recorder_size, 2000u);
+  EXPECT_FALSE(d.runtime.debug_collectives);
+  const TrainConfig off =
+      parse_train_options({"--data", "/tmp", "--timeout", "0", "--flight-recorder-size", "0", "--debug-collectives"}).config;
+  EXPECT_EQ(off.runtime.collective_timeout_s, 0);
+  EXPECT_EQ(off.runtime.flight_recorder_size, 0u);
+  EXPECT_TRUE(off.runtime.debug_collectives);
+  EXPECT_THROW(parse_train_options({"--data", "/tmp", "--flight-recorder-size", "-1"}), UsageError);
+}
+
+}  // namespace
+}  // namespace dtrain

@@ -49,6 +49,7 @@ TrainingState sample_state() {
   TrainingState s;
   s.epoch = 2;
   s.step_in_epoch = 17;
+  s.sample_in_epoch = 17 * 64 * 3;
   s.global_step = 1893;
   s.samples_seen = 121152;
   s.world_size = 3;
@@ -67,6 +68,7 @@ TEST(TrainingState, RoundTripsThroughJsonToTheBit) {
   TrainingState back = decode_state(encode_state(s), "state.json");
   EXPECT_EQ(back.epoch, s.epoch);
   EXPECT_EQ(back.step_in_epoch, s.step_in_epoch);
+  EXPECT_EQ(back.sample_in_epoch, s.sample_in_epoch);
   EXPECT_EQ(back.global_step, s.global_step);
   EXPECT_EQ(back.samples_seen, s.samples_seen);
   EXPECT_EQ(back.world_size, s.world_size);

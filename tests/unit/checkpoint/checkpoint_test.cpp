@@ -72,6 +72,7 @@ TEST(Checkpoint, WritesTheLayoutAndReadsItBack) {
     const CheckpointSnapshot want = synthetic_snapshot(30);
     EXPECT_EQ(c.state.epoch, want.state.epoch);
     EXPECT_EQ(c.state.step_in_epoch, want.state.step_in_epoch);
+    EXPECT_EQ(c.state.sample_in_epoch, want.state.sample_in_epoch);
     EXPECT_EQ(c.state.samples_seen, want.state.samples_seen);
     EXPECT_EQ(c.state.world_size, want.state.world_size);
     EXPECT_EQ(c.state.seed, want.state.seed);

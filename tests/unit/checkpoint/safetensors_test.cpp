@@ -83,6 +83,14 @@ TEST(Safetensors, CoreTensorsRoundTripThroughCopyTo) {
   EXPECT_THROW(file.copy_to("w", wrong), Error);
 }
 
+// Every core dtype has a safetensors dtype and back (a U8 tensor, such as a mask, too).
+TEST(Safetensors, EveryCoreDtypeMapsBothWays) {
+  for (DType d : {DType::kF32, DType::kI32, DType::kBF16, DType::kF16, DType::kU8}) {
+    EXPECT_EQ(to_core(from_core(d)), d) << dtrain::dtype_name(d);
+    EXPECT_EQ(dtype_size(from_core(d)), dtrain::dtype_size(d)) << dtrain::dtype_name(d);
+  }
+}
+
 TEST(Safetensors, HeaderIsWhatPyTorchLoadersExpect) {
   // 8-byte little-endian length; JSON with sorted keys, space-padded so the data starts 8-aligned;
   // offsets tiling the data buffer exactly; each tensor aligned to its element size.

@@ -32,6 +32,7 @@ inline checkpoint::CheckpointSnapshot synthetic_snapshot(int64_t step, int64_t n
   checkpoint::CheckpointSnapshot s;
   s.state.epoch = step / 10;
   s.state.step_in_epoch = step % 10;
+  s.state.sample_in_epoch = (step % 10) * 64;
   s.state.global_step = step;
   s.state.samples_seen = step * 64;
   s.state.world_size = 2;

@@ -1,4 +1,9 @@
-// OpenBLAS kernel choice: which of OpenBLAS's own picks dtrain overrides, and with what.
+// OpenBLAS kernel choice: which of OpenBLAS's own picks dtrain overrides, and with what; and
+// which library runs a GEMM of a given shape.
+#include <dlfcn.h>
+
+#include <string>
+
 #include <gtest/gtest.h>
 
 #include "core/cpu_blas.h"
@@ -26,6 +31,28 @@ TEST(BlasCoretype, KeepsGoodOrUnknownChoicesAndNeverAsksForMoreThanTheCpuHas) {
   EXPECT_EQ(better_blas_coretype("SomethingNew", true, true), "");
   EXPECT_EQ(better_blas_coretype("Prescott", false, false), "");  // no AVX2: its fallback is right
   EXPECT_EQ(better_blas_coretype("", true, true), "");
+}
+
+// Note [Two CPU GEMM libraries]: the skinny products go to BLIS, the MLP's wide ones to OpenBLAS.
+TEST(CpuGemmLibrary, SkinnyProductsGoToBlisWideOnesToOpenBlas) {
+  EXPECT_TRUE(blis_wins(6, 64 * 784, 25));     // the CNN's first convolution, forward
+  EXPECT_TRUE(blis_wins(16, 150, 64 * 100));   // its second, weight gradient
+  EXPECT_TRUE(blis_wins(150, 64 * 100, 16));   // ... and input gradient (16 inner products)
+  EXPECT_TRUE(blis_wins(64, 10, 256));         // an output layer
+  EXPECT_FALSE(blis_wins(64, 256, 784));       // the seed MLP's hidden layer
+  EXPECT_FALSE(blis_wins(256, 784, 64));       // ... its weight gradient
+  EXPECT_FALSE(blis_wins(64, 2048, 784));
+  EXPECT_FALSE(blis_wins(1024, 1024, 1024));
+}
+
+// BLIS and OpenBLAS both define the CBLAS names; the process must bind cblas_sgemm to OpenBLAS,
+// or every "wide" GEMM silently runs on BLIS (as it did when libdtrain_core listed BLIS first).
+TEST(CpuGemmLibrary, CblasSgemmIsOpenBlas) {
+  void* sym = dlsym(RTLD_DEFAULT, "cblas_sgemm");
+  ASSERT_NE(sym, nullptr);
+  Dl_info info{};
+  ASSERT_NE(dladdr(sym, &info), 0);
+  EXPECT_NE(std::string(info.dli_fname).find("openblas"), std::string::npos) << "cblas_sgemm comes from " << info.dli_fname;
 }
 
 }  // namespace

@@ -1,4 +1,6 @@
-// GEMM wrapper against a naive triple loop for every transpose combination and odd sizes.
+// GEMM wrapper against a naive triple loop for every transpose combination and odd sizes (small
+// sides run on BLIS, the others on OpenBLAS).
+#include <limits>
 #include <random>
 #include <tuple>
 
@@ -38,6 +40,17 @@ TEST_P(Gemm, MatchesNaiveLoop) {
 INSTANTIATE_TEST_SUITE_P(TransposesAndOddSizes, Gemm,
                          ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Values(1, 7, 33),
                                             ::testing::Values(1, 13, 64), ::testing::Values(1, 5, 65)));
+
+// beta 0 overwrites C without reading it (a gradient after zero_grad holds stale memory), on
+// both CPU libraries' shapes (Note [Two CPU GEMM libraries]).
+TEST(Gemm, BetaZeroIgnoresWhatCHeld) {
+  for (auto [m, n, k] : {std::tuple{6, 50, 25}, std::tuple{64, 256, 784}}) {
+    std::vector<float> a(static_cast<size_t>(m * k), 0.5f), b(static_cast<size_t>(k * n), 0.25f);
+    std::vector<float> c(static_cast<size_t>(m * n), std::numeric_limits<float>::quiet_NaN());
+    gemm(Device::cpu(), false, false, m, n, k, 1.f, a.data(), b.data(), 0.f, c.data());
+    for (float v : c) ASSERT_FLOAT_EQ(v, 0.125f * static_cast<float>(k)) << m << "x" << n << "x" << k;
+  }
+}
 
 }  // namespace
 }  // namespace dtrain

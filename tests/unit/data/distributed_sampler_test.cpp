@@ -10,6 +10,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <numeric>
+
 #include "core/error.h"
 
 namespace dtrain {
@@ -22,7 +25,7 @@ std::vector<std::vector<int64_t>> shards(int64_t n, int replicas, bool shuffle, 
                                          int64_t epoch) {
   std::vector<std::vector<int64_t>> out;
   for (int r = 0; r < replicas; ++r) {
-    DistributedSampler s(n, replicas, r, shuffle, seed, drop_last);
+    DistributedSampler s(n, replicas, r, shuffle, seed, drop_last ? SamplerTail::kDropLast : SamplerTail::kPad);
     s.set_epoch(epoch);
     out.push_back(s.indices());
   }
@@ -79,7 +82,7 @@ TEST(DistributedSampler, PaddingCyclesWhenFewerSamplesThanReplicas) {
 }
 
 TEST(DistributedSampler, DropLastTruncates) {
-  DistributedSampler s0(10, 3, 0, false, 0, true), s2(10, 3, 2, false, 0, true);
+  DistributedSampler s0(10, 3, 0, false, 0, SamplerTail::kDropLast), s2(10, 3, 2, false, 0, SamplerTail::kDropLast);
   EXPECT_EQ(s0.num_samples(), 3);
   EXPECT_EQ(s0.total_size(), 9);
   EXPECT_THAT(s0.indices(), ElementsAre(0, 3, 6));
@@ -91,7 +94,7 @@ TEST(DistributedSampler, DropLastTruncates) {
     seen.insert(s.begin(), s.end());
   }
   EXPECT_EQ(seen.size(), 9u) << "drop_last shards must not overlap";
-  EXPECT_EQ(DistributedSampler(2, 3, 1, true, 0, true).num_samples(), 0);
+  EXPECT_EQ(DistributedSampler(2, 3, 1, true, 0, SamplerTail::kDropLast).num_samples(), 0);
 }
 
 TEST(DistributedSampler, ReshufflesPerEpochAndRepeatsForSameSeedAndEpoch) {
@@ -150,6 +153,102 @@ TEST(DistributedSampler, ValidatesArguments) {
   DistributedSampler empty(0, 2, 1);
   EXPECT_EQ(empty.num_samples(), 0);
   EXPECT_TRUE(empty.indices().empty());
+}
+
+// A run resumed mid-epoch at the world size that saved it continues exactly where it stopped:
+// each rank's remaining indices are the tail of the uninterrupted epoch's.
+TEST(DistributedSampler, ResumedAtTheSameWorldSizeContinuesTheEpochExactly) {
+  for (bool drop_last : {false, true})
+    for (int world : {1, 2, 3})
+      for (int64_t batches_done : {0, 1, 4}) {
+        const int64_t batch = 5, n = 67, position = batches_done * batch * world;
+        for (int rank = 0; rank < world; ++rank) {
+          DistributedSampler s(n, world, rank, true, 11, drop_last ? SamplerTail::kDropLast : SamplerTail::kPad);
+          s.set_epoch(3);
+          const std::vector<int64_t> all = s.indices();
+          const std::vector<int64_t> tail(all.begin() + batches_done * batch, all.end());
+          EXPECT_EQ(s.indices_from(position), tail) << "world " << world << " rank " << rank << " after "
+                                                    << batches_done << " batches, drop_last " << drop_last;
+        }
+      }
+}
+
+// At another world size the rest of the epoch's order is split anew: with the positions already
+// used, every sample of the epoch is used exactly once (the counts here need no padding), and
+// with padding only the list's first entries are used a second time, as DistributedSampler pads.
+TEST(DistributedSampler, ResumedAtAnotherWorldSizeUsesEverySampleOnce) {
+  const int64_t n = 60, batch = 4;
+  for (auto [before, after] : {std::pair{2, 3}, std::pair{3, 2}, std::pair{2, 4}, std::pair{4, 3}}) {
+    for (int64_t batches_done : {0, 1, 3}) {
+      const int64_t position = batches_done * batch * before;
+      std::vector<int> uses(n, 0);
+      for (int rank = 0; rank < before; ++rank) {
+        DistributedSampler s(n, before, rank, true, 2);
+        s.set_epoch(1);
+        const std::vector<int64_t> all = s.indices();
+        for (int64_t i = 0; i < batches_done * batch; ++i) ++uses[static_cast<size_t>(all[static_cast<size_t>(i)])];
+      }
+      int64_t taken = 0;
+      for (int rank = 0; rank < after; ++rank) {
+        DistributedSampler s(n, after, rank, true, 2);
+        s.set_epoch(1);
+        for (int64_t i : s.indices_from(position)) ++uses[static_cast<size_t>(i)], ++taken;
+      }
+      const int64_t padding = (after - (n - position) % after) % after;
+      EXPECT_EQ(taken, n - position + padding);
+      const std::vector<int64_t> order = seeded_permutation(n, 2 + 1);
+      for (int64_t i = 0; i < n; ++i) {
+        const bool padded = std::find(order.begin(), order.begin() + padding, i) != order.begin() + padding;
+        EXPECT_EQ(uses[static_cast<size_t>(i)], padded ? 2 : 1)
+            << "sample " << i << ", " << before << " -> " << after << " ranks after " << batches_done << " batches";
+      }
+    }
+  }
+}
+
+TEST(DistributedSampler, WithoutShuffleRankRTakesRPlusMultiplesOfN) {
+  DistributedSampler s(10, 3, 1, false);
+  EXPECT_THAT(s.indices(), ElementsAre(1, 4, 7, 0));  // padded from the start, as PyTorch's
+  EXPECT_THAT(s.indices_from(6), ElementsAre(7, 0));
+}
+
+TEST(DistributedSampler, RejectsAPositionOutsideTheEpoch) {
+  DistributedSampler s(10, 2, 0);
+  EXPECT_THROW(s.indices_from(11), Error);
+  EXPECT_THROW(s.indices_from(-1), Error);
+  EXPECT_TRUE(s.indices_from(10).empty());
+}
+
+// uneven: every sample of the epoch exactly once over all ranks, no padding, no dropping; the
+// shares differ by at most one sample; the same shuffled order as pad.
+TEST(DistributedSampler, UnevenUsesEverySampleOnceWithoutPadding) {
+  for (int64_t n : {0, 1, 5, 10, 11, 100}) {
+    for (int replicas : {1, 2, 3, 7}) {
+      std::vector<int64_t> all;
+      int64_t smallest = n, largest = 0;
+      for (int r = 0; r < replicas; ++r) {
+        DistributedSampler s(n, replicas, r, true, 3, SamplerTail::kUneven);
+        s.set_epoch(2);
+        const std::vector<int64_t> mine = s.indices();
+        EXPECT_EQ(static_cast<int64_t>(mine.size()), s.num_samples());
+        DistributedSampler padded(n, replicas, r, true, 3);
+        padded.set_epoch(2);
+        const std::vector<int64_t> p = padded.indices();
+        EXPECT_TRUE(std::equal(mine.begin(), mine.end(), p.begin())) << "the same order as pad, without its tail";
+        smallest = std::min<int64_t>(smallest, static_cast<int64_t>(mine.size()));
+        largest = std::max<int64_t>(largest, static_cast<int64_t>(mine.size()));
+        all.insert(all.end(), mine.begin(), mine.end());
+      }
+      std::sort(all.begin(), all.end());
+      std::vector<int64_t> expect(static_cast<size_t>(n));
+      std::iota(expect.begin(), expect.end(), int64_t{0});
+      EXPECT_EQ(all, expect) << n << " samples, " << replicas << " ranks";
+      EXPECT_LE(largest - smallest, 1);
+    }
+  }
+  DistributedSampler s(11, 3, 2, false, 0, SamplerTail::kUneven);
+  EXPECT_THAT(s.indices_from(4), ElementsAre(6, 9));  // positions 6, 9 of the rest [4, 11)
+  EXPECT_EQ(s.total_size(), 11);
 }
 
 }  // namespace

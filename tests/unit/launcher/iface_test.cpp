@@ -37,6 +37,17 @@ TEST(Iface, MatchesByNameOrByTheSubnetHoldingAnAddress) {
   EXPECT_EQ(unmatched_iface("eth", kNode), "eth");  // a prefix is not a name
 }
 
+TEST(Iface, RanksReachTheLauncherOnTheChosenNetwork) {
+  using ::testing::ElementsAre;
+  EXPECT_THAT(addresses_for_ranks("", kNode, /*single_node=*/true), ElementsAre(0x7f000001u));
+  EXPECT_THAT(addresses_for_ranks("ib0", kNode, false), ElementsAre(0x0a010203u));
+  EXPECT_THAT(addresses_for_ranks("198.18.0.0/24,ib0", kNode, false), ElementsAre(0xc6120002u, 0x0a010203u));
+  // No --iface: every address but loopback, which remote nodes cannot use.
+  EXPECT_THAT(addresses_for_ranks("", kNode, false), ElementsAre(0xc6120002u, 0x0a010203u));
+  EXPECT_THAT(addresses_for_ranks("", {{"lo", 0x7f000001, 8}}, false), ElementsAre(0x7f000001u));
+  EXPECT_EQ(ipv4_text(0xc6120002u), "198.18.0.2");
+}
+
 TEST(Iface, DescribesInterfacesForMessages) {
   EXPECT_EQ(describe_interfaces(kNode), "lo 127.0.0.1/8, eth0 198.18.0.2/24, ib0 10.1.2.3/16");
   EXPECT_EQ(describe_interfaces({}), "none with an IPv4 address");

@@ -65,6 +65,29 @@ TEST(LaunchOptions, BadFlagsAreUsageErrors) {
   EXPECT_THAT(usage_error({"-n", "2", "--mpirun", "", "--", "p"}), HasSubstr("--mpirun"));
 }
 
+TEST(LaunchOptions, StartTimeoutAndRestarts) {
+  const LaunchOptions defaults = parse_launch_args({"-n", "2", "--", "p"});
+  EXPECT_EQ(defaults.start_timeout_s, 300);
+  EXPECT_EQ(defaults.max_restarts, 0);
+  const LaunchOptions o =
+      parse_launch_args({"-n", "2", "--start-timeout", "2.5", "--max-restarts", "3", "--", "p", "--checkpoint-dir", "c"});
+  EXPECT_EQ(o.start_timeout_s, 2.5);
+  EXPECT_EQ(o.max_restarts, 3);
+  EXPECT_EQ(parse_launch_args({"-n", "2", "--start-timeout", "0", "--", "p"}).start_timeout_s, 0);
+  EXPECT_THAT(usage_error({"-n", "2", "--start-timeout", "-1", "--", "p"}), HasSubstr("--start-timeout: '-1'"));
+  EXPECT_THAT(usage_error({"-n", "2", "--start-timeout", "5m", "--", "p"}), HasSubstr("--start-timeout: '5m'"));
+  EXPECT_THAT(usage_error({"-n", "2", "--start-timeout", "nan", "--", "p"}), HasSubstr("--start-timeout"));
+  EXPECT_THAT(usage_error({"-n", "2", "--start-timeout", "1e300", "--", "p"}), HasSubstr("--start-timeout"));
+  EXPECT_THAT(usage_error({"-n", "2", "--max-restarts", "-1", "--", "p", "--checkpoint-dir", "c"}),
+              HasSubstr("--max-restarts: '-1'"));
+}
+
+TEST(LaunchOptions, RestartsNeedTheProgramToWriteCheckpoints) {
+  EXPECT_EQ(usage_error({"-n", "2", "--max-restarts", "2", "--", "dtrain", "train"}),
+            "--max-restarts needs checkpoints to resume from: give the program --checkpoint-dir DIR");
+  EXPECT_EQ(usage_error({"-n", "2", "--max-restarts", "2", "--", "dtrain", "train", "--checkpoint-dir=c"}), "");
+}
+
 TEST(LaunchOptions, RankCountIsOptional) {
   // resolve_launch (mpirun_command.h) takes it from the slots, or says it is missing.
   EXPECT_EQ(parse_launch_args({"--hosts", "a:2,b:2", "--", "prog"}).np, 0);

@@ -42,6 +42,17 @@ std::string resolve_error(const LaunchOptions& o, const LaunchHost& host) {
 const std::map<std::string, std::string> kSlurmTwoByTwo = {{"SLURM_JOB_NODELIST", "node[01-02]"},
                                                            {"SLURM_TASKS_PER_NODE", "2(x2)"}};
 
+TEST(MpirunCommand, RankSupervisorAndItsSettingsComeJustBeforeTheProgram) {
+  LaunchOptions o = opts({"-n", "2", "--", "dtrain", "train"});
+  o.rank_supervisor = {"/opt/bin/dtrain-launch", "--rank-supervisor", "--"};
+  o.rank_env = {"DTRAIN_LAUNCH_TOKEN=t-0"};
+  EXPECT_THAT(build_mpirun_argv(o, machine(2)),
+              ElementsAre("mpirun", "-np", "2", "--map-by", "core", "--bind-to", "core", "--mca", "orte_execute_quiet",
+                          "1", "-x", "OPENBLAS_NUM_THREADS=1", "-x", "DTRAIN_STDOUT_IS_TTY=0", "-x", "DTRAIN_LAUNCH_TOKEN=t-0",
+                          "/opt/bin/dtrain-launch",
+                          "--rank-supervisor", "--", "dtrain", "train"));
+}
+
 TEST(MpirunCommand, TwoRanksOnTwoCores) {
   EXPECT_THAT(build_mpirun_argv(opts({"-n", "2", "--", "dtrain", "train", "--epochs", "1"}), machine(2)),
               ElementsAre("mpirun", "-np", "2", "--map-by", "core", "--bind-to", "core", "--mca",

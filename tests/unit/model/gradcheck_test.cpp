@@ -112,5 +112,33 @@ TEST(Dropout, TrainingMasksAndScalesEvalIsIdentity) {
   EXPECT_EQ(layer.forward(x).to_vector(), ones);
 }
 
+// A checkpoint saves the counters rng_counters() exposes; a model built afresh and given them
+// draws the masks the original draws next (what a bitwise resume with dropout needs).
+TEST(Dropout, RestoredRngCountersDrawTheSameMasks) {
+  auto make = [] {
+    auto net = std::make_unique<Sequential>();
+    net->emplace<Dropout>(0.5f, 7);
+    net->emplace<ReLU>();
+    net->emplace<Dropout>(0.3f, 8);
+    return net;
+  };
+  auto original_net = make();
+  Sequential& original = *original_net;
+  Tensor x = Tensor::from_vector(std::vector<float>(64, 1.f), {4, 16});
+  original.forward(x);
+  original.forward(x);
+  std::vector<uint64_t> saved;
+  for (uint64_t* c : original.rng_counters()) saved.push_back(*c);
+  ASSERT_EQ(saved.size(), 2u);
+  EXPECT_EQ(saved[0], 128u);  // two forwards of 64 draws each
+
+  auto resumed = make();
+  std::vector<uint64_t*> counters = resumed->rng_counters();
+  for (size_t i = 0; i < counters.size(); ++i) *counters[i] = saved[i];
+  EXPECT_EQ(resumed->forward(x).to_vector(), original.forward(x).to_vector());
+  auto fresh = make();
+  EXPECT_NE(fresh->forward(x).to_vector(), original.forward(x).to_vector()) << "the counter must matter";
+}
+
 }  // namespace
 }  // namespace dtrain

@@ -92,6 +92,20 @@ TEST(AdamW, MatchesDecoupledWeightDecayRule) {
   for (int i = 0; i < 3; ++i) EXPECT_NEAR(got[i], p[i], 1e-6);
 }
 
+// PyTorch computes 1 - beta in double from the value as written and rounds once: after one step
+// with gradient 1, exp_avg is float(0.1) and exp_avg_sq float(0.001), to the bit. 1 - 0.999f in
+// float is 0.000999987: a 1.3e-5 bias in every second moment (tests/torch/agreement_test.py).
+TEST(AdamW, MomentsUseOneMinusBetaAsPyTorchComputesIt) {
+  OneParam w;
+  AdamW opt({&w.p}, AdamWOptions{0.001f, 0.9f, 0.999f, 1e-8f, 0.01f});
+  w.set_grad({1.f, 1.f, 1.f});
+  opt.step();
+  const OptimizerState state = opt.export_state();
+  ASSERT_EQ(state.tensors.size(), 2u);
+  EXPECT_EQ(state.tensors[0].value.to_vector()[0], 0.1f);    // w.exp_avg
+  EXPECT_EQ(state.tensors[1].value.to_vector()[0], 0.001f);  // w.exp_avg_sq
+}
+
 TEST(LrSchedule, StepAndCosine) {
   LrSchedule step{LrSchedule::Kind::kStep, 0.1f, 2, 0.5f};
   EXPECT_FLOAT_EQ(step.lr_at(0), 0.1f);

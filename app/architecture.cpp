@@ -1,0 +1,99 @@
+#include "app/architecture.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace dtrain {
+
+namespace {
+
+constexpr const char* kModel = "dtrain.model";
+constexpr const char* kHidden = "dtrain.hidden";
+constexpr const char* kDropout = "dtrain.dropout";
+constexpr const char* kInput = "dtrain.input_shape";
+constexpr const char* kClasses = "dtrain.classes";
+constexpr const char* kNormalize = "dtrain.normalize";
+
+// Floats as the shortest text that reads back to the same float.
+std::string float_text(float v) { return fmt::format("{}", v); }
+
+[[noreturn]] void bad(const std::string& source, const char* key, const std::string& value, const char* expected) {
+  throw Error(fmt::format("{}: __metadata__ {}: expected {}, got '{}'", source, key, expected, value));
+}
+
+std::vector<int64_t> parse_ints(const std::string& source, const char* key, const std::string& text) {
+  std::vector<int64_t> out;
+  size_t start = 0;
+  while (true) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    int64_t v = 0;
+    auto [ptr, ec] = std::from_chars(text.data() + start, text.data() + end, v);
+    if (ec != std::errc() || ptr != text.data() + end || v <= 0) bad(source, key, text, "positive whole numbers, comma separated");
+    out.push_back(v);
+    if (end == text.size()) return out;
+    start = end + 1;
+  }
+}
+
+float parse_float(const std::string& source, const char* key, const std::string& text) {
+  char* end = nullptr;
+  const float v = std::strtof(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v)) bad(source, key, text, "a number");
+  return v;
+}
+
+const std::string& require_key(const safetensors::Metadata& m, const std::string& source, const char* key) {
+  auto it = m.find(key);
+  if (it == m.end()) throw Error(fmt::format("{}: __metadata__ has {} but no {}", source, kModel, key));
+  return it->second;
+}
+
+}  // namespace
+
+safetensors::Metadata architecture_metadata(const Architecture& a) {
+  safetensors::Metadata m = {
+      {"format", "pt"},
+      {kModel, model_kind_name(a.model.kind)},
+      {kDropout, float_text(a.model.dropout)},
+      {kInput, fmt::format("{}", fmt::join(a.input_shape, ","))},
+      {kClasses, std::to_string(a.classes)},
+      {kNormalize, float_text(a.normalize.mean) + "," + float_text(a.normalize.std)},
+  };
+  if (a.model.kind == ModelKind::kMlp) m[kHidden] = fmt::format("{}", fmt::join(a.model.hidden, ","));
+  return m;
+}
+
+std::optional<Architecture> architecture_from_metadata(const safetensors::Metadata& m, const std::string& source) {
+  auto kind_it = m.find(kModel);
+  if (kind_it == m.end()) return std::nullopt;
+  Architecture a;
+  auto kind = parse_model_kind(kind_it->second);
+  if (!kind) bad(source, kModel, kind_it->second, "mlp or cnn");
+  a.model.kind = *kind;
+  if (a.model.kind == ModelKind::kMlp) a.model.hidden = parse_ints(source, kHidden, require_key(m, source, kHidden));
+  a.model.dropout = parse_float(source, kDropout, require_key(m, source, kDropout));
+  if (a.model.dropout < 0.f || a.model.dropout >= 1.f) bad(source, kDropout, require_key(m, source, kDropout), "a probability in [0, 1)");
+  a.input_shape = parse_ints(source, kInput, require_key(m, source, kInput));
+  const std::vector<int64_t> classes = parse_ints(source, kClasses, require_key(m, source, kClasses));
+  if (classes.size() != 1 || classes[0] > 1'000'000) bad(source, kClasses, require_key(m, source, kClasses), "a class count");
+  a.classes = static_cast<int>(classes[0]);
+  const std::string& norm = require_key(m, source, kNormalize);
+  const size_t comma = norm.find(',');
+  if (comma == std::string::npos) bad(source, kNormalize, norm, "MEAN,STD");
+  a.normalize.mean = parse_float(source, kNormalize, norm.substr(0, comma));
+  a.normalize.std = parse_float(source, kNormalize, norm.substr(comma + 1));
+  if (a.normalize.std <= 0.f) bad(source, kNormalize, norm, "MEAN,STD with STD > 0");
+  return a;
+}
+
+std::string describe(const Architecture& a) {
+  if (a.model.kind == ModelKind::kCnn) return "cnn";
+  return fmt::format("mlp {}-{}-{}", shape_numel(a.input_shape), fmt::join(a.model.hidden, "-"), a.classes);
+}
+
+}  // namespace dtrain

@@ -1,0 +1,35 @@
+// The architecture a weights file records in its safetensors __metadata__ (keys "dtrain.*"), so
+// that `dtrain eval` and users rebuild the model without being told: the model kind, hidden
+// widths, dropout, input shape, classes and the input normalisation it was trained with.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "checkpoint/safetensors.h"
+#include "core/tensor.h"
+#include "data/mnist.h"
+#include "model/models.h"
+
+namespace dtrain {
+
+struct Architecture {
+  ModelSpec model;
+  Shape input_shape;  // one sample, e.g. {1, 28, 28}
+  int classes = 0;
+  Normalize normalize;
+};
+
+// {"format": "pt", "dtrain.model": "mlp", "dtrain.hidden": "256", ...}; "format": "pt" is what
+// Hugging Face's loaders expect of a PyTorch state_dict.
+safetensors::Metadata architecture_metadata(const Architecture& arch);
+
+// The architecture a file records; nullopt when it records none (a file written elsewhere).
+// Throws Error "<source>: __metadata__ <key>: <problem>" when it records one badly.
+std::optional<Architecture> architecture_from_metadata(const safetensors::Metadata& metadata,
+                                                       const std::string& source);
+
+// "mlp 784-256-10" / "cnn", for messages.
+std::string describe(const Architecture& arch);
+
+}  // namespace dtrain

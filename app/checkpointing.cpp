@@ -1,0 +1,243 @@
+#include "app/checkpointing.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "app/root_broadcast.h"
+#include "checkpoint/checkpoint_layout.h"
+#include "checkpoint/checkpoint_reader.h"
+
+namespace dtrain {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// A float as the shortest decimal that reads back to it (0.01, not 0.009999999776482582), so
+// that state.json and its error lines show what the user typed.
+double decimal(float v) { return std::strtod(fmt::format("{}", v).c_str(), nullptr); }
+
+json lr_schedule_config(const TrainConfig& c) {
+  json s = {{"kind", lr_schedule_name(c.lr_schedule)}};
+  if (c.lr_schedule == LrSchedule::Kind::kStep) {
+    s["step_size"] = c.lr_step_size;
+    s["step_gamma"] = decimal(c.lr_gamma);  // named so that "kind" sorts first
+  }
+  if (c.lr_schedule == LrSchedule::Kind::kCosine) s["period_epochs"] = c.epochs;  // the schedule's T_max
+  return s;
+}
+
+json optimizer_config(const OptimizerSpec& o) {
+  // "algorithm" sorts first, so that another optimizer is reported as such.
+  json j = {{"algorithm", optimizer_name(o.kind)}, {"lr", decimal(o.lr)}, {"weight_decay", decimal(o.weight_decay)}};
+  if (o.kind == OptimizerKind::kSgd) {
+    j["momentum"] = decimal(o.momentum);
+    j["nesterov"] = o.nesterov;
+  } else {
+    j["eps"] = decimal(o.eps);
+  }
+  return j;
+}
+
+std::string as_string(std::span<const std::byte> bytes) {
+  return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
+}
+
+safetensors::File file_from(const std::string& bytes, const std::string& source) {
+  auto data = std::make_unique<std::byte[]>(bytes.size());
+  std::memcpy(data.get(), bytes.data(), bytes.size());
+  return safetensors::File(std::move(data), bytes.size(), source);
+}
+
+void load_parameters(const safetensors::File& file, Module& model) {
+  std::vector<safetensors::NamedTarget> targets;
+  for (Parameter* p : model.parameters()) targets.push_back({p->name, &p->value});
+  safetensors::load_named(file, targets);
+}
+
+OptimizerState optimizer_state_from(const safetensors::File& file) {
+  OptimizerState state;
+  for (const safetensors::TensorInfo& info : file.header().tensors) {
+    if (info.dtype == safetensors::Dtype::kI64)
+      state.counts.push_back({info.name, file.i64_scalar(info.name)});
+    else
+      state.tensors.push_back({info.name, file.to_tensor(info.name)});
+  }
+  return state;
+}
+
+json rng_state(Module& model) {
+  std::vector<uint64_t> counters;
+  for (uint64_t* c : model.rng_counters()) counters.push_back(*c);
+  return {{"dropout_counters", counters}};
+}
+
+void restore_rng(const json& rng, Module& model, const std::string& source) {
+  const std::vector<uint64_t*> counters = model.rng_counters();
+  const json* saved = rng.is_object() && rng.contains("dropout_counters") ? &rng["dropout_counters"] : nullptr;
+  bool ok = saved && saved->is_array() && saved->size() == counters.size();
+  for (size_t i = 0; ok && i < counters.size(); ++i) ok = (*saved)[i].is_number_unsigned();
+  if (!ok)
+    throw Error(fmt::format("{}: rng.dropout_counters: expected {} counter(s), one per Dropout layer, got {}", source,
+                            counters.size(), saved ? saved->dump() : "none"));
+  for (size_t i = 0; i < counters.size(); ++i) *counters[i] = (*saved)[i].get<uint64_t>();
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+double mean(const std::vector<double>& v) {
+  return v.empty() ? 0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+}
+
+}  // namespace
+
+json resume_config(const TrainConfig& c) {
+  // "architecture" sorts first, so that another model is reported as such, not by its widths.
+  json model = {{"architecture", model_kind_name(c.model.kind)}, {"dropout", decimal(c.model.dropout)}};
+  if (c.model.kind == ModelKind::kMlp) model["hidden"] = c.model.hidden;
+  return {
+      {"model", model},
+      {"optimizer", optimizer_config(c.optimizer)},
+      {"lr_schedule", lr_schedule_config(c)},
+      {"batch_size", c.batch_size},
+      {"accumulate", c.accumulate},
+      {"amp", c.amp == AmpMode::kBf16 ? "bf16" : "off"},
+      {"ddp",
+       {{"comm_hook", comm_hook_name(c.ddp.comm_hook)},
+        {"bucket_cap_bytes", c.ddp.bucket_cap_bytes},
+        {"first_bucket_bytes", c.ddp.first_bucket_bytes}}},
+      {"data",
+       {{"train_limit", c.data.train_limit},
+        {"test_limit", c.data.test_limit},
+        {"normalize", {decimal(c.data.normalize.mean), decimal(c.data.normalize.std)}},
+        {"shuffle", c.data.shuffle},
+        {"sampler", sampler_tail_name(c.data.sampler)}}},
+      {"seed", c.seed},
+  };
+}
+
+CheckpointSaver::CheckpointSaver(const CheckpointSettings& settings, bool writes) : settings_(settings) {
+  if (writes && !settings.dir.empty())
+    writer_ = std::make_unique<checkpoint::CheckpointWriter>(
+        checkpoint::CheckpointWriterOptions{.dir = settings.dir, .keep = settings.keep});
+}
+
+void CheckpointSaver::save(checkpoint::TrainingState state, Module& model, const Optimizer& optimizer,
+                           const safetensors::Metadata& architecture) {
+  if (!writer_) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  // The previous save's buffers return to the pool once written: wait for them rather than
+  // take a second set (and so never queue more than one save).
+  writer_->wait();
+  const auto t1 = std::chrono::steady_clock::now();
+  checkpoint::HostBufferPool* pool = &writer_->buffers();
+  state.rng = rng_state(model);
+  checkpoint::CheckpointSnapshot snapshot;
+  snapshot.state = std::move(state);
+  for (Parameter* p : model.parameters()) snapshot.model.push_back(safetensors::host_copy(p->name, p->value, pool));
+  snapshot.model_metadata = architecture;
+  const OptimizerState optimizer_state = optimizer.export_state();
+  for (const auto& e : optimizer_state.tensors) snapshot.optimizer.push_back(safetensors::host_copy(e.name, e.value, pool));
+  for (const auto& c : optimizer_state.counts) snapshot.optimizer.push_back(safetensors::i64_scalar(c.name, c.value));
+  snapshot.optimizer_metadata = {{"optimizer", optimizer_name(optimizer.kind())}};
+  last_path_ = (fs::path(settings_.dir) / checkpoint::step_dir_name(snapshot.state.global_step)).string();
+  const auto t2 = std::chrono::steady_clock::now();
+  if (settings_.background)
+    writer_->save_async(std::move(snapshot));
+  else
+    writer_->save(std::move(snapshot));
+  const auto t3 = std::chrono::steady_clock::now();
+  auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+  times_.blocked_ms.push_back(ms(t0, t3));
+  times_.previous_ms.push_back(ms(t0, t1));
+  times_.snapshot_ms.push_back(ms(t1, t2));
+  times_.write_ms.push_back(ms(t2, t3));
+}
+
+void CheckpointSaver::wait() {
+  if (writer_) writer_->wait();
+}
+
+bool CheckpointSaver::writing() const { return writer_ && writer_->writing(); }
+
+void CheckpointSaver::record_step(double ms, bool while_writing) {
+  if (!writer_) return;
+  (while_writing ? times_.step_ms_while_writing : times_.step_ms_otherwise).push_back(ms);
+}
+
+std::string CheckpointSaver::summary() const {
+  if (times_.blocked_ms.empty()) return "";
+  return fmt::format(
+      "checkpoint: {} save(s) to {} ({}): training waited {:.1f} ms per save (median; max {:.1f}; medians: {:.1f} "
+      "for the previous save, {:.1f} snapshot, {:.1f} writing); {} step(s) ran while one was written, {:.2f} ms per "
+      "step against {:.2f} ms otherwise (mean)",
+      times_.blocked_ms.size(), settings_.dir, settings_.background ? "background writer" : "synchronous",
+      median(times_.blocked_ms), *std::max_element(times_.blocked_ms.begin(), times_.blocked_ms.end()),
+      median(times_.previous_ms), median(times_.snapshot_ms), median(times_.write_ms),
+      times_.step_ms_while_writing.size(), mean(times_.step_ms_while_writing), mean(times_.step_ms_otherwise));
+}
+
+std::optional<Resumed> restore_checkpoint(Communicator& control, const TrainConfig& c, Module& model,
+                                          Optimizer& optimizer) {
+  const CheckpointSettings& k = c.checkpoints;
+  if (k.resume == ResumeMode::kNone) return std::nullopt;
+  const json config = resume_config(c);
+  const std::vector<std::string> parts = broadcast_from_root(control, [&]() -> std::vector<std::string> {
+    fs::path path = k.resume_path;
+    if (k.resume == ResumeMode::kAuto) {
+      const std::optional<fs::path> latest = checkpoint::find_latest(k.dir);
+      if (!latest) return {};
+      path = *latest;
+    }
+    checkpoint::LoadedCheckpoint loaded = checkpoint::read_checkpoint(path);
+    checkpoint::check_config_matches(loaded, config, {});
+    return {loaded.path.string(), checkpoint::encode_state(loaded.state), as_string(loaded.model.file_bytes()),
+            as_string(loaded.optimizer.file_bytes())};
+  });
+  if (parts.empty()) return std::nullopt;
+  return agreed([&] {
+    const fs::path dir = parts[0];
+    Resumed resumed{checkpoint::decode_state(parts[1], (dir / checkpoint::kStateFile).string()), parts[0]};
+    load_parameters(file_from(parts[2], (dir / checkpoint::kModelFile).string()), model);
+    const std::string optimizer_source = (dir / checkpoint::kOptimizerFile).string();
+    try {
+      optimizer.import_state(optimizer_state_from(file_from(parts[3], optimizer_source)));
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}: {}", optimizer_source, e.what()));
+    }
+    restore_rng(resumed.state.rng, model, (dir / checkpoint::kStateFile).string());
+    return resumed;
+  });
+}
+
+void load_initial_weights(Communicator& control, const std::string& path, Module& model) {
+  const std::vector<std::string> parts = broadcast_from_root(
+      control, [&]() -> std::vector<std::string> { return {as_string(safetensors::read_file(path).file_bytes())}; });
+  agreed([&] { load_parameters(file_from(parts[0], path), model); });
+}
+
+safetensors::File read_weights_on_root(Communicator& control, const std::string& path) {
+  const std::vector<std::string> parts = broadcast_from_root(control, [&]() -> std::vector<std::string> {
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) {  // a checkpoint, or a checkpoint directory: validated whole
+      checkpoint::LoadedCheckpoint loaded = checkpoint::read_checkpoint(path);
+      return {as_string(loaded.model.file_bytes()), loaded.model.source()};
+    }
+    safetensors::File file = safetensors::read_file(path);
+    return {as_string(file.file_bytes()), file.source()};
+  });
+  return agreed([&] { return file_from(parts[0], parts[1]); });
+}
+
+}  // namespace dtrain

@@ -1,0 +1,107 @@
+// The settings ranks must share, their encoding, and the one-line report of a difference.
+#include "app/rank_agreement.h"
+
+#include <map>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "app/root_broadcast.h"
+#include "comm/exchange.h"
+
+namespace dtrain {
+
+namespace {
+
+using Settings = std::vector<std::pair<std::string, std::string>>;
+
+std::string encode(const Settings& settings) {
+  std::string out;
+  for (const auto& [flag, value] : settings) out += fmt::format("{}\t{}\n", flag, value);
+  return out;
+}
+
+Settings decode(const std::string& text) {
+  Settings settings;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    const size_t tab = line.find('\t');
+    settings.emplace_back(line.substr(0, tab), tab == std::string::npos ? "" : line.substr(tab + 1));
+  }
+  return settings;
+}
+
+// "rank 2 has" or "ranks 0,1 have".
+std::string holders_text(const std::vector<int>& ranks) {
+  if (ranks.size() == 1) return fmt::format("rank {} has", ranks[0]);
+  return fmt::format("ranks {} have", fmt::join(ranks, ","));
+}
+
+}  // namespace
+
+Settings shared_settings(const TrainConfig& c, int64_t train_samples, int64_t test_samples) {
+  const OptimizerSpec& o = c.optimizer;
+  Settings s = {
+      {"--model", model_kind_name(c.model.kind)},
+      {"--hidden", fmt::format("{}", fmt::join(c.model.hidden, ","))},
+      {"--dropout", fmt::format("{}", c.model.dropout)},
+      {"--epochs", fmt::format("{}", c.epochs)},
+      {"--batch-size", fmt::format("{}", c.batch_size)},
+      {"--accumulate", fmt::format("{}", c.accumulate)},
+      {"--bucket-cap-mb", fmt::format("{:.3g} ({} bytes)", static_cast<double>(c.ddp.bucket_cap_bytes) / (1 << 20),
+                                       c.ddp.bucket_cap_bytes)},
+      {"--comm-hook", comm_hook_name(c.ddp.comm_hook)},
+      {"--find-unused-parameters", c.ddp.find_unused_parameters ? "on" : "off"},
+      {"--amp", c.amp == AmpMode::kBf16 ? "bf16" : "off"},
+      {"--optimizer", optimizer_name(o.kind)},
+      {"--lr", fmt::format("{}", o.lr)},
+      {"--momentum", fmt::format("{}", o.momentum)},
+      {"--weight-decay", fmt::format("{}", o.weight_decay)},
+      {"--lr-schedule", lr_schedule_name(c.lr_schedule)},
+      {"--seed", fmt::format("{}", c.seed)},
+      {"--shuffle", c.data.shuffle ? "on" : "off"},
+      {"--sampler", sampler_tail_name(c.data.sampler)},
+      {"--train-limit", fmt::format("{}", c.data.train_limit)},
+      {"--test-limit", fmt::format("{}", c.data.test_limit)},
+      {"training samples (--data)", fmt::format("{}", train_samples)},
+      {"test samples (--data)", fmt::format("{}", test_samples)},
+      {"--log-interval", fmt::format("{}", c.output.log_interval)},
+      {"--checkpoint-dir (set or not)", c.checkpoints.dir.empty() ? "unset" : "set"},
+      {"--checkpoint-every", fmt::format("{}", c.checkpoints.every)},
+      {"--trace (set or not)", c.output.trace_path.empty() ? "unset" : "set"},
+      {"--timeout", fmt::format("{}", c.runtime.collective_timeout_s)},
+  };
+  return s;
+}
+
+std::string first_disagreement(const std::vector<std::string>& all) {
+  std::vector<Settings> decoded;
+  for (const std::string& text : all) decoded.push_back(decode(text));
+  const Settings& first = decoded.at(0);
+  for (size_t i = 0; i < first.size(); ++i) {
+    std::map<std::string, std::vector<int>> holders;  // value -> ranks
+    std::vector<std::string> order;                   // values in order of the lowest rank
+    for (size_t r = 0; r < decoded.size(); ++r) {
+      const std::string value = i < decoded[r].size() && decoded[r][i].first == first[i].first
+                                    ? decoded[r][i].second
+                                    : "(a dtrain build that lists other settings)";
+      if (!holders.count(value)) order.push_back(value);
+      holders[value].push_back(static_cast<int>(r));
+    }
+    if (order.size() == 1) continue;
+    std::vector<std::string> parts;
+    for (const std::string& value : order) parts.push_back(fmt::format("{} {}", holders_text(holders[value]), value));
+    return fmt::format("ranks disagree on {}: {} (every rank must be started with the same settings)", first[i].first,
+                       fmt::join(parts, ", "));
+  }
+  return {};
+}
+
+void check_ranks_agree(Communicator& control, const Settings& settings) {
+  if (control.size() == 1) return;
+  const std::string problem = first_disagreement(allgather_strings(control, encode(settings)));
+  if (!problem.empty()) throw AgreedError(problem);
+}
+
+}  // namespace dtrain

@@ -1,0 +1,29 @@
+#include "app/root_broadcast.h"
+
+#include "comm/exchange.h"
+
+namespace dtrain {
+
+std::vector<std::string> broadcast_from_root(Communicator& comm,
+                                             const std::function<std::vector<std::string>()>& produce, int root) {
+  std::vector<std::string> parts;
+  std::string error;
+  if (comm.rank() == root) {
+    try {
+      parts = produce();
+    } catch (const Error& e) {
+      error = e.what();
+      parts.clear();
+    }
+  }
+  // The outcome first, so that every rank knows whether parts follow.
+  error = broadcast_string(comm, error.empty() ? "" : "E" + error, root);
+  if (!error.empty()) throw AgreedError(error.substr(1));
+  uint64_t count = parts.size();
+  comm.broadcast(&count, static_cast<int64_t>(sizeof count), DType::kU8, root);
+  parts.resize(count);
+  for (std::string& part : parts) part = broadcast_string(comm, part, root);
+  return parts;
+}
+
+}  // namespace dtrain

@@ -1,0 +1,41 @@
+// Data one rank reads and every rank receives. Checkpoints and weight files are read by rank 0
+// alone, so the nodes of a job need not share a filesystem, and broadcast. A failure on rank 0
+// becomes the same AgreedError on every rank, so that all of them stop alike: the CLI prints the
+// line once and every rank exits normally with a non-zero status (no rank is left waiting, and
+// no MPI_Abort is needed).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/error.h"
+
+namespace dtrain {
+
+// An error every rank raised with the same message at the same point.
+class AgreedError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Rank `root` runs `produce`; every rank returns what it produced. An Error thrown by `produce`
+// is thrown on every rank as an AgreedError with its message. A collective.
+std::vector<std::string> broadcast_from_root(Communicator& comm,
+                                             const std::function<std::vector<std::string>()>& produce, int root = 0);
+
+// Runs `work`, which every rank runs on the same (broadcast) data and so fails alike on every
+// rank; its Error becomes an AgreedError.
+template <class Work>
+auto agreed(Work&& work) -> decltype(work()) {
+  try {
+    return work();
+  } catch (const AgreedError&) {
+    throw;
+  } catch (const Error& e) {
+    throw AgreedError(e.what());
+  }
+}
+
+}  // namespace dtrain

@@ -1,0 +1,277 @@
+// ProgressBoard and CollectiveWatchdog (see collective_watchdog.h).
+#include "comm/collective_watchdog.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <new>
+
+#include <fmt/format.h>
+
+#include "comm/collective_check.h"
+#include "comm/communicator.h"
+#include "comm/mpi_check.h"
+#include "comm/watchdog_policy.h"
+
+namespace dtrain {
+
+// `version` is odd while started() rewrites the slot: a reader that sees it change retries, so it
+// never pairs one collective's sequence number with the next one's kind or count.
+struct ProgressBoard::Slot {
+  std::atomic<int64_t> version{0};
+  std::atomic<int64_t> started{0}, completed{0}, count{0};
+  std::atomic<int32_t> kind{0}, dtype{0};
+  std::atomic<int64_t> heartbeat_ns{0};
+};
+static_assert(std::atomic<int64_t>::is_always_lock_free, "the board is shared between processes");
+
+namespace {
+constexpr const char* kKindNames[] = {"?", "allreduce", "broadcast", "allgather", "barrier"};
+}  // namespace
+
+int ProgressBoard::kind_code(const std::string& kind) {
+  for (int i = 1; i < 5; ++i)
+    if (kind == kKindNames[i]) return i;
+  return 0;
+}
+
+const char* ProgressBoard::kind_name(int code) { return code > 0 && code < 5 ? kKindNames[code] : "?"; }
+
+std::unique_ptr<ProgressBoard> ProgressBoard::create(MPI_Comm world) {
+  std::unique_ptr<ProgressBoard> b(new ProgressBoard);
+  int world_rank = 0, local_size = 1;
+  MPI_CHECK(MPI_Comm_rank(world, &world_rank));
+  MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &b->node_));
+  MPI_CHECK(MPI_Comm_set_errhandler(b->node_, MPI_ERRORS_RETURN));
+  MPI_CHECK(MPI_Comm_rank(b->node_, &b->local_rank_));
+  MPI_CHECK(MPI_Comm_size(b->node_, &local_size));
+  void* mine = nullptr;
+  const int rc = MPI_Win_allocate_shared(sizeof(Slot), 1, MPI_INFO_NULL, b->node_, &mine, &b->win_);
+  int ok = rc == MPI_SUCCESS ? 1 : 0;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, b->node_));
+  if (!ok) {
+    if (b->win_ != MPI_WIN_NULL) MPI_Win_free(&b->win_);
+    MPI_Comm_free(&b->node_);
+    return nullptr;
+  }
+  new (mine) Slot();
+  b->world_ranks_.assign(static_cast<size_t>(local_size), 0);
+  MPI_CHECK(MPI_Allgather(&world_rank, 1, MPI_INT, b->world_ranks_.data(), 1, MPI_INT, b->node_));
+  for (int r = 0; r < local_size; ++r) {
+    MPI_Aint bytes = 0;
+    int unit = 0;
+    void* base = nullptr;
+    MPI_CHECK(MPI_Win_shared_query(b->win_, r, &bytes, &unit, &base));
+    b->slots_.push_back(static_cast<Slot*>(base));
+  }
+  MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, b->win_));
+  MPI_CHECK(MPI_Barrier(b->node_));  // every slot is constructed before anyone reads one
+  return b;
+}
+
+ProgressBoard::~ProgressBoard() = default;
+
+void ProgressBoard::started(int64_t seq, int kind, int64_t count, DType dtype) {
+  Slot* s = slots_[static_cast<size_t>(local_rank_)];
+  const int64_t v = s->version.load(std::memory_order_relaxed);
+  s->version.store(v + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  s->kind.store(kind, std::memory_order_relaxed);
+  s->count.store(count, std::memory_order_relaxed);
+  s->dtype.store(static_cast<int32_t>(dtype), std::memory_order_relaxed);
+  s->started.store(seq, std::memory_order_relaxed);
+  s->version.store(v + 2, std::memory_order_release);
+}
+
+void ProgressBoard::completed(int64_t seq) {
+  slots_[static_cast<size_t>(local_rank_)]->completed.store(seq, std::memory_order_release);
+}
+
+void ProgressBoard::heartbeat(int64_t now_ns) {
+  slots_[static_cast<size_t>(local_rank_)]->heartbeat_ns.store(now_ns, std::memory_order_relaxed);
+}
+
+std::vector<ProgressBoard::Entry> ProgressBoard::read() const {
+  std::vector<Entry> out;
+  for (size_t r = 0; r < slots_.size(); ++r) {
+    const Slot* s = slots_[r];
+    Entry e;
+    e.world_rank = world_ranks_[r];
+    // A stopped writer may be stopped mid-update: after a few tries, take what is there.
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      const int64_t v = s->version.load(std::memory_order_acquire);
+      e.started = s->started.load(std::memory_order_relaxed);
+      e.kind = s->kind.load(std::memory_order_relaxed);
+      e.count = s->count.load(std::memory_order_relaxed);
+      e.dtype = s->dtype.load(std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (v % 2 == 0 && s->version.load(std::memory_order_relaxed) == v) break;
+    }
+    e.completed = s->completed.load(std::memory_order_acquire);
+    e.heartbeat_ns = s->heartbeat_ns.load(std::memory_order_relaxed);
+    out.push_back(e);
+  }
+  return out;
+}
+
+void ProgressBoard::release() {
+  if (win_ != MPI_WIN_NULL) {
+    MPI_CHECK(MPI_Win_unlock_all(win_));
+    MPI_CHECK(MPI_Win_free(&win_));
+  }
+  if (node_ != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&node_));
+  slots_.clear();
+}
+
+std::vector<int> unresponsive_ranks(const std::vector<ProgressBoard::Entry>& board, int my_local_rank, int64_t now_ns) {
+  std::vector<int> out;
+  for (size_t r = 0; r < board.size(); ++r) {
+    const ProgressBoard::Entry& e = board[r];
+    if (static_cast<int>(r) != my_local_rank && e.heartbeat_ns != 0 && now_ns - e.heartbeat_ns > kHeartbeatStaleNs)
+      out.push_back(e.world_rank);
+  }
+  return out;
+}
+
+std::string not_arrived_text(const std::vector<ProgressBoard::Entry>& board, int my_local_rank, int64_t seq, int kind,
+                             int64_t count, int dtype, int64_t now_ns) {
+  std::string out;
+  for (size_t r = 0; r < board.size(); ++r) {
+    if (static_cast<int>(r) == my_local_rank) continue;
+    const ProgressBoard::Entry& e = board[r];
+    std::string what;
+    // A stopped or frozen process is the cause whatever collective it was in.
+    if (now_ns != 0 && e.heartbeat_ns != 0 && now_ns - e.heartbeat_ns > kHeartbeatStaleNs) {
+      what = fmt::format("rank {} is not responding (stopped or frozen: no heartbeat for {:.1f} s; it was in #{})",
+                         e.world_rank, static_cast<double>(now_ns - e.heartbeat_ns) * 1e-9, e.started);
+    } else if (e.started < seq) {
+      what = fmt::format("rank {} has not arrived (last started #{}, completed #{})", e.world_rank, e.started,
+                         e.completed);
+    } else if (e.started > seq) {
+      what = fmt::format("rank {} is ahead, in collective #{}: {} of {} {}", e.world_rank, e.started,
+                         ProgressBoard::kind_name(e.kind), e.count, dtype_name(static_cast<DType>(e.dtype)));
+    } else if (e.kind != kind || e.count != count || e.dtype != dtype) {
+      what = fmt::format("rank {} is in a different collective #{}: {} of {} {}", e.world_rank, seq,
+                         ProgressBoard::kind_name(e.kind), e.count, dtype_name(static_cast<DType>(e.dtype)));
+    }
+    if (!what.empty()) out += (out.empty() ? "" : "; ") + what;
+  }
+  return out;
+}
+
+std::string different_collective_text(const std::vector<ProgressBoard::Entry>& board, int my_local_rank) {
+  const ProgressBoard::Entry& me = board[static_cast<size_t>(my_local_rank)];
+  std::vector<CollectiveHeader> headers;
+  bool differs = false;
+  for (const ProgressBoard::Entry& e : board) {
+    // Only ranks in the same collective number can be compared: one behind may yet arrive.
+    if (e.started != me.started) continue;
+    headers.push_back({e.started, e.kind, e.count, e.dtype});
+    differs = differs || !(headers.back() == headers.front());
+  }
+  if (!differs) return "";
+  std::string out = fmt::format("ranks issued different collectives at #{}:", me.started);
+  for (const ProgressBoard::Entry& e : board)
+    if (e.started == me.started)
+      out += fmt::format(" rank {}: {} of {} {};", e.world_rank, ProgressBoard::kind_name(e.kind), e.count,
+                         dtype_name(static_cast<DType>(e.dtype)));
+  out.pop_back();
+  return out;
+}
+
+CollectiveWatchdog::CollectiveWatchdog(WatchdogSettings settings, int rank, int size, FlightRecorder& recorder,
+                                       ProgressBoard* board)
+    : settings_(std::move(settings)), rank_(rank), size_(size), recorder_(recorder), board_(board) {
+  dumps_seen_ = flight_recorder_dump_requests();
+  thread_ = std::thread([this] { run(); });
+  pthread_setname_np(thread_.native_handle(), "dtrain-watchdog");
+}
+
+CollectiveWatchdog::~CollectiveWatchdog() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+int64_t CollectiveWatchdog::steady_now_ns_relaxed() { return steady_now_ns(); }
+
+std::string CollectiveWatchdog::dump(const std::string& reason, const std::vector<int>& unresponsive) {
+  std::string error;
+  const std::string path = recorder_.dump(settings_.dump_dir, rank_, size_, reason, unresponsive, error);
+  return path.empty() ? fmt::format("not written: {}", error) : path;
+}
+
+void CollectiveWatchdog::run() {
+  std::unique_lock lock(mu_);
+  if (board_) board_->heartbeat(steady_now_ns());
+  while (!cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stopping_; })) {
+    if (board_) board_->heartbeat(steady_now_ns());
+    if (const uint64_t asked = flight_recorder_dump_requests(); asked != dumps_seen_) {
+      dumps_seen_ = asked;
+      const std::string where = dump("SIGUSR1");
+      std::fprintf(stderr, "dtrain: rank %d: flight recorder: %s\n", rank_, where.c_str());
+    }
+    const int64_t seq = running_seq_.load(std::memory_order_acquire);
+    if (seq == 0) continue;
+    if (board_ && steady_now_ns() - running_since_ns_.load(std::memory_order_relaxed) > kMismatchCheckAfterNs) {
+      // Note [Checking every collective]: a slow collective may be one other ranks never issue.
+      const std::vector<ProgressBoard::Entry> board = board_->read();
+      const std::string differs = different_collective_text(board, board_->local_rank());
+      if (!differs.empty() && board[static_cast<size_t>(board_->local_rank())].started == seq &&
+          running_seq_.load(std::memory_order_acquire) == seq)
+        fail_now(seq, differs);
+    }
+    if (settings_.timeout_s <= 0) continue;
+    const auto since = WatchdogClock::time_point(std::chrono::nanoseconds(running_since_ns_.load(std::memory_order_relaxed)));
+    const WatchdogPending pending[] = {{seq, "", since}};
+    const auto timeout = std::chrono::duration_cast<WatchdogClock::duration>(std::chrono::duration<double>(settings_.timeout_s));
+    const WatchdogVerdict v = watchdog_decide(pending, WatchdogClock::now(), timeout, "");
+    if (v.action == WatchdogAction::kTimeout && running_seq_.load(std::memory_order_acquire) == seq)
+      time_out(seq, v.waited_s);
+  }
+}
+
+void CollectiveWatchdog::fail_now(int64_t seq, const std::string& differs) {
+  const std::string where = dump(fmt::format("collective #{}: {}", seq, differs));
+  const std::string line = fmt::format("dtrain: rank {}: {}; flight recorder: {}\n", rank_, differs, where);
+  std::fflush(stdout);
+  std::fputs(line.c_str(), stderr);
+  std::fflush(stderr);
+  std::_Exit(1);  // as time_out: the communication thread is inside MPI
+}
+
+void CollectiveWatchdog::time_out(int64_t seq, double waited_s) {
+  CollectiveRecord rec;
+  for (const CollectiveRecord& r : recorder_.snapshot())
+    if (r.seq == seq) rec = r;
+  std::string others;
+  std::vector<int> suspects;
+  if (board_) {
+    const std::vector<ProgressBoard::Entry> board = board_->read();
+    const int64_t now = steady_now_ns();
+    others = not_arrived_text(board, board_->local_rank(), seq, ProgressBoard::kind_code(rec.kind), rec.count,
+                              static_cast<int>(rec.dtype), now);
+    suspects = unresponsive_ranks(board, board_->local_rank(), now);
+    if (others.empty()) others = "every rank on this node arrived; the missing rank is on another node";
+  } else {
+    others = "ranks on other nodes: see their lines or `dtrain flight-report`";
+  }
+  const std::string where = dump(fmt::format("timeout in collective #{}: {}", seq, others), suspects);
+  const std::string line = fmt::format(
+      "dtrain: rank {}: collective #{} ({} of {} {}{}) timed out after {:.1f} s (timeout {} s): {}; flight "
+      "recorder: {}\n",
+      rank_, seq, rec.kind, rec.count, dtype_name(rec.dtype), rec.label.empty() ? "" : ", " + rec.label, waited_s,
+      settings_.timeout_s, others, where);
+  std::fflush(stdout);
+  std::fputs(line.c_str(), stderr);
+  std::fflush(stderr);
+  // The communication thread is inside MPI and cannot be interrupted: end the process; mpirun
+  // (or dtrain-launch) ends the rest of the job when a rank exits non-zero.
+  std::_Exit(1);
+}
+
+}  // namespace dtrain

@@ -1,0 +1,15 @@
+// BLIS's float32 GEMM behind core/ops.h's gemm() for the shapes where it beats OpenBLAS (Note
+// [Two CPU GEMM libraries] in core/ops.cpp). A translation unit of its own: blis.h and
+// OpenBLAS's cblas.h declare the same BLAS names.
+#pragma once
+
+#include <cstdint>
+
+namespace dtrain {
+
+// gemm()'s contract (row-major, op(A) [m,k], op(B) [k,n]), on the host.
+void blis_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+               const float* b, float beta, float* c);
+void blis_set_threads(int threads);
+
+}  // namespace dtrain

@@ -1,0 +1,94 @@
+# shellcheck shell=bash
+# Shared by the end-to-end tests of checkpoints, resuming and preemption (sourced, not run):
+# dtrain at NP ranks (one process alone for NP 1, else mpirun), the PID of one rank, the log
+# lines a resumed run must repeat, TAP-style ok/not ok lines and the exit status.
+# The caller sets DTRAIN (the binary) before sourcing.
+
+DTRAIN=$(realpath "$DTRAIN")
+readonly DATA=${DTRAIN_E2E_DATA:-/usr/share/datasets/fashion-mnist}
+if [ ! -e "$DATA/train-images-idx3-ubyte.gz" ] && [ ! -e "$DATA/train-images-idx3-ubyte" ]; then
+  echo "SKIPPED: Fashion-MNIST not installed at $DATA (apt-get install dataset-fashion-mnist)"
+  exit 77
+fi
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/dtrain_e2e.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+failures=0
+
+ok() { echo "ok - $1"; }
+not_ok() { echo "not ok - $1: $2"; failures=$((failures + 1)); }
+check() { local name=$1; shift; if "$@"; then ok "$name"; else not_ok "$name" "failed: $*"; fi; }
+finish() { if [ "$failures" -gt 0 ]; then echo "$failures failure(s)"; exit 1; fi; echo "all passed"; exit 0; }
+
+# A small, quick job: 1 BLAS thread per rank, a subset of the data.
+# shellcheck disable=SC2034  # used by the scripts that source this file
+COMMON=(--threads 1 --data "$DATA" --test-limit 500 --log-interval 10)
+
+# dtrain_at NP LOG ARGS...: runs `dtrain ARGS...` at NP ranks (NP 1: the process alone, else
+# under mpirun), stdout and stderr into LOG; returns its exit status.
+dtrain_at() {
+  start_dtrain "$@"
+  wait "$LAUNCHED"
+}
+
+# start_dtrain NP LOG ARGS...: the same in the background; LAUNCHED is the process started (the
+# rank itself for NP 1, else mpirun: see rank_pid). Local ranks inherit this environment
+# (DTRAIN_TEST_SAMPLE_LOG, DTRAIN_CHECKPOINT_FAULT_AFTER_BYTES).
+start_dtrain() {
+  local np=$1 log=$2
+  shift 2
+  if [ "$np" = 1 ]; then
+    OPENBLAS_NUM_THREADS=1 "$DTRAIN" "$@" >"$log" 2>&1 &
+  else
+    OPENBLAS_NUM_THREADS=1 mpirun -np "$np" --oversubscribe --bind-to none "$DTRAIN" "$@" >"$log" 2>&1 &
+  fi
+  LAUNCHED=$!
+}
+
+# rank_pid LAUNCHED NP RANK: the PID of rank RANK of a job started with dtrain_at NP ... &.
+rank_pid() {
+  local launched=$1 np=$2 rank=$3 child
+  if [ "$np" = 1 ]; then echo "$launched"; return; fi
+  for child in $(pgrep -P "$launched"); do
+    if tr '\0' '\n' <"/proc/$child/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank"; then
+      echo "$child"
+      return
+    fi
+  done
+}
+
+# wait_until SECONDS COMMAND...: polls COMMAND every 20 ms; false on timeout.
+wait_until() {
+  local deadline=$((SECONDS + $1))
+  shift
+  while ! "$@"; do
+    [ "$SECONDS" -ge "$deadline" ] && return 1
+    sleep 0.02
+  done
+}
+
+# latest_step DIR: N of DIR/latest's step-N (empty when there is none).
+latest_step() { sed -n 's/^step-\([0-9]*\)$/\1/p' "$1/latest" 2>/dev/null; }
+has_checkpoint() { [ -n "$(latest_step "$1")" ]; }
+# step_at_least DIR N: DIR/latest names step-M with M >= N.
+step_at_least() { local s; s=$(latest_step "$1"); [ -n "$s" ] && [ "$s" -ge "$2" ]; }
+# The file names the newest checkpoint in DIR.
+final_model() { echo "$1/step-$(latest_step "$1")/model.safetensors"; }
+
+# The lines a resumed run must repeat, with the checkpoint directory DIR written as "DIR".
+log_lines() { grep -E '^(Train Epoch|Test set|checkpoint: /)' "$1" | sed "s|$2|DIR|g"; }
+# The lines of LOG after its line "checkpoint: DIR/step-STEP ..." (what follows a resume at STEP).
+log_lines_after() { log_lines "$1" "$2" | sed -n "/^checkpoint: DIR\/step-$3 /,\$p" | tail -n +2; }
+
+# same_tail REF_LOG REF_DIR LOG DIR: LOG's lines (at least one) are the last lines of REF_LOG.
+same_tail() {
+  local n
+  n=$(log_lines "$3" "$4" | wc -l)
+  [ "$n" -gt 0 ] && diff <(log_lines "$1" "$2" | tail -n "$n") <(log_lines "$3" "$4")
+}
+
+# lines_at_least LOG COUNT PATTERN: LOG has COUNT lines matching the extended regex PATTERN.
+lines_at_least() { [ "$(grep -cE "$3" "$1")" -ge "$2" ]; }
+
+# The state of every file in DIR (names, sizes, contents): equal before and after means unchanged.
+dir_state() { (cd "$1" && find . -printf '%p %y\n' | sort && find . -type f -exec md5sum {} + | sort); }

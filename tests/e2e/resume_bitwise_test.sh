@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Resuming at the same world size is bitwise identical to not stopping. A job at NP ranks is
+# killed (SIGKILL, one rank; mpirun takes the others down) once it has saved a checkpoint, then
+# `--resume auto` finishes it: its final model.safetensors must equal, byte for byte, that of
+# the same job run uninterrupted, and its log must repeat the uninterrupted log's lines from the
+# resume point on. Once mid-epoch (--checkpoint-every) and once at an epoch boundary.
+#   resume_bitwise_test.sh PATH/TO/dtrain NP
+set -uo pipefail
+DTRAIN=${1:?usage: resume_bitwise_test.sh PATH/TO/dtrain NP}
+NP=${2:?usage: resume_bitwise_test.sh PATH/TO/dtrain NP}
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+
+# scenario NAME MIN_STEP ARGS...: the uninterrupted job, then the job killed once DIR/latest
+# names a step >= MIN_STEP, then --resume auto.
+scenario() {
+  local name=$1 min_step=$2
+  shift 2
+  local args=(train "${COMMON[@]}" --batch-size 16 --dropout 0.1 "$@")
+  local ref="$WORK/$name-ref" run="$WORK/$name-run"
+  if ! dtrain_at "$NP" "$ref.log" "${args[@]}" --checkpoint-dir "$ref"; then
+    not_ok "$name: uninterrupted run" "$(tail -3 "$ref.log")"
+    return
+  fi
+  start_dtrain "$NP" "$run.log" "${args[@]}" --checkpoint-dir "$run"
+  local launched=$LAUNCHED
+  wait_until 120 step_at_least "$run" "$min_step"
+  local victim
+  victim=$(rank_pid "$launched" "$NP" $((NP - 1)))
+  [ -n "$victim" ] && kill -KILL "$victim"
+  wait "$launched"
+  local status=$?
+  check "$name: rank $((NP - 1)) was killed before the run ended (status $status)" [ -n "$victim" -a "$status" -ne 0 ]
+  local resumed_from
+  resumed_from=$(latest_step "$run")
+  echo "# $name: killed after checkpoint step-$resumed_from; resuming"
+  if ! dtrain_at "$NP" "$run.resumed.log" "${args[@]}" --checkpoint-dir "$run" --resume auto; then
+    not_ok "$name: resumed run" "$(tail -3 "$run.resumed.log")"
+    return
+  fi
+  check "$name: the resumed run says where it resumed" grep -q "^resume: from $run/step-$resumed_from " "$run.resumed.log"
+  echo "# cmp $(final_model "$ref") $(final_model "$run")"
+  check "$name: final model.safetensors bitwise identical (cmp)" cmp "$(final_model "$ref")" "$(final_model "$run")"
+  check "$name: optimizer state bitwise identical (cmp)" \
+    cmp "$(dirname "$(final_model "$ref")")/optimizer.safetensors" "$(dirname "$(final_model "$run")")/optimizer.safetensors"
+  check "$name: the same log lines from the resume point on" \
+    diff <(log_lines_after "$ref.log" "$ref" "$resumed_from") <(log_lines "$run.resumed.log" "$run")
+}
+
+limit=$((1200 * NP))  # 75 steps of 16 per rank and epoch
+scenario mid-epoch 10 --train-limit "$limit" --epochs 2 --checkpoint-every 10
+scenario epoch-boundary 1 --train-limit "$limit" --epochs 3
+finish

@@ -1,0 +1,79 @@
+// The flight recorder's ring and labels, and the watchdog's naming of ranks that have not
+// arrived (the pure parts; the MPI side is tested under mpirun and end to end).
+#include "comm/flight_recorder.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/collective_watchdog.h"
+
+namespace dtrain {
+namespace {
+
+TEST(FlightRecorder, KeepsTheLastNInOrderWithTheirStates) {
+  FlightRecorder rec(3);
+  for (int i = 0; i < 5; ++i) rec.enqueue("allreduce", DType::kF32, 10 + i);
+  rec.started(4);
+  rec.finished(4, true);
+  rec.started(5);
+  rec.started(1);  // no longer in the ring: ignored
+  const std::vector<CollectiveRecord> r = rec.snapshot();
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[0].seq, 3);
+  EXPECT_EQ(r[2].seq, 5);
+  EXPECT_EQ(r[2].count, 14);
+  EXPECT_EQ(r[0].state, CollectiveState::kEnqueued);
+  EXPECT_EQ(r[1].state, CollectiveState::kCompleted);
+  EXPECT_EQ(r[2].state, CollectiveState::kStarted);
+  EXPECT_GT(r[1].completed_ns, 0);
+  EXPECT_EQ(rec.last_seq(), 5);
+}
+
+TEST(FlightRecorder, LabelsJoinTheContextAndThisThreadsDetail) {
+  set_collective_context("epoch 2 step 7");
+  FlightRecorder rec;
+  {
+    ScopedCollectiveDetail detail("bucket 3");
+    rec.enqueue("allreduce", DType::kF32, 1);
+  }
+  rec.enqueue("barrier", DType::kU8, 0);
+  set_collective_context("");
+  const auto r = rec.snapshot();
+  EXPECT_EQ(r[0].label, "epoch 2 step 7 | bucket 3");
+  EXPECT_EQ(r[1].label, "epoch 2 step 7");
+  const nlohmann::json j = nlohmann::json::parse(rec.to_json(1, 2, "test", {0}));
+  EXPECT_EQ(j["rank"], 1);
+  EXPECT_EQ(j["records"][0]["label"], "epoch 2 step 7 | bucket 3");
+  EXPECT_EQ(j["unresponsive_ranks"][0], 0);
+}
+
+ProgressBoard::Entry entry(int rank, int64_t started, int64_t completed, int64_t count, int64_t heartbeat) {
+  ProgressBoard::Entry e;
+  e.world_rank = rank;
+  e.started = started;
+  e.completed = completed;
+  e.kind = ProgressBoard::kind_code("allreduce");
+  e.count = count;
+  e.dtype = static_cast<int>(DType::kF32);
+  e.heartbeat_ns = heartbeat;
+  return e;
+}
+
+TEST(ProgressBoard, NamesRanksBehindInAnotherCollectiveOrNotResponding) {
+  const int ar = ProgressBoard::kind_code("allreduce"), f32 = static_cast<int>(DType::kF32);
+  const int64_t now = 100'000'000'000;
+  std::vector<ProgressBoard::Entry> board = {entry(0, 9, 8, 50, now), entry(1, 9, 8, 50, now), entry(2, 9, 8, 50, now)};
+  EXPECT_EQ(not_arrived_text(board, 0, 9, ar, 50, f32, now), "");
+  board[1] = entry(1, 8, 8, 50, now);
+  EXPECT_EQ(not_arrived_text(board, 0, 9, ar, 50, f32, now), "rank 1 has not arrived (last started #8, completed #8)");
+  board[1] = entry(1, 9, 8, 20, now);
+  EXPECT_EQ(not_arrived_text(board, 0, 9, ar, 50, f32, now), "rank 1 is in a different collective #9: allreduce of 20 float32");
+  board[2] = entry(2, 9, 8, 50, now - 5'000'000'000);
+  EXPECT_EQ(unresponsive_ranks(board, 0, now), std::vector<int>{2});
+  EXPECT_NE(not_arrived_text(board, 0, 9, ar, 50, f32, now).find("rank 2 is not responding"), std::string::npos);
+  EXPECT_EQ(not_arrived_text(board, 0, 9, ar, 50, f32, 0).find("rank 2"), std::string::npos) << "heartbeats not judged";
+}
+
+}  // namespace
+}  // namespace dtrain

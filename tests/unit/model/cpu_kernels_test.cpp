@@ -1,0 +1,114 @@
+// The CPU loops of model/cpu_kernels.h against the functors they stand in for (model/kernels.h,
+// run through launch() on the CPU).
+#include "model/cpu_kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "gradcheck.h"
+#include "model/kernels.h"
+#include "model/loss.h"
+
+namespace dtrain {
+namespace {
+
+using testing::random_values;
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+TEST(CpuKernels, BroadcastRowsEqualsTheFunctor) {
+  for (int64_t rows : {1, 3, 64})
+    for (int64_t cols : {1, 7, 256}) {
+      const std::vector<float> b = random_values(static_cast<size_t>(cols), 1);
+      std::vector<float> want(static_cast<size_t>(rows * cols), NAN), got = want;
+      launch(Device::cpu(), rows * cols, kernels::BroadcastRows{want.data(), b.data(), cols});
+      cpu::broadcast_rows(b.data(), rows, cols, got.data());
+      EXPECT_EQ(got, want) << rows << " x " << cols;
+    }
+}
+
+// dz bitwise kernels::ReluBackward; db within float rounding of the double sum; db_beta 0
+// overwrites even a NaN, 1 accumulates.
+TEST(CpuKernels, ReluBackwardWithBiasGradient) {
+  for (int64_t rows : {1, 5, 64})
+    for (int64_t cols : {3, 10, 256})
+      for (float beta : {0.f, 1.f}) {
+        const size_t n = static_cast<size_t>(rows * cols);
+        const std::vector<float> dy = random_values(n, 2), y = random_values(n, 3);
+        std::vector<float> want(n, NAN), got(n, NAN);
+        launch(Device::cpu(), rows * cols, kernels::ReluBackward{want.data(), dy.data(), y.data()});
+        std::vector<float> db(static_cast<size_t>(cols), beta == 0.f ? NAN : 0.25f);
+        cpu::relu_backward_bias(dy.data(), y.data(), rows, cols, got.data(), db.data(), beta);
+        EXPECT_EQ(got, want);
+        for (int64_t c = 0; c < cols; ++c) {
+          double sum = beta == 0.f ? 0.0 : 0.25;
+          for (int64_t r = 0; r < rows; ++r) sum += want[static_cast<size_t>(r * cols + c)];
+          EXPECT_NEAR(db[static_cast<size_t>(c)], sum, 1e-6 * (1.0 + static_cast<double>(rows))) << "column " << c;
+        }
+      }
+}
+
+TEST(CpuKernels, BiasGradientWithoutReluSumsTheGradientItself) {
+  const int64_t rows = 7, cols = 5;
+  const std::vector<float> dy = random_values(static_cast<size_t>(rows * cols), 4);
+  std::vector<float> db(static_cast<size_t>(cols), NAN);
+  cpu::relu_backward_bias(dy.data(), nullptr, rows, cols, nullptr, db.data(), 0.f);
+  for (int64_t c = 0; c < cols; ++c) {
+    double sum = 0;
+    for (int64_t r = 0; r < rows; ++r) sum += dy[static_cast<size_t>(r * cols + c)];
+    EXPECT_NEAR(db[static_cast<size_t>(c)], sum, 1e-6);
+  }
+}
+
+// The fused pass against CrossEntropyRows, CrossEntropyTotal and ScaleByDeviceScalar in turn:
+// bitwise, with and without class weights, mean and sum, and with a label out of range (NaN
+// loss, zero gradient) as the reference gives.
+TEST(CpuKernels, CrossEntropyInOnePassEqualsTheThreeFunctorsBitwise) {
+  const int64_t rows = 9, classes = 10;
+  const std::vector<float> logits = random_values(static_cast<size_t>(rows * classes), 5, -4.f, 4.f);
+  const std::vector<float> weights = random_values(static_cast<size_t>(classes), 6, 0.1f, 2.f);
+  for (bool weighted : {false, true})
+    for (bool mean : {true, false})
+      for (bool bad_label : {false, true}) {
+        std::vector<int32_t> labels(static_cast<size_t>(rows));
+        for (int64_t r = 0; r < rows; ++r) labels[static_cast<size_t>(r)] = static_cast<int32_t>((r * 7) % classes);
+        if (bad_label) labels[4] = 12;
+        const float* w = weighted ? weights.data() : nullptr;
+        std::vector<float> grad(static_cast<size_t>(rows * classes), NAN), row_loss(rows), row_weight(rows), totals(2);
+        launch(Device::cpu(), rows,
+               kernels::CrossEntropyRows{grad.data(), row_loss.data(), row_weight.data(), logits.data(), labels.data(),
+                                         w, classes});
+        launch(Device::cpu(), 1, kernels::CrossEntropyTotal{totals.data(), row_loss.data(), row_weight.data(), rows, mean});
+        launch(Device::cpu(), rows * classes, kernels::ScaleByDeviceScalar{grad.data(), totals.data() + 1});
+
+        std::vector<float> got_grad(grad.size(), NAN), got_totals(2, NAN);
+        cpu::cross_entropy(logits.data(), labels.data(), w, rows, classes, mean, got_grad.data(), got_totals.data());
+        const std::string what = fmt::format("weighted {} mean {} bad label {}", weighted, mean, bad_label);
+        EXPECT_TRUE(same_bits(got_totals[0], totals[0])) << what << ": loss " << got_totals[0] << " vs " << totals[0];
+        EXPECT_TRUE(same_bits(got_totals[1], totals[1])) << what << ": scale";
+        for (size_t i = 0; i < grad.size(); ++i) EXPECT_TRUE(same_bits(got_grad[i], grad[i])) << what << " grad " << i;
+      }
+}
+
+// The loss keeps its buffers across calls: a smaller batch after a larger one gives what a fresh
+// loss gives (value and gradient).
+TEST(CpuKernels, CrossEntropyLossSmallerBatchAfterLargerMatchesFresh) {
+  auto run = [](CrossEntropyLoss& loss, int64_t rows, uint32_t seed) {
+    Tensor logits = Tensor::from_vector(random_values(static_cast<size_t>(rows * 10), seed), {rows, 10});
+    Tensor labels = Tensor::empty({rows}, Device::cpu(), DType::kI32);
+    for (int64_t r = 0; r < rows; ++r) labels.data_as<int32_t>()[r] = static_cast<int32_t>((r * 3) % 10);
+    const float value = loss_value(loss.forward(logits, labels));
+    std::vector<float> out = loss.backward().to_vector();
+    out.push_back(value);
+    return out;
+  };
+  CrossEntropyLoss used, fresh;
+  run(used, 9, 1);
+  EXPECT_EQ(run(used, 4, 2), run(fresh, 4, 2));
+}
+
+}  // namespace
+}  // namespace dtrain
