@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "app/bench_allreduce.h"
 #include "app/eval_command.h"
 #include "app/flight_report.h"
 #include "app/root_broadcast.h"
@@ -27,6 +28,7 @@ constexpr const char* kUsage =
     "usage: dtrain train [flags]                 (dtrain train --help for the flags)\n"
     "       dtrain eval --weights FILE [flags]   (dtrain eval --help)\n"
     "       dtrain flight-report DIR             (where a hung or timed-out job stopped)\n"
+    "       dtrain bench allreduce [flags]       (dtrain bench allreduce --help)\n"
     "  runs on every rank it is started with: dtrain-launch -n 2 -- dtrain train --epochs 1\n";
 
 bool is_rank_zero_before_init() {
@@ -122,6 +124,39 @@ int run_eval(const std::vector<std::string>& args, int* argc, char*** argv) {
   });
 }
 
+int run_bench_allreduce_command(const std::vector<std::string>& args, int* argc, char*** argv) {
+  dtrain::ParsedBenchAllreduce parsed;
+  try {
+    parsed = dtrain::parse_bench_allreduce_options(args);
+  } catch (const dtrain::UsageError& e) {
+    return usage_error(e.what());
+  }
+  if (parsed.help) {
+    if (is_rank_zero_before_init()) fmt::print("{}", parsed.help_text);
+    return 0;
+  }
+  std::unique_ptr<dtrain::Runtime> runtime;
+  int64_t wrong = 0;
+  try {
+    runtime = dtrain::init(argc, argv, parsed.config.runtime);
+    wrong = dtrain::run_bench_allreduce(*runtime, parsed.config);
+  } catch (const std::exception& e) {
+    return fail(e.what(), runtime, 1);
+  }
+  // Every rank knows the total, so all leave alike, without an abort.
+  if (wrong > 0 && runtime->rank() == 0)
+    fmt::print(stderr, "dtrain: error: bench allreduce: {} result element(s) differed from the exact sum\n", wrong);
+  runtime.reset();
+  return wrong > 0 ? 1 : 0;
+}
+
+int run_bench(const std::vector<std::string>& args, int* argc, char*** argv) {
+  if (args.empty() || args[0] != "allreduce")
+    return usage_error(fmt::format("bench: expected a benchmark name ('allreduce'), got '{}'",
+                                   args.empty() ? "" : args[0]));
+  return run_bench_allreduce_command({args.begin() + 1, args.end()}, argc, argv);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -135,6 +170,7 @@ int main(int argc, char** argv) {
     return args.empty() ? 2 : 0;
   }
   if (args[0] == "train") return run_train({args.begin() + 1, args.end()}, &argc, &argv);
+  if (args[0] == "bench") return run_bench({args.begin() + 1, args.end()}, &argc, &argv);
   if (args[0] == "eval") return run_eval({args.begin() + 1, args.end()}, &argc, &argv);
   if (args[0] == "flight-report") {
     if (args.size() != 2) return usage_error("flight-report: expected one directory (dtrain flight-report DIR)");
@@ -144,5 +180,5 @@ int main(int argc, char** argv) {
       return usage_error(e.what());
     }
   }
-  return usage_error(fmt::format("unknown command '{}'; expected 'train', 'eval' or 'flight-report'", args[0]));
+  return usage_error(fmt::format("unknown command '{}'; expected 'train', 'eval', 'bench' or 'flight-report'", args[0]));
 }

@@ -111,7 +111,8 @@ cxxopts::Options make_train_options() {
     ("comm-hook", "Gradient reduction: allreduce, bf16 or fp16 (compressed)", cxxopts::value<std::string>()->default_value("allreduce"))
     ("flight-recorder-dir", "Where each rank writes its last collectives on a timeout, an error or SIGUSR1", cxxopts::value<std::string>()->default_value("."))
     ("flight-recorder-size", "Collectives each rank remembers (0 with --timeout 0: no recorder and no watchdog)", cxxopts::value<int64_t>()->default_value("2000"))
-    ("debug-collectives", "Check before every MPI collective that all ranks issue the same one (one small all-reduce each)");
+    ("debug-collectives", "Check before every MPI collective that all ranks issue the same one (one small all-reduce each)")
+    ("allreduce", "CPU all-reduce: auto, flat (MPI_Allreduce), shm (one node) or hierarchical (shm in a node, MPI between nodes); auto: shm on one node, hierarchical across nodes", cxxopts::value<std::string>()->default_value("auto"));
   o.add_options("Device")
     ("device", "auto, cpu, cuda or cuda:N (auto: CUDA when visible, else CPU)", cxxopts::value<std::string>()->default_value("auto"))
     ("allow-gpu-sharing", "Let several local ranks share a GPU (local rank r on visible GPU r mod count)")
@@ -208,6 +209,8 @@ void read_distributed(const cxxopts::ParseResult& r, TrainConfig& c) {
   c.ddp.find_unused_parameters = r.count("find-unused-parameters") > 0;
   c.ddp.comm_hook = parse_choice("--comm-hook", r["comm-hook"].as<std::string>(), parse_comm_hook_kind,
                                  "allreduce, bf16 or fp16");
+  c.runtime.allreduce = parse_choice("--allreduce", r["allreduce"].as<std::string>(), parse_allreduce_algorithm,
+                                     "auto, flat, shm or hierarchical");
 }
 
 void read_device(const cxxopts::ParseResult& r, TrainConfig& c) {

@@ -47,7 +47,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm parent, const CollectiveOptions& optio
   // Creating it is collective, so the ranks agree first: an environment variable set on only
   // some ranks must not leave the others waiting in a collective those never join.
   // The same for the watchdog's board and the header checks: on for all if any rank wants them.
-  int agreed[3] = {size_ > 1 && local_size_ == size_ && shm_allreduce_enabled() ? 0 : 1,
+  int agreed[3] = {options.shared_memory_allreduce && size_ > 1 && local_size_ == size_ && shm_allreduce_enabled() ? 0 : 1,
                    options.timeout_s > 0 || options.flight_recorder_size > 0 ? 1 : 0,
                    options.check_every_collective ? 1 : 0};
   if (size_ > 1) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, agreed, 3, MPI_INT, MPI_MAX, comm_));

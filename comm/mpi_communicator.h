@@ -26,6 +26,8 @@ struct CollectiveOptions {
   std::string flight_recorder_dir;     // where dumps go ("": the current directory)
   // Each MPI collective first all-reduces its header (Note [Checking every collective]).
   bool check_every_collective = false;
+  // false: every all-reduce is MPI_Allreduce (the flat algorithm), even with every rank on one node.
+  bool shared_memory_allreduce = true;
 };
 // timeout_s 0 and flight_recorder_size 0: no recorder, no progress board, no watchdog thread
 // (every rank then runs without them if any rank asked for none; see the constructor).

@@ -12,6 +12,7 @@
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_lifecycle.h"
 #include "comm/self_communicator.h"
+#include "comm/world_communicator.h"
 #include "comm/nccl/nccl_communicator.h"
 #include "core/error.h"
 #include "core/gpu_backend.h"
@@ -51,10 +52,11 @@ std::unique_ptr<Runtime> init(int* argc, char*** argv, const RuntimeOptions& opt
   rt->topology_ = probe_cpu_topology();
   if (started_by_launcher(process_env)) {
     rt->owns_mpi_ = start_mpi(argc, argv, comm_thread_should_yield(rt->topology_));
-    rt->control_ = std::make_unique<MpiCommunicator>(
-        MPI_COMM_WORLD,
-        CollectiveOptions{options.collective_timeout_s, options.flight_recorder_size, options.flight_recorder_dir,
-                          options.debug_collectives});
+    const AllreduceChoice choice = choose_allreduce(options.allreduce, world_node_layout());
+    rt->allreduce_note_ = choice.reason;
+    rt->control_ = make_world_communicator(
+        choice.algorithm, CollectiveOptions{options.collective_timeout_s, options.flight_recorder_size,
+                                            options.flight_recorder_dir, options.debug_collectives});
     if (std::string problem = launcher_world_mismatch(process_env, rt->control_->size()); !problem.empty())
       throw Error(problem);
     set_world_rank_for_messages(rt->control_->rank());

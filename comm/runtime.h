@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "comm/allreduce_algorithm.h"
 #include "comm/communicator.h"
 #include "core/device_select.h"
 #include "core/thread_policy.h"
@@ -23,6 +24,8 @@ struct RuntimeOptions {
   std::string flight_recorder_dir;     // where ranks write them on a timeout, an error or SIGUSR1
   bool debug_collectives = false;      // every MPI collective checks its header first (comm/collective_check.h)
   int cpu_threads = 0;  // BLAS threads per rank; 0: the thread policy's choice (core/thread_policy.h)
+  // How MPI all-reduces on CPU (comm/allreduce_algorithm.h); GPU gradients go over NCCL.
+  AllreduceAlgorithm allreduce = AllreduceAlgorithm::kAuto;
 };
 
 class Runtime {
@@ -45,6 +48,8 @@ class Runtime {
   int cpu_threads() const { return cpu_threads_; }
   // Why this device, in one line ("no CUDA device visible; using CPU (...)").
   const std::string& device_note() const { return device_note_; }
+  // The CPU all-reduce algorithm and why ("hierarchical (auto: 4 rank(s) on 2 node(s), ...)").
+  const std::string& allreduce_note() const { return allreduce_note_; }
 
  private:
   friend std::unique_ptr<Runtime> init(int* argc, char*** argv, const RuntimeOptions& options);
@@ -56,6 +61,7 @@ class Runtime {
   std::unique_ptr<Communicator> gradients_;  // only when it differs from control_
   Device device_;
   std::string device_note_;
+  std::string allreduce_note_ = "flat (one rank)";
   CpuTopology topology_;
   int cpu_threads_ = 1;
   bool owns_mpi_ = false;

@@ -46,9 +46,13 @@ import safetensors_io  # noqa: E402
 #   The residual left (SGD: 1.8e-7 to 3.5e-7 per tensor) is float32 rounding: dtrain's GEMMs,
 #   log-softmax and reductions sum in other orders than PyTorch's, each step differs in the last
 #   bits, and 200 steps carry that along (PyTorch float32 against float64 differs by as much).
+#   How large that one weight's difference is depends on which GEMM library sums which product
+#   (Note [Two CPU GEMM libraries]): 2.9e-5 with BLIS for every GEMM, 1.2e-4 with OpenBLAS for the
+#   hidden layer and BLIS for the output layer. The bound is 3e-4: the mechanism above, not the
+#   update rule, which the eps 1e-6 case holds to 1e-5.
 #   (Before dtrain computed 1 - beta2 from the hyper-parameter as written, as PyTorch does, the
 #   biases were 6.6e-7 and 5.0e-7: model/kernels.h, AdamWUpdate.)
-DEFAULT_EPS_BOUND = 1e-4
+DEFAULT_EPS_BOUND = 3e-4
 
 DTRAIN = os.path.abspath(sys.argv[1])
 DATA = sys.argv[2] if len(sys.argv) > 2 else "/usr/share/datasets/fashion-mnist"
