@@ -89,10 +89,13 @@ int with_runtime(int* argc, char*** argv, const dtrain::RuntimeOptions& options,
   return status;
 }
 
-int run_train(const std::vector<std::string>& args, int* argc, char*** argv) {
-  dtrain::ParsedTrain parsed;
+// Parses a command's flags (`parse` returns a struct with help, help_text and config): a usage
+// error or --help ends it here, before MPI starts; otherwise `run(parsed)` gives the status.
+template <class Parse, class Run>
+int with_flags(const std::vector<std::string>& args, Parse parse, Run run) {
+  decltype(parse(args)) parsed;
   try {
-    parsed = dtrain::parse_train_options(args);
+    parsed = parse(args);
   } catch (const dtrain::UsageError& e) {
     return usage_error(e.what());
   }
@@ -100,54 +103,44 @@ int run_train(const std::vector<std::string>& args, int* argc, char*** argv) {
     if (is_rank_zero_before_init()) fmt::print("{}", parsed.help_text);
     return 0;
   }
-  return with_runtime(argc, argv, parsed.config.runtime, [&](dtrain::Runtime& runtime) {
-    const dtrain::TrainResult result = dtrain::train(runtime, parsed.config);
-    // Stopped by SIGTERM/SIGINT (rank 0 said so): the status a process ended by it would have.
-    return result.stop_signal ? 128 + result.stop_signal : 0;
+  return run(parsed);
+}
+
+int run_train(const std::vector<std::string>& args, int* argc, char*** argv) {
+  return with_flags(args, dtrain::parse_train_options, [&](const dtrain::ParsedTrain& parsed) {
+    return with_runtime(argc, argv, parsed.config.runtime, [&](dtrain::Runtime& runtime) {
+      const dtrain::TrainResult result = dtrain::train(runtime, parsed.config);
+      // Stopped by SIGTERM/SIGINT (rank 0 said so): the status a process ended by it would have.
+      return result.stop_signal ? 128 + result.stop_signal : 0;
+    });
   });
 }
 
 int run_eval(const std::vector<std::string>& args, int* argc, char*** argv) {
-  dtrain::ParsedEval parsed;
-  try {
-    parsed = dtrain::parse_eval_options(args);
-  } catch (const dtrain::UsageError& e) {
-    return usage_error(e.what());
-  }
-  if (parsed.help) {
-    if (is_rank_zero_before_init()) fmt::print("{}", parsed.help_text);
-    return 0;
-  }
-  return with_runtime(argc, argv, parsed.config.runtime, [&](dtrain::Runtime& runtime) {
-    dtrain::run_eval(runtime, parsed.config);
-    return 0;
+  return with_flags(args, dtrain::parse_eval_options, [&](const dtrain::ParsedEval& parsed) {
+    return with_runtime(argc, argv, parsed.config.runtime, [&](dtrain::Runtime& runtime) {
+      dtrain::run_eval(runtime, parsed.config);
+      return 0;
+    });
   });
 }
 
 int run_bench_allreduce_command(const std::vector<std::string>& args, int* argc, char*** argv) {
-  dtrain::ParsedBenchAllreduce parsed;
-  try {
-    parsed = dtrain::parse_bench_allreduce_options(args);
-  } catch (const dtrain::UsageError& e) {
-    return usage_error(e.what());
-  }
-  if (parsed.help) {
-    if (is_rank_zero_before_init()) fmt::print("{}", parsed.help_text);
-    return 0;
-  }
-  std::unique_ptr<dtrain::Runtime> runtime;
-  int64_t wrong = 0;
-  try {
-    runtime = dtrain::init(argc, argv, parsed.config.runtime);
-    wrong = dtrain::run_bench_allreduce(*runtime, parsed.config);
-  } catch (const std::exception& e) {
-    return fail(e.what(), runtime, 1);
-  }
-  // Every rank knows the total, so all leave alike, without an abort.
-  if (wrong > 0 && runtime->rank() == 0)
-    fmt::print(stderr, "dtrain: error: bench allreduce: {} result element(s) differed from the exact sum\n", wrong);
-  runtime.reset();
-  return wrong > 0 ? 1 : 0;
+  return with_flags(args, dtrain::parse_bench_allreduce_options, [&](const dtrain::ParsedBenchAllreduce& parsed) {
+    std::unique_ptr<dtrain::Runtime> runtime;
+    int64_t wrong = 0;
+    try {
+      runtime = dtrain::init(argc, argv, parsed.config.runtime);
+      wrong = dtrain::run_bench_allreduce(*runtime, parsed.config);
+    } catch (const std::exception& e) {
+      return fail(e.what(), runtime, 1);
+    }
+    // Every rank knows the total, so all leave alike, without an abort.
+    if (wrong > 0 && runtime->rank() == 0)
+      fmt::print(stderr, "dtrain: error: bench allreduce: {} result element(s) differed from the exact sum\n", wrong);
+    runtime.reset();
+    return wrong > 0 ? 1 : 0;
+  });
 }
 
 int run_bench(const std::vector<std::string>& args, int* argc, char*** argv) {
