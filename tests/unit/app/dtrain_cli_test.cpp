@@ -29,7 +29,11 @@ std::string read_file(const std::string& path) {
 CliRun run_dtrain(const std::string& args) {
   setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);  // CI runs as root; Open MPI refuses root without these
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-  const std::string err_path = (std::filesystem::temp_directory_path() / "dtrain_cli_stderr.txt").string();
+  // A file of this process's own: CTest runs the other DtrainCli cases (other processes) at once.
+  static int calls = 0;
+  const std::string err_path = (std::filesystem::temp_directory_path() /
+                                ("dtrain_cli_stderr." + std::to_string(getpid()) + "." + std::to_string(++calls)))
+                                   .string();
   // stderr goes to the output stream too (as a terminal shows both) and, through tee, to a file.
   const std::string cmd = "{ " + std::string(DTRAIN_BINARY_DIR) + "/app/dtrain " + args + " 2>&1 1>&3 | tee " +
                           err_path + "; } 3>&1 2>&1";
