@@ -102,6 +102,36 @@ double mean(const std::vector<double>& v) {
 
 }  // namespace
 
+json bucket_layout_json(const BucketLayout& layout) {
+  return {{"ready_order", layout.ready_order},
+          {"first_bucket_bytes", layout.first_bucket_bytes},
+          {"bucket_cap_bytes", layout.bucket_cap_bytes}};
+}
+
+BucketLayout bucket_layout_from_json(const json& buckets, size_t params, const std::string& source) {
+  auto fail = [&](const std::string& field, const std::string& problem) -> BucketLayout {
+    throw Error(fmt::format("{}: buckets{}: {}", source, field, problem));
+  };
+  if (!buckets.is_object()) return fail("", "expected an object");
+  BucketLayout layout;
+  for (const char* name : {"first_bucket_bytes", "bucket_cap_bytes"}) {
+    const json* v = buckets.contains(name) ? &buckets[name] : nullptr;
+    if (!v || !v->is_number_unsigned() || v->get<uint64_t>() == 0)
+      return fail(fmt::format(".{}", name), "expected a positive whole number");
+    (std::string(name) == "first_bucket_bytes" ? layout.first_bucket_bytes : layout.bucket_cap_bytes) =
+        v->get<size_t>();
+  }
+  const json* order = buckets.contains("ready_order") ? &buckets["ready_order"] : nullptr;
+  if (!order || !order->is_array()) return fail(".ready_order", "expected an array of parameter indices");
+  for (const json& i : *order) {
+    if (!i.is_number_unsigned()) return fail(".ready_order", fmt::format("{} is not a parameter index", i.dump()));
+    layout.ready_order.push_back(i.get<size_t>());
+  }
+  const std::string wrong = check_ready_order(layout.ready_order, params);
+  if (!wrong.empty()) return fail(".ready_order", wrong);
+  return layout;
+}
+
 json resume_config(const TrainConfig& c) {
   // "architecture" sorts first, so that another model is reported as such, not by its widths.
   json model = {{"architecture", model_kind_name(c.model.kind)}, {"dropout", decimal(c.model.dropout)}};
@@ -115,7 +145,7 @@ json resume_config(const TrainConfig& c) {
       {"amp", c.amp == AmpMode::kBf16 ? "bf16" : "off"},
       {"ddp",
        {{"comm_hook", comm_hook_name(c.ddp.comm_hook)},
-        {"bucket_cap_bytes", c.ddp.bucket_cap_bytes},
+        {"bucket_cap_bytes", c.ddp.bucket_cap_auto ? json("auto") : json(c.ddp.bucket_cap_bytes)},
         {"first_bucket_bytes", c.ddp.first_bucket_bytes}}},
       {"data",
        {{"train_limit", c.data.train_limit},
@@ -208,7 +238,7 @@ std::optional<Resumed> restore_checkpoint(Communicator& control, const TrainConf
   if (parts.empty()) return std::nullopt;
   return agreed([&] {
     const fs::path dir = parts[0];
-    Resumed resumed{checkpoint::decode_state(parts[1], (dir / checkpoint::kStateFile).string()), parts[0]};
+    Resumed resumed{checkpoint::decode_state(parts[1], (dir / checkpoint::kStateFile).string()), parts[0], {}};
     load_parameters(file_from(parts[2], (dir / checkpoint::kModelFile).string()), model);
     const std::string optimizer_source = (dir / checkpoint::kOptimizerFile).string();
     try {
@@ -217,6 +247,9 @@ std::optional<Resumed> restore_checkpoint(Communicator& control, const TrainConf
       throw Error(fmt::format("{}: {}", optimizer_source, e.what()));
     }
     restore_rng(resumed.state.rng, model, (dir / checkpoint::kStateFile).string());
+    if (!resumed.state.buckets.is_null())
+      resumed.buckets = bucket_layout_from_json(resumed.state.buckets, model.parameters().size(),
+                                                (dir / checkpoint::kStateFile).string());
     return resumed;
   });
 }

@@ -17,6 +17,7 @@
 #include "checkpoint/checkpoint_writer.h"
 #include "checkpoint/training_state.h"
 #include "comm/communicator.h"
+#include "ddp/bucket_plan.h"
 #include "model/module.h"
 #include "model/optimizer.h"
 
@@ -78,10 +79,17 @@ class CheckpointSaver {
   SaveTimes times_;
 };
 
+// DDP's bucket layout as state.json's "buckets": {"ready_order": [...], "first_bucket_bytes": N,
+// "bucket_cap_bytes": N}. Reading checks it against a model of `params` parameters and throws
+// "<source>: buckets.<field>: <problem>".
+nlohmann::json bucket_layout_json(const BucketLayout& layout);
+BucketLayout bucket_layout_from_json(const nlohmann::json& buckets, size_t params, const std::string& source);
+
 // What a run resumes from: the state and the checkpoint it came from.
 struct Resumed {
   checkpoint::TrainingState state;
   std::string path;  // DIR/step-<N>
+  std::optional<BucketLayout> buckets;  // the layout the saving run had settled on, if any
 };
 
 // Restores `model`, `optimizer` and the model's Dropout counters from the checkpoint the

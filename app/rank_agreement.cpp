@@ -49,8 +49,10 @@ Settings shared_settings(const TrainConfig& c, int64_t train_samples, int64_t te
       {"--epochs", fmt::format("{}", c.epochs)},
       {"--batch-size", fmt::format("{}", c.batch_size)},
       {"--accumulate", fmt::format("{}", c.accumulate)},
-      {"--bucket-cap-mb", fmt::format("{:.3g} ({} bytes)", static_cast<double>(c.ddp.bucket_cap_bytes) / (1 << 20),
-                                       c.ddp.bucket_cap_bytes)},
+      {"--bucket-cap-mb", c.ddp.bucket_cap_auto ? std::string("auto")
+                                                : fmt::format("{:.3g} ({} bytes)",
+                                                              static_cast<double>(c.ddp.bucket_cap_bytes) / (1 << 20),
+                                                              c.ddp.bucket_cap_bytes)},
       {"--comm-hook", comm_hook_name(c.ddp.comm_hook)},
       {"--find-unused-parameters", c.ddp.find_unused_parameters ? "on" : "off"},
       {"--amp", c.amp == AmpMode::kBf16 ? "bf16" : "off"},

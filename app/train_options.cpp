@@ -1,5 +1,6 @@
 #include "app/train_options.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -106,7 +107,7 @@ cxxopts::Options make_train_options() {
     ("lr-gamma", "step: decay factor", cxxopts::value<float>()->default_value("0.1"))
     ("accumulate", "Micro-batches per optimizer step (gradients accumulate under no_sync)", cxxopts::value<int64_t>()->default_value("1"));
   o.add_options("Distributed")
-    ("bucket-cap-mb", "Gradient bucket cap in MiB (the first bucket is 1 MiB)", cxxopts::value<double>()->default_value("25"))
+    ("bucket-cap-mb", "Gradient bucket cap in MiB (the first bucket is 1 MiB), or auto: try caps over the first steps and keep the fastest", cxxopts::value<std::string>()->default_value("25"))
     ("find-unused-parameters", "Treat parameters without a gradient in a step as ready with zero gradient")
     ("comm-hook", "Gradient reduction: allreduce, bf16 or fp16 (compressed)", cxxopts::value<std::string>()->default_value("allreduce"))
     ("flight-recorder-dir", "Where each rank writes its last collectives on a timeout, an error or SIGUSR1", cxxopts::value<std::string>()->default_value("."))
@@ -203,9 +204,15 @@ void read_optimisation(const cxxopts::ParseResult& r, TrainConfig& c) {
 }
 
 void read_distributed(const cxxopts::ParseResult& r, TrainConfig& c) {
-  const double cap_mb = r["bucket-cap-mb"].as<double>();
-  require(cap_mb > 0 && cap_mb <= 1e6, fmt::format("--bucket-cap-mb: must be in (0, 1e6], got {}", cap_mb));
-  c.ddp.bucket_cap_bytes = static_cast<size_t>(cap_mb * 1024 * 1024);
+  const std::string cap = r["bucket-cap-mb"].as<std::string>();
+  c.ddp.bucket_cap_auto = cap == "auto";
+  if (!c.ddp.bucket_cap_auto) {
+    double cap_mb = 0;
+    const auto [end, ec] = std::from_chars(cap.data(), cap.data() + cap.size(), cap_mb);
+    require(ec == std::errc() && end == cap.data() + cap.size() && cap_mb > 0 && cap_mb <= 1e6,
+            fmt::format("--bucket-cap-mb: must be auto or a number in (0, 1e6], got '{}'", cap));
+    c.ddp.bucket_cap_bytes = static_cast<size_t>(cap_mb * 1024 * 1024);
+  }
   c.ddp.find_unused_parameters = r.count("find-unused-parameters") > 0;
   c.ddp.comm_hook = parse_choice("--comm-hook", r["comm-hook"].as<std::string>(), parse_comm_hook_kind,
                                  "allreduce, bf16 or fp16");

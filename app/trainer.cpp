@@ -146,6 +146,12 @@ void Trainer::choose_starting_point() {
     return;
   }
   const checkpoint::TrainingState& s = resumed->state;
+  if (ddp_ && resumed->buckets) {
+    ddp_->set_bucket_layout(*resumed->buckets);  // the saving run's choice: the same buckets, no trials
+    reporter_.note(fmt::format("resume: buckets from the checkpoint ({:g} MiB first bucket, {:g} MiB cap)",
+                               static_cast<double>(resumed->buckets->first_bucket_bytes) / (1 << 20),
+                               static_cast<double>(resumed->buckets->bucket_cap_bytes) / (1 << 20)));
+  }
   pos_ = {s.epoch, s.step_in_epoch, s.sample_in_epoch, s.global_step, s.samples_seen};
   last_saved_step_ = s.global_step;
   reporter_.note(fmt::format("resume: from {} (global step {}; epoch {}, {} step(s) and {} samples into it){}",
@@ -188,6 +194,8 @@ Tensor Trainer::step(const Tensor& images, const Tensor& labels, const MicroBatc
     ScopedSpan span(&tracer_, "optimizer step");
     optimizer_->step();
   }
+  if (ddp_)
+    for (const std::string& note : ddp_->take_bucket_notes()) reporter_.note(note);
   return loss;
 }
 
@@ -271,6 +279,7 @@ void Trainer::join_step() {
   optimizer_->zero_grad();
   ddp_->join_backward();
   optimizer_->step();
+  for (const std::string& note : ddp_->take_bucket_notes()) reporter_.note(note);
   ++pos_.global_step;
   ++pos_.step_in_epoch;
 }
@@ -300,6 +309,7 @@ checkpoint::TrainingState Trainer::training_state() const {
   s.lr_schedule_position = pos_.epoch;  // the schedules are per epoch
   s.lr = schedule_.lr_at(pos_.epoch);
   s.config = resume_config(c_);
+  if (ddp_ && ddp_->bucket_layout_final()) s.buckets = bucket_layout_json(ddp_->bucket_layout());
   return s;  // the saver adds the Dropout counters
 }
 

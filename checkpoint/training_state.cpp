@@ -101,7 +101,7 @@ const char* dtrain_version() { return DTRAIN_VERSION; }
 json to_json(const TrainingState& s) {
   json files = json::object();
   for (const auto& [name, d] : s.files) files[name] = {{"bytes", d.bytes}, {"crc32", hex32(d.crc32)}};
-  return {
+  json doc = {
       {"format_version", s.format_version},
       {"dtrain_version", s.dtrain_version},
       {"epoch", s.epoch},
@@ -119,6 +119,8 @@ json to_json(const TrainingState& s) {
       {"checksum", kChecksum},
       {"files", files},
   };
+  if (!s.buckets.is_null()) doc["buckets"] = s.buckets;
+  return doc;
 }
 
 TrainingState training_state_from_json(const json& doc, std::string_view source) {
@@ -153,6 +155,7 @@ TrainingState training_state_from_json(const json& doc, std::string_view source)
   if (checksum != kChecksum)
     fail(source, "checksum", fmt::format("{} is not a checksum this dtrain checks (it checks \"{}\")", brief(checksum), kChecksum));
   s.files = files_from_json(doc, source);
+  if (doc.contains("buckets")) s.buckets = doc["buckets"];
   return s;
 }
 

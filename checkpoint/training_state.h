@@ -38,6 +38,8 @@ struct TrainingState {
   int64_t lr_schedule_position = 0;  // the schedule's position (epochs for the per-epoch schedules)
   float lr = 0.f;               // the learning rate in effect (a float round-trips exactly)
   nlohmann::json config;        // settings that must not change on resume (an object)
+  nlohmann::json buckets;       // opaque to this layer: DDP's bucket layout once chosen (null before,
+                                // and in checkpoints of older dtrains: then it is chosen again)
   // Filled by the writer.
   int64_t format_version = kFormatVersion;
   std::string dtrain_version;

@@ -1,5 +1,8 @@
 #include "ddp/distributed_data_parallel.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include <fmt/format.h>
 
 #include "comm/exchange.h"
@@ -9,6 +12,8 @@
 namespace dtrain {
 
 namespace {
+
+double mib(size_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
 // One entry per parameter ("name shape"), then one per buffer ("buffer#k shape"); `text` is
 // the entries joined with newlines, the form rank 0 broadcasts.
@@ -84,7 +89,7 @@ DistributedDataParallel::DistributedDataParallel(Module& module, Runtime& runtim
 
 DistributedDataParallel::DistributedDataParallel(Module& module, Communicator& gradients, Communicator& control,
                                                  Stream& compute, DdpOptions options)
-    : module_(module), comm_(gradients) {
+    : module_(module), comm_(gradients), control_(control), compute_(compute), options_(std::move(options)) {
   verify_same_model_on_all_ranks(module_, control);
   std::vector<WorkHandle> pending;
   for (Parameter* p : module_.parameters())
@@ -92,8 +97,8 @@ DistributedDataParallel::DistributedDataParallel(Module& module, Communicator& g
   for (Tensor* b : module_.buffers()) pending.push_back(comm_.broadcast_async(b->raw(), b->numel(), b->dtype(), 0));
   for (auto& w : pending) w->wait();
 
-  ReducerOptions ro{options.first_bucket_bytes, options.bucket_cap_bytes, options.find_unused_parameters};
-  reducer_ = std::make_unique<Reducer>(module_.parameters(), comm_, make_comm_hook(options.comm_hook), ro, compute);
+  ReducerOptions ro{options_.first_bucket_bytes, options_.bucket_cap_bytes, options_.find_unused_parameters};
+  reducer_ = std::make_unique<Reducer>(module_.parameters(), comm_, make_comm_hook(options_.comm_hook), ro, compute);
   module_.set_grad_ready_hook([this](Parameter& p) { reducer_->mark_ready(p); });
 }
 
@@ -116,7 +121,9 @@ void DistributedDataParallel::backward(const Tensor& grad_output) {
   }
   const int64_t end = steady_now_ns();
   reducer_->finalize_backward();
-  if (sync_) timing_ = {start, end, steady_now_ns(), reducer_->last_timings()};
+  if (!sync_) return;
+  timing_ = {start, end, steady_now_ns(), reducer_->last_timings()};
+  after_synced_backward(timing_.synced_ns - timing_.start_ns);
 }
 
 void DistributedDataParallel::join_backward() {
@@ -130,6 +137,103 @@ void DistributedDataParallel::join_backward() {
   reducer_->mark_all_ready();
   reducer_->finalize_backward();
   timing_ = {start, start, steady_now_ns(), reducer_->last_timings()};
+  after_synced_backward(timing_.synced_ns - timing_.start_ns);
+}
+
+void DistributedDataParallel::use_layout(const BucketLayout& layout) {
+  if (layout == reducer_->layout()) return;
+  compute_.synchronize();  // the gradients it copies are written, and no kernel reads the old places
+  reducer_->apply_layout(layout);
+}
+
+void DistributedDataParallel::set_bucket_layout(const BucketLayout& layout) {
+  use_layout(layout);
+  order_agreed_ = layout_final_ = true;
+  tuner_.reset();
+}
+
+void DistributedDataParallel::after_synced_backward(int64_t backward_ns) {
+  ++synced_steps_;
+  if (layout_final_) return;
+  if (!order_agreed_) {
+    // Note [Rebuilding buckets]: rank 0's order, so every rank builds the same buckets.
+    order_agreed_ = true;
+    BucketLayout layout = reducer_->layout();
+    if (options_.rebuild_buckets && !options_.find_unused_parameters) {
+      const std::vector<size_t>& mine = reducer_->observed_order();
+      std::string text;
+      for (size_t i : mine) text += fmt::format("{} ", i);
+      const std::string root = broadcast_string(control_, text, 0);
+      std::vector<size_t> order;
+      for (size_t at = 0; at < root.size();) {
+        const size_t space = root.find(' ', at);
+        order.push_back(std::stoul(root.substr(at, space - at)));
+        at = space + 1;
+      }
+      if (!order.empty()) layout.ready_order = std::move(order);  // empty: rank 0 saw an unused parameter
+    }
+    if (layout.ready_order != reducer_->layout().ready_order)
+      notes_.push_back(fmt::format("buckets: rebuilt after step 1 in the order rank 0's gradients became ready: {}",
+                                   reducer_->describe(layout)));
+    if (!options_.bucket_cap_auto) {
+      use_layout(layout);
+      layout_final_ = true;
+      return;
+    }
+    // Note [Bucket cap autotuning]: each distinct plan once.
+    std::vector<BucketCaps> distinct;
+    std::vector<std::vector<std::vector<size_t>>> plans;
+    for (const BucketCaps& c : options_.autotune_candidates) {
+      auto plan = reducer_->plan_for({layout.ready_order, c.first_bucket_bytes, c.bucket_cap_bytes});
+      if (std::find(plans.begin(), plans.end(), plan) != plans.end()) continue;
+      plans.push_back(std::move(plan));
+      distinct.push_back(c);
+    }
+    tuner_.emplace(std::move(distinct), options_.autotune_warmup_steps, options_.autotune_measured_steps);
+    const BucketCaps& first = tuner_->candidates().front();
+    use_layout({layout.ready_order, first.first_bucket_bytes, first.bucket_cap_bytes});
+    if (tuner_->candidates().size() == 1) finish_tuning();
+    return;
+  }
+  if (!tuner_->record(static_cast<double>(backward_ns) / 1e6)) return;
+  if (tuner_->finished()) return finish_tuning();
+  const BucketCaps& next = tuner_->candidates()[tuner_->current()];
+  use_layout({reducer_->layout().ready_order, next.first_bucket_bytes, next.bucket_cap_bytes});
+}
+
+void DistributedDataParallel::finish_tuning() {
+  const std::vector<BucketCaps>& candidates = tuner_->candidates();
+  size_t pick = 0;
+  std::string tried = "one distinct plan, nothing to try";
+  if (candidates.size() > 1) {
+    // Every rank's medians, so every rank picks the same candidate from the same figures.
+    const std::vector<double>& mine = tuner_->medians();
+    const std::string bytes(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(double));
+    std::vector<std::vector<double>> all;
+    for (const std::string& r : allgather_strings(control_, bytes)) {
+      std::vector<double> v(r.size() / sizeof(double));
+      std::memcpy(v.data(), r.data(), v.size() * sizeof(double));
+      all.push_back(std::move(v));
+    }
+    pick = choose_fastest_candidate(all);
+    std::vector<std::string> parts;
+    for (size_t c = 0; c < candidates.size(); ++c) {
+      double slowest = 0;
+      for (const auto& r : all) slowest = std::max(slowest, r[c]);
+      parts.push_back(fmt::format("{:g}/{:g} MiB {:.3f} ms", mib(candidates[c].first_bucket_bytes),
+                                  mib(candidates[c].bucket_cap_bytes), slowest));
+    }
+    tried = fmt::format("synced backward (median, slowest rank) with first bucket/cap {}", fmt::join(parts, ", "));
+  }
+  const BucketCaps& best = candidates[pick];
+  const BucketLayout layout{reducer_->layout().ready_order, best.first_bucket_bytes, best.bucket_cap_bytes};
+  use_layout(layout);
+  layout_final_ = true;
+  notes_.push_back(fmt::format("buckets: --bucket-cap-mb auto chose a {:g} MiB first bucket and a {:g} MiB cap after "
+                               "step {} ({}): {}",
+                               mib(best.first_bucket_bytes), mib(best.bucket_cap_bytes), synced_steps_, tried,
+                               reducer_->describe(layout)));
+  tuner_.reset();
 }
 
 }  // namespace dtrain

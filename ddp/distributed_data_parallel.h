@@ -5,11 +5,14 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.h"
 #include "comm/runtime.h"
+#include "ddp/bucket_cap_tuner.h"
 #include "ddp/reducer.h"
 #include "model/module.h"
 
@@ -22,6 +25,17 @@ struct DdpOptions {
   // it, such a backward is an error naming the parameter, not a hang).
   bool find_unused_parameters = false;
   CommHookKind comm_hook = CommHookKind::kAllreduce;
+  // Note [Rebuilding buckets] (ddp/reducer.h): after the first synced backward, regroup the
+  // buckets in the order rank 0's gradients became ready (off: keep reverse parameter order;
+  // never with find_unused_parameters, whose unused gradients have no order).
+  bool rebuild_buckets = true;
+  // Note [Bucket cap autotuning] (ddp/bucket_cap_tuner.h): try the candidates over the steps
+  // after the first and keep the fastest; bucket_cap_bytes and first_bucket_bytes then only
+  // shape the first step.
+  bool bucket_cap_auto = false;
+  std::vector<BucketCaps> autotune_candidates = default_bucket_cap_candidates();
+  int autotune_warmup_steps = 1;
+  int autotune_measured_steps = 8;
 };
 
 // The last synced backward, in steady_now_ns(): backward from start to end, then the wait for
@@ -70,13 +84,39 @@ class DistributedDataParallel {
   };
   [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
 
+  // The buckets: final once rebuilt after the first step (and, with bucket_cap_auto, once the
+  // trial steps have chosen a cap), or once set from a checkpoint. A final layout is what a
+  // checkpoint saves so that a resumed run reduces through the same buckets.
+  const BucketLayout& bucket_layout() const { return reducer_->layout(); }
+  bool bucket_layout_final() const { return layout_final_; }
+  // Every rank, with the same layout (from a checkpoint): used from now on, no rebuild and no
+  // trials. Throws when it does not fit the model.
+  void set_bucket_layout(const BucketLayout& layout);
+  // What changed the buckets since the last call, one line each ("buckets: ..."), for the log;
+  // nothing when the first step's order stood and no cap was tuned.
+  std::vector<std::string> take_bucket_notes() { return std::exchange(notes_, {}); }
+
   Module& module() { return module_; }
   Reducer& reducer() { return *reducer_; }
   const BackwardTiming& last_backward() const { return timing_; }
 
  private:
+  // After every synced backward (join's too, so all ranks take the same steps): the rebuild
+  // after the first, then the tuner's trials. Collective over the control communicator.
+  void after_synced_backward(int64_t backward_ns);
+  void use_layout(const BucketLayout& layout);
+  void finish_tuning();
+
   Module& module_;
   Communicator& comm_;
+  Communicator& control_;
+  Stream& compute_;
+  DdpOptions options_;
+  bool order_agreed_ = false;  // the first synced backward has happened
+  bool layout_final_ = false;
+  int64_t synced_steps_ = 0;
+  std::optional<BucketCapTuner> tuner_;
+  std::vector<std::string> notes_;
   std::unique_ptr<Reducer> reducer_;
   Tensor scaled_grad_output_;  // the loss gradient / world size
   bool sync_ = true;

@@ -10,18 +10,23 @@
 
 namespace dtrain {
 
+namespace {
+constexpr int64_t kBucketAlignFloats = 16;  // 64 bytes: a cache line, and what vector loads like
+}  // namespace
+
 Reducer::Reducer(std::vector<Parameter*> params, Communicator& comm, std::unique_ptr<CommHook> hook,
                  ReducerOptions options, Stream& compute)
     : params_(std::move(params)), comm_(comm), hook_(std::move(hook)), options_(options), compute_(compute) {
   DTRAIN_CHECK(!params_.empty(), "DistributedDataParallel needs a module with parameters");
   const Device device = params_.front()->value.device();
 
-  std::vector<size_t> bytes;
+  int64_t total = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
     DTRAIN_CHECK(params_[i]->value.device() == device, "parameter {} is on {}, the first on {}", params_[i]->name,
                  params_[i]->value.device().str(), device.str());
     index_of_[params_[i]] = i;
-    bytes.push_back(params_[i]->value.nbytes());
+    param_bytes_.push_back(params_[i]->value.nbytes());
+    total += params_[i]->value.numel();
   }
   bucket_of_.resize(params_.size());
   ready_.assign(params_.size(), false);
@@ -29,25 +34,53 @@ Reducer::Reducer(std::vector<Parameter*> params, Communicator& comm, std::unique
 
   // Gradients become views into the bucket buffers (their current values are kept), so the
   // all-reduce reads and writes them in place: no copy in, no copy out. The communicator
-  // allocates the buffers (on one node, MPI's come from a shared window its all-reduce reads).
-  for (auto& members : compute_bucket_plan(bytes, options_.first_bucket_bytes, options_.bucket_cap_bytes)) {
+  // allocates the storage (on one node, MPI's comes from a shared window its all-reduce reads),
+  // with room to start every bucket on a 64-byte boundary whatever the layout.
+  storage_ = comm_.allocate_reduce_buffer(total + kBucketAlignFloats * static_cast<int64_t>(params_.size()),
+                                          DType::kF32, device);
+  apply_layout({reverse_parameter_order(params_.size()), options_.first_bucket_bytes, options_.bucket_cap_bytes});
+}
+
+std::vector<std::vector<size_t>> Reducer::plan_for(const BucketLayout& layout) const {
+  return compute_bucket_plan(param_bytes_, layout.ready_order, layout.first_bucket_bytes, layout.bucket_cap_bytes);
+}
+
+std::string Reducer::describe(const BucketLayout& layout) const { return describe_plan(plan_for(layout), param_bytes_); }
+
+void Reducer::apply_layout(const BucketLayout& layout) {
+  DTRAIN_CHECK(!in_backward_, "buckets rebuilt during a backward");
+  const std::string wrong = check_ready_order(layout.ready_order, params_.size());
+  if (!wrong.empty()) throw Error(fmt::format("bucket layout does not fit this model: {}", wrong));
+  for (const GradBucket& b : buckets_) DTRAIN_CHECK(!b.work, "buckets rebuilt while bucket {} is in flight", b.index);
+  // Every gradient keeps its value (a rebuild comes between a backward and its optimizer step).
+  std::vector<Tensor> saved(params_.size());
+  for (size_t p = 0; p < params_.size(); ++p) {
+    if (!params_[p]->grad.defined()) continue;
+    saved[p] = Tensor::empty(params_[p]->value.shape(), params_[p]->value.device());
+    saved[p].copy_from(params_[p]->grad);
+  }
+  buckets_.clear();
+  int64_t offset = 0;
+  for (auto& members : plan_for(layout)) {
     GradBucket b;
     b.index = buckets_.size();
     b.params = std::move(members);
     int64_t numel = 0;
     for (size_t p : b.params) numel += params_[p]->value.numel();
-    b.buffer = comm_.allocate_reduce_buffer(numel, DType::kF32, device);
-    int64_t offset = 0;
+    b.buffer = storage_.slice(offset, {numel});
+    int64_t at = 0;
     for (size_t p : b.params) {
       Parameter& param = *params_[p];
-      Tensor view = b.buffer.slice(offset, param.value.shape());
-      offset += param.value.numel();
-      if (param.grad.defined()) view.copy_from(param.grad);
+      Tensor view = b.buffer.slice(at, param.value.shape());
+      at += param.value.numel();
+      if (saved[p].defined()) view.copy_from(saved[p]);
       param.grad = view;
       bucket_of_[p] = b.index;
     }
+    offset += (numel + kBucketAlignFloats - 1) / kBucketAlignFloats * kBucketAlignFloats;
     buckets_.push_back(std::move(b));
   }
+  layout_ = layout;
 }
 
 Reducer::~Reducer() { abort_backward(); }
@@ -73,6 +106,7 @@ void Reducer::prepare_for_backward(bool sync) {
     b.pending = b.params.size();
   }
   next_to_launch_ = 0;
+  ready_order_.clear();
 }
 
 void Reducer::mark_ready(Parameter& param) {
@@ -87,6 +121,7 @@ void Reducer::mark_ready(Parameter& param) {
   ready_[i] = true;
   used_since_sync_[i] = true;
   if (!sync_) return;
+  ready_order_.push_back(i);
   GradBucket& b = buckets_[bucket_of_[i]];
   if (--b.pending == 0) launch_ready_buckets();
 }
@@ -154,6 +189,8 @@ void Reducer::finalize_backward() {
     timings_.push_back({b.index, b.buffer.nbytes(), b.launched_ns, start, end});
   }
   std::fill(used_since_sync_.begin(), used_since_sync_.end(), false);
+  // Unused parameters (marked ready above, not by a hook) leave the order incomplete.
+  observed_order_ = ready_order_.size() == params_.size() ? ready_order_ : std::vector<size_t>{};
   ++stats_.synced_backwards;
 }
 

@@ -9,10 +9,21 @@
 // the communication stream wait on it before the all-reduce; finalize() makes the compute
 // stream wait on each all-reduce. On CUDA no host thread blocks inside backward; on CPU the
 // events are complete when recorded and MPI's wait blocks until the comm thread is done.
+//
+// Note [Rebuilding buckets]: the first plan assumes gradients arrive in reverse parameter order,
+// which holds for a chain of layers but not for a model with branches or a layer that produces
+// its gradients in another order; a bucket whose last gradient comes late then holds back every
+// later bucket (Note [Launch order]). So the reducer records the order gradients became ready in
+// a synced backward, and DistributedDataParallel rebuilds the buckets once, after the first step,
+// in the order rank 0 saw (PyTorch's Reducer::rebuild_buckets): every rank then issues the same
+// collectives. All buckets are slices of one flat gradient storage allocated once (from the
+// communicator: on one node, MPI's shared window), so a rebuild only re-slices it and copies the
+// gradients to their new places: no allocation, no collective, and the values are unchanged.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -62,6 +73,18 @@ class Reducer {
   void abort_backward() noexcept;
   ~Reducer();
 
+  // Note [Rebuilding buckets]. Regroups the buckets by `layout` between two backwards, keeping
+  // every gradient's value; the caller has synchronised the compute stream. Throws when the
+  // layout's order is not a permutation of the parameters.
+  void apply_layout(const BucketLayout& layout);
+  const BucketLayout& layout() const { return layout_; }
+  // The plan `layout` gives this reducer's parameters, and its description ("2 buckets: ...").
+  std::vector<std::vector<size_t>> plan_for(const BucketLayout& layout) const;
+  std::string describe(const BucketLayout& layout) const;
+  // The order this rank's gradients became ready in the last synced backward (empty when some
+  // parameter produced none: unused parameters give no order to rebuild from).
+  const std::vector<size_t>& observed_order() const { return observed_order_; }
+
   const std::vector<GradBucket>& buckets() const { return buckets_; }
   const ReducerStats& stats() const { return stats_; }
   // Every bucket of the last synced backward, in launch order.
@@ -76,11 +99,16 @@ class Reducer {
   std::unique_ptr<CommHook> hook_;
   ReducerOptions options_;
   Stream& compute_;
+  std::vector<size_t> param_bytes_;
+  Tensor storage_;                           // every bucket's buffer is a slice of it
+  BucketLayout layout_;
   std::vector<GradBucket> buckets_;
   std::unordered_map<const Parameter*, size_t> index_of_;
   std::vector<size_t> bucket_of_;            // parameter index -> bucket
   std::vector<bool> ready_;                  // this backward
   std::vector<bool> used_since_sync_;        // any backward since the last synced one (no_sync)
+  std::vector<size_t> ready_order_;          // this backward's, while it runs
+  std::vector<size_t> observed_order_;       // the last synced backward's, when complete
   size_t next_to_launch_ = 0;
   bool sync_ = true;
   bool in_backward_ = false;
