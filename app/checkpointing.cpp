@@ -116,7 +116,7 @@ BucketLayout bucket_layout_from_json(const json& buckets, size_t params, const s
   BucketLayout layout;
   for (const char* name : {"first_bucket_bytes", "bucket_cap_bytes"}) {
     const json* v = buckets.contains(name) ? &buckets[name] : nullptr;
-    if (!v || !v->is_number_unsigned() || v->get<uint64_t>() == 0)
+    if (!v || !v->is_number_integer() || v->get<int64_t>() <= 0)
       return fail(fmt::format(".{}", name), "expected a positive whole number");
     (std::string(name) == "first_bucket_bytes" ? layout.first_bucket_bytes : layout.bucket_cap_bytes) =
         v->get<size_t>();
@@ -124,7 +124,8 @@ BucketLayout bucket_layout_from_json(const json& buckets, size_t params, const s
   const json* order = buckets.contains("ready_order") ? &buckets["ready_order"] : nullptr;
   if (!order || !order->is_array()) return fail(".ready_order", "expected an array of parameter indices");
   for (const json& i : *order) {
-    if (!i.is_number_unsigned()) return fail(".ready_order", fmt::format("{} is not a parameter index", i.dump()));
+    if (!i.is_number_integer() || i.get<int64_t>() < 0)
+      return fail(".ready_order", fmt::format("{} is not a parameter index", i.dump()));
     layout.ready_order.push_back(i.get<size_t>());
   }
   const std::string wrong = check_ready_order(layout.ready_order, params);

@@ -195,7 +195,9 @@ void DistributedDataParallel::after_synced_backward(int64_t backward_ns) {
     if (tuner_->candidates().size() == 1) finish_tuning();
     return;
   }
-  if (!tuner_->record(static_cast<double>(backward_ns) / 1e6)) return;
+  double ms = static_cast<double>(backward_ns) / 1e6;
+  if (options_.autotune_step_ms) ms = options_.autotune_step_ms(tuner_->current(), ms);
+  if (!tuner_->record(ms)) return;
   if (tuner_->finished()) return finish_tuning();
   const BucketCaps& next = tuner_->candidates()[tuner_->current()];
   use_layout({reducer_->layout().ready_order, next.first_bucket_bytes, next.bucket_cap_bytes});

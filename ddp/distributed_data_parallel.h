@@ -4,6 +4,7 @@
 // all-reduces gradient buckets as they fill, and returns with averaged gradients.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,6 +37,9 @@ struct DdpOptions {
   std::vector<BucketCaps> autotune_candidates = default_bucket_cap_candidates();
   int autotune_warmup_steps = 1;
   int autotune_measured_steps = 8;
+  // Test hook: the time a trial step is taken to have cost, from (candidate index, the measured
+  // ms); unset, the measured time. Lets a test give ranks different fastest candidates.
+  std::function<double(size_t, double)> autotune_step_ms;
 };
 
 // The last synced backward, in steady_now_ns(): backward from start to end, then the wait for

@@ -43,6 +43,44 @@ TEST(ResumeConfig, EverySettingThatChangesResultsMustMatch) {
   }
 }
 
+TEST(ResumeConfig, AutoBucketCapIsASettingOfItsOwn) {
+  EXPECT_EQ(difference({"--bucket-cap-mb", "auto"}, {}), "ddp.bucket_cap_bytes: checkpoint \"auto\", this run 26214400");
+  EXPECT_EQ(difference({"--bucket-cap-mb", "auto"}, {"--bucket-cap-mb", "auto"}), "(none)");
+}
+
+TEST(BucketLayoutJson, RoundTripsThroughStateJson) {
+  checkpoint::TrainingState state;
+  state.buckets = bucket_layout_json({{2, 0, 1}, 1u << 20, 4u << 20});
+  const checkpoint::TrainingState back = checkpoint::decode_state(checkpoint::encode_state(state), "state.json");
+  EXPECT_EQ(bucket_layout_from_json(back.buckets, 3, "state.json"), (BucketLayout{{2, 0, 1}, 1u << 20, 4u << 20}));
+  // No layout yet (saved before step 1, or by an older dtrain): no field, chosen again on resume.
+  EXPECT_FALSE(checkpoint::to_json(checkpoint::TrainingState{}).contains("buckets"));
+  EXPECT_TRUE(checkpoint::decode_state(checkpoint::encode_state({}), "state.json").buckets.is_null());
+}
+
+TEST(BucketLayoutJson, ALayoutThatDoesNotFitTheModelIsOneLineNamingTheField) {
+  auto error_of = [](const nlohmann::json& j) {
+    try {
+      bucket_layout_from_json(j, 3, "ck/state.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  const nlohmann::json good = bucket_layout_json({{2, 1, 0}, 1, 2});
+  nlohmann::json j = good;
+  j["ready_order"] = {2, 1};
+  EXPECT_EQ(error_of(j), "ck/state.json: buckets.ready_order: 2 parameter indices for a model of 3 parameters");
+  j = good;
+  j["ready_order"] = {2, 1, "x"};
+  EXPECT_EQ(error_of(j), "ck/state.json: buckets.ready_order: \"x\" is not a parameter index");
+  j = good;
+  j["bucket_cap_bytes"] = 0;
+  EXPECT_EQ(error_of(j), "ck/state.json: buckets.bucket_cap_bytes: expected a positive whole number");
+  EXPECT_EQ(error_of(nlohmann::json::array()), "ck/state.json: buckets: expected an object");
+  EXPECT_EQ(error_of(good), "(accepted)");
+}
+
 TEST(ResumeConfig, AdamWsEpsMustMatch) {
   EXPECT_EQ(difference({"--optimizer", "adamw"}, {"--optimizer", "adamw", "--adam-eps", "1e-6"}),
             "optimizer.eps: checkpoint 1e-08, this run 1e-06");

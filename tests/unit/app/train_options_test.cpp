@@ -88,6 +88,20 @@ TEST(TrainOptions, SizeFlagsHaveSaneUpperBounds) {
             1048576);
 }
 
+TEST(TrainOptions, BucketCapIsMiBOrAuto) {
+  const TrainConfig fixed = parse_train_options({"--data", "/tmp", "--bucket-cap-mb", "0.5"}).config;
+  EXPECT_FALSE(fixed.ddp.bucket_cap_auto);
+  EXPECT_EQ(fixed.ddp.bucket_cap_bytes, size_t{1} << 19);
+  EXPECT_TRUE(parse_train_options({"--data", "/tmp", "--bucket-cap-mb", "auto"}).config.ddp.bucket_cap_auto);
+  EXPECT_FALSE(parse_train_options({"--data", "/tmp"}).config.ddp.bucket_cap_auto);
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--bucket-cap-mb", "fast"}),
+            "--bucket-cap-mb: must be auto or a number in (0, 1e6], got 'fast'");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--bucket-cap-mb", "0"}),
+            "--bucket-cap-mb: must be auto or a number in (0, 1e6], got '0'");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--bucket-cap-mb", "25MB"}),
+            "--bucket-cap-mb: must be auto or a number in (0, 1e6], got '25MB'");
+}
+
 TEST(TrainOptions, AmpIsOffUnlessBf16IsAsked) {
   EXPECT_EQ(parse_train_options({"--data", "/tmp"}).config.amp, AmpMode::kOff);
   EXPECT_EQ(parse_train_options({"--data", "/tmp", "--amp", "off"}).config.amp, AmpMode::kOff);
