@@ -3,7 +3,9 @@
 # killed (SIGKILL, one rank; mpirun takes the others down) once it has saved a checkpoint, then
 # `--resume auto` finishes it: its final model.safetensors must equal, byte for byte, that of
 # the same job run uninterrupted, and its log must repeat the uninterrupted log's lines from the
-# resume point on. Once mid-epoch (--checkpoint-every) and once at an epoch boundary.
+# resume point on. Once mid-epoch (--checkpoint-every), once at an epoch boundary, and once with
+# --bucket-cap-mb auto: the resumed run takes the buckets the killed run had chosen from its
+# checkpoint and tries no caps.
 #   resume_bitwise_test.sh PATH/TO/dtrain NP
 set -uo pipefail
 DTRAIN=${1:?usage: resume_bitwise_test.sh PATH/TO/dtrain NP}
@@ -34,6 +36,7 @@ scenario() {
   local resumed_from
   resumed_from=$(latest_step "$run")
   echo "# $name: killed after checkpoint step-$resumed_from; resuming"
+  cp "$run/step-$resumed_from/state.json" "$run.resumed-from.json"  # the resumed run prunes it
   if ! dtrain_at "$NP" "$run.resumed.log" "${args[@]}" --checkpoint-dir "$run" --resume auto; then
     not_ok "$name: resumed run" "$(tail -3 "$run.resumed.log")"
     return
@@ -45,9 +48,18 @@ scenario() {
     cmp "$(dirname "$(final_model "$ref")")/optimizer.safetensors" "$(dirname "$(final_model "$run")")/optimizer.safetensors"
   check "$name: the same log lines from the resume point on" \
     diff <(log_lines_after "$ref.log" "$ref" "$resumed_from") <(log_lines "$run.resumed.log" "$run")
+  if [[ " $* " == *" --bucket-cap-mb auto "* ]] && [ "$NP" -gt 1 ]; then  # one rank: no DDP, no buckets
+    check "$name: the killed run chose its buckets before the checkpoint" grep -q "^buckets: --bucket-cap-mb auto chose" "$run.log"
+    check "$name: the checkpoint records them" grep -q '"ready_order"' "$run.resumed-from.json"
+    check "$name: the resumed run takes them from the checkpoint" grep -q "^resume: buckets from the checkpoint" "$run.resumed.log"
+    check "$name: and tries no caps" bash -c "! grep -q 'auto chose' '$run.resumed.log'"
+  fi
 }
 
 limit=$((1200 * NP))  # 75 steps of 16 per rank and epoch
 scenario mid-epoch 10 --train-limit "$limit" --epochs 2 --checkpoint-every 10
 scenario epoch-boundary 1 --train-limit "$limit" --epochs 3
+# Two distinct bucket plans for 784-512-512-10 (a 1 MiB first bucket, or one bucket): step 1, then
+# 2 x (1 + 8) trial steps; the run is killed after a checkpoint at step 30 or later.
+scenario autotuned-buckets 30 --train-limit "$limit" --hidden 512,512 --checkpoint-every 10 --bucket-cap-mb auto
 finish
