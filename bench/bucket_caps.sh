@@ -17,13 +17,8 @@ while [ $# -gt 0 ]; do
     *) echo "usage: bash bench/bucket_caps.sh [--np N] [--hidden W[,W...]] [--caps \"MiB ...\"] [--repeat R] [--epochs N]" >&2; exit 2 ;;
   esac
 done
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
-build=${DTRAIN_BUILD_DIR:-build}
-DTRAIN_BUILD_DIR=$build bash scripts/setup.sh build >/dev/null  # never time a stale binary
-dtrain=$(realpath "$build/app/dtrain"); launch=$(realpath "$build/launcher/dtrain-launch")
-work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
-
-median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2 ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2)}'; }
+# shellcheck source=lib.sh
+source bench/lib.sh
 
 for r in $(seq "$repeat"); do
   for cap in $caps auto; do

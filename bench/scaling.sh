@@ -22,13 +22,10 @@ while [ $# -gt 0 ]; do
     *) echo "usage: bash bench/scaling.sh [--ranks \"1 2\"] [--models \"mlp mlp-1024 cnn\"] [--epochs N] [--repeat R] [--peer] [--testbed] [--out DIR]" >&2; exit 2 ;;
   esac
 done
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
-build=${DTRAIN_BUILD_DIR:-build}
-DTRAIN_BUILD_DIR=$build bash scripts/setup.sh build >/dev/null  # never time a stale binary
+# shellcheck source=lib.sh
+source bench/lib.sh
 peer_script=${DTRAIN_PEER:-../shared/peers/torch_ddp_fmnist.py}
-dtrain=$(realpath "$build/app/dtrain"); launch=$(realpath "$build/launcher/dtrain-launch")
 mkdir -p "$out"
-work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 
 model_flags() {  # name -> dtrain flags
   case "$1" in
@@ -58,8 +55,6 @@ train_s = sum(e["epoch_s"] for e in epochs) or 1.0
 print(summary["samples_per_s"], ar / train_s, hidden / ar if ar > 0 else 0.0)
 PY
 }
-
-median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2 ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2)}'; }
 
 measure() {  # model nodes ranks launcher-args... -> appends a CSV row
   local m=$1 nodes=$2 np=$3; shift 3
