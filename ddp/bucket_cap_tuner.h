@@ -2,7 +2,8 @@
 // the model, the network and how much backward there is to hide an all-reduce behind, so the
 // tuner measures instead of guessing. Each candidate (first bucket, cap) runs a warm-up step and
 // then a few measured steps; a step's cost is its synced backward (backward start to the last
-// all-reduce done: what the buckets change). Every rank reports its median per candidate, a
+// all-reduce done: what the buckets change; on a GPU the compute stream is synchronised during
+// the trials so that the host clock sees it). Every rank reports its median per candidate, a
 // candidate costs what its slowest rank measured (the step waits for that rank), and the
 // cheapest wins, earlier candidates on ties: every rank computes the same choice from the same
 // gathered figures. Candidates that give the same buckets are tried once.

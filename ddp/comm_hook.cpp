@@ -66,6 +66,7 @@ class CompressHook final : public CommHook {
     return std::make_shared<UnpackWork>(std::move(inner), wire, bucket.buffer);
   }
   std::string name() const override { return wire_dtype_ == DType::kBF16 ? "bf16" : "fp16"; }
+  void buckets_changed() override { wire_buffers_.clear(); }  // else old sizes stay allocated
 
  private:
   DType wire_dtype_;

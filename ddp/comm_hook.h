@@ -26,6 +26,9 @@ class CommHook {
   // work's wait() the buffer holds the average over ranks.
   virtual WorkHandle run(GradBucket& bucket, Communicator& comm) = 0;
   virtual std::string name() const = 0;
+  // The buckets were regrouped (Note [Rebuilding buckets]): drop per-bucket state. Nothing is
+  // in flight when it is called.
+  virtual void buckets_changed() {}
 };
 
 enum class CommHookKind { kAllreduce, kBf16, kFp16 };

@@ -122,6 +122,8 @@ void DistributedDataParallel::backward(const Tensor& grad_output) {
   const int64_t end = steady_now_ns();
   reducer_->finalize_backward();
   if (!sync_) return;
+  // A trial step's cost includes the all-reduces, which on a GPU finish after wait() returns.
+  if (tuner_) compute_.synchronize();
   timing_ = {start, end, steady_now_ns(), reducer_->last_timings()};
   after_synced_backward(timing_.synced_ns - timing_.start_ns);
 }
@@ -136,6 +138,7 @@ void DistributedDataParallel::join_backward() {
   }
   reducer_->mark_all_ready();
   reducer_->finalize_backward();
+  if (tuner_) compute_.synchronize();
   timing_ = {start, start, steady_now_ns(), reducer_->last_timings()};
   after_synced_backward(timing_.synced_ns - timing_.start_ns);
 }
@@ -173,8 +176,11 @@ void DistributedDataParallel::after_synced_backward(int64_t backward_ns) {
       if (!order.empty()) layout.ready_order = std::move(order);  // empty: rank 0 saw an unused parameter
     }
     if (layout.ready_order != reducer_->layout().ready_order)
-      notes_.push_back(fmt::format("buckets: rebuilt after step 1 in the order rank 0's gradients became ready: {}",
-                                   reducer_->describe(layout)));
+      notes_.push_back(options_.bucket_cap_auto
+                           ? std::string("buckets: rebuilt after step 1 in the order rank 0's gradients became ready; "
+                                         "the bucket caps are tried in it")
+                           : fmt::format("buckets: rebuilt after step 1 in the order rank 0's gradients became ready: {}",
+                                         reducer_->describe(layout)));
     if (!options_.bucket_cap_auto) {
       use_layout(layout);
       layout_final_ = true;

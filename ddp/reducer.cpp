@@ -29,6 +29,7 @@ Reducer::Reducer(std::vector<Parameter*> params, Communicator& comm, std::unique
     total += params_[i]->value.numel();
   }
   bucket_of_.resize(params_.size());
+  param_offset_.resize(params_.size());
   ready_.assign(params_.size(), false);
   used_since_sync_.assign(params_.size(), false);
 
@@ -52,12 +53,22 @@ void Reducer::apply_layout(const BucketLayout& layout) {
   const std::string wrong = check_ready_order(layout.ready_order, params_.size());
   if (!wrong.empty()) throw Error(fmt::format("bucket layout does not fit this model: {}", wrong));
   for (const GradBucket& b : buckets_) DTRAIN_CHECK(!b.work, "buckets rebuilt while bucket {} is in flight", b.index);
-  // Every gradient keeps its value (a rebuild comes between a backward and its optimizer step).
+  // Every gradient keeps its value (a rebuild comes between a backward and its optimizer step):
+  // one temporary copy of the storage, read back at each gradient's old offset. At construction
+  // the gradients are still tensors of their own and are copied from there.
+  // On a GPU the copies are queued on the compute stream; `previous` may be freed before they
+  // run because its memory is next used by work ordered after them on that same stream.
+  Tensor previous;
+  if (!buckets_.empty()) {
+    previous = Tensor::empty(storage_.shape(), storage_.device());
+    previous.copy_from(storage_);
+  }
   std::vector<Tensor> saved(params_.size());
   for (size_t p = 0; p < params_.size(); ++p) {
-    if (!params_[p]->grad.defined()) continue;
-    saved[p] = Tensor::empty(params_[p]->value.shape(), params_[p]->value.device());
-    saved[p].copy_from(params_[p]->grad);
+    if (!buckets_.empty())
+      saved[p] = previous.slice(param_offset_[p], params_[p]->value.shape());
+    else if (params_[p]->grad.defined())
+      saved[p] = params_[p]->grad;
   }
   buckets_.clear();
   int64_t offset = 0;
@@ -72,6 +83,7 @@ void Reducer::apply_layout(const BucketLayout& layout) {
     for (size_t p : b.params) {
       Parameter& param = *params_[p];
       Tensor view = b.buffer.slice(at, param.value.shape());
+      param_offset_[p] = offset + at;
       at += param.value.numel();
       if (saved[p].defined()) view.copy_from(saved[p]);
       param.grad = view;
@@ -81,6 +93,7 @@ void Reducer::apply_layout(const BucketLayout& layout) {
     buckets_.push_back(std::move(b));
   }
   layout_ = layout;
+  hook_->buckets_changed();
 }
 
 Reducer::~Reducer() { abort_backward(); }
@@ -128,6 +141,8 @@ void Reducer::mark_ready(Parameter& param) {
 
 void Reducer::mark_all_ready() {
   for (Parameter* p : params_) mark_ready(*p);
+  // Parameter order, not an observation: a joined rank has no order to rebuild buckets from.
+  ready_order_.clear();
 }
 
 void Reducer::launch_ready_buckets() {

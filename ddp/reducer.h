@@ -18,7 +18,8 @@
 // in the order rank 0 saw (PyTorch's Reducer::rebuild_buckets): every rank then issues the same
 // collectives. All buckets are slices of one flat gradient storage allocated once (from the
 // communicator: on one node, MPI's shared window), so a rebuild only re-slices it and copies the
-// gradients to their new places: no allocation, no collective, and the values are unchanged.
+// gradients to their new places (through one temporary copy of the storage): no new buffer for
+// the communicator, no collective, and the values are unchanged.
 #pragma once
 
 #include <cstdint>
@@ -105,6 +106,7 @@ class Reducer {
   std::vector<GradBucket> buckets_;
   std::unordered_map<const Parameter*, size_t> index_of_;
   std::vector<size_t> bucket_of_;            // parameter index -> bucket
+  std::vector<int64_t> param_offset_;        // parameter index -> its gradient's offset in storage_
   std::vector<bool> ready_;                  // this backward
   std::vector<bool> used_since_sync_;        // any backward since the last synced one (no_sync)
   std::vector<size_t> ready_order_;          // this backward's, while it runs

@@ -168,6 +168,21 @@ TEST(BucketRebuild, AChainInReverseOrderKeepsItsBucketsAndLogsNothing) {
   EXPECT_TRUE(run.ddp->take_bucket_notes().empty());
 }
 
+TEST(BucketRebuild, ARankZeroThatHasJoinedGivesNoOrder) {
+  // Rank 0 is out of data at step 1 (Join): its shadow backward marks every parameter in
+  // parameter order, which is no observation; the buckets stay as they were, on every rank.
+  Training run(std::make_unique<LateLastLayer>(7, true), one_parameter_per_bucket());
+  if (world().rank() == 0) {
+    run.opt->zero_grad();
+    run.ddp->join_backward();
+    run.opt->step();
+  } else {
+    run.step();
+  }
+  EXPECT_TRUE(run.ddp->bucket_layout_final());
+  EXPECT_EQ(plan_text(*run.ddp), "[5][4][3][2][1][0]") << "rank " << world().rank();
+}
+
 TEST(BucketRebuild, NotWithFindUnusedParameters) {
   DdpOptions o = one_parameter_per_bucket();
   o.find_unused_parameters = true;
