@@ -109,27 +109,28 @@ json bucket_layout_json(const BucketLayout& layout) {
 }
 
 BucketLayout bucket_layout_from_json(const json& buckets, size_t params, const std::string& source) {
-  auto fail = [&](const std::string& field, const std::string& problem) -> BucketLayout {
+  auto fail = [&](const std::string& field, const std::string& problem) {
     throw Error(fmt::format("{}: buckets{}: {}", source, field, problem));
   };
-  if (!buckets.is_object()) return fail("", "expected an object");
-  BucketLayout layout;
-  for (const char* name : {"first_bucket_bytes", "bucket_cap_bytes"}) {
+  if (!buckets.is_object()) fail("", "expected an object");
+  auto bytes = [&](const char* name) {
     const json* v = buckets.contains(name) ? &buckets[name] : nullptr;
     if (!v || !v->is_number_integer() || v->get<int64_t>() <= 0)
-      return fail(fmt::format(".{}", name), "expected a positive whole number");
-    (std::string(name) == "first_bucket_bytes" ? layout.first_bucket_bytes : layout.bucket_cap_bytes) =
-        v->get<size_t>();
-  }
+      fail(fmt::format(".{}", name), "expected a positive whole number");
+    return v->get<size_t>();
+  };
+  BucketLayout layout;
+  layout.first_bucket_bytes = bytes("first_bucket_bytes");
+  layout.bucket_cap_bytes = bytes("bucket_cap_bytes");
   const json* order = buckets.contains("ready_order") ? &buckets["ready_order"] : nullptr;
-  if (!order || !order->is_array()) return fail(".ready_order", "expected an array of parameter indices");
+  if (!order || !order->is_array()) fail(".ready_order", "expected an array of parameter indices");
   for (const json& i : *order) {
     if (!i.is_number_integer() || i.get<int64_t>() < 0)
-      return fail(".ready_order", fmt::format("{} is not a parameter index", i.dump()));
+      fail(".ready_order", fmt::format("{} is not a parameter index", i.dump()));
     layout.ready_order.push_back(i.get<size_t>());
   }
   const std::string wrong = check_ready_order(layout.ready_order, params);
-  if (!wrong.empty()) return fail(".ready_order", wrong);
+  if (!wrong.empty()) fail(".ready_order", wrong);
   return layout;
 }
 

@@ -27,4 +27,29 @@ std::vector<T> allgather_values(Communicator& comm, const T& mine) {
   return all;
 }
 
+// Rank `root`'s vector of trivially copyable values, on every rank (any length).
+template <class T>
+std::vector<T> broadcast_values(Communicator& comm, const std::vector<T>& mine, int root = 0) {
+  static_assert(std::is_trivially_copyable_v<T>, "values move as their bytes");
+  const std::string bytes = broadcast_string(
+      comm, std::string(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(T)), root);
+  std::vector<T> out(bytes.size() / sizeof(T));
+  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(T));
+  return out;
+}
+
+// Every rank's vector of trivially copyable values (of any length), indexed by rank.
+template <class T>
+std::vector<std::vector<T>> allgather_vectors(Communicator& comm, const std::vector<T>& mine) {
+  static_assert(std::is_trivially_copyable_v<T>, "values move as their bytes");
+  std::vector<std::vector<T>> out;
+  for (const std::string& bytes :
+       allgather_strings(comm, std::string(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(T)))) {
+    std::vector<T> v(bytes.size() / sizeof(T));
+    std::memcpy(v.data(), bytes.data(), v.size() * sizeof(T));
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
 }  // namespace dtrain

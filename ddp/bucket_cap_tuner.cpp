@@ -11,20 +11,20 @@ std::vector<BucketCaps> default_bucket_cap_candidates() {
   return {{MiB, MiB}, {MiB, 4 * MiB}, {MiB, 16 * MiB}, {MiB, 64 * MiB}, {64 * MiB, 64 * MiB}};
 }
 
-size_t choose_fastest_candidate(const std::vector<std::vector<double>>& per_rank_ms) {
+std::vector<double> slowest_rank_ms(const std::vector<std::vector<double>>& per_rank_ms) {
   DTRAIN_CHECK(!per_rank_ms.empty() && !per_rank_ms[0].empty(), "no bucket cap measurements");
-  const size_t n = per_rank_ms[0].size();
-  size_t best = 0;
-  double best_ms = 0;
-  for (size_t c = 0; c < n; ++c) {
-    double slowest = 0;
-    for (const auto& rank : per_rank_ms) {
-      DTRAIN_CHECK(rank.size() == n, "ranks measured {} and {} bucket cap candidates", rank.size(), n);
-      slowest = std::max(slowest, rank[c]);
-    }
-    if (c == 0 || slowest < best_ms) best = c, best_ms = slowest;
+  std::vector<double> slowest(per_rank_ms[0].size(), 0.0);
+  for (const auto& rank : per_rank_ms) {
+    DTRAIN_CHECK(rank.size() == slowest.size(), "ranks measured {} and {} bucket cap candidates", rank.size(),
+                 slowest.size());
+    for (size_t c = 0; c < rank.size(); ++c) slowest[c] = std::max(slowest[c], rank[c]);
   }
-  return best;
+  return slowest;
+}
+
+size_t choose_fastest_candidate(const std::vector<std::vector<double>>& per_rank_ms) {
+  const std::vector<double> slowest = slowest_rank_ms(per_rank_ms);
+  return static_cast<size_t>(std::min_element(slowest.begin(), slowest.end()) - slowest.begin());  // first of ties
 }
 
 BucketCapTuner::BucketCapTuner(std::vector<BucketCaps> candidates, int warmup_steps, int measured_steps)

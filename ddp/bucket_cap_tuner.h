@@ -24,6 +24,9 @@ struct BucketCaps {
 // 64 MiB cap for every bucket (no small first bucket: fewer, larger all-reduces).
 std::vector<BucketCaps> default_bucket_cap_candidates();
 
+// Per candidate, the slowest rank's figure: per_rank_ms[r][c] is rank r's median for candidate c.
+std::vector<double> slowest_rank_ms(const std::vector<std::vector<double>>& per_rank_ms);
+
 // The candidate whose slowest rank is fastest: per_rank_ms[r][c] is rank r's median for
 // candidate c. Ties go to the earlier candidate.
 size_t choose_fastest_candidate(const std::vector<std::vector<double>>& per_rank_ms);

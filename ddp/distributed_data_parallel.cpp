@@ -1,7 +1,6 @@
 #include "ddp/distributed_data_parallel.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include <fmt/format.h>
 
@@ -163,16 +162,7 @@ void DistributedDataParallel::after_synced_backward(int64_t backward_ns) {
     order_agreed_ = true;
     BucketLayout layout = reducer_->layout();
     if (options_.rebuild_buckets && !options_.find_unused_parameters) {
-      const std::vector<size_t>& mine = reducer_->observed_order();
-      std::string text;
-      for (size_t i : mine) text += fmt::format("{} ", i);
-      const std::string root = broadcast_string(control_, text, 0);
-      std::vector<size_t> order;
-      for (size_t at = 0; at < root.size();) {
-        const size_t space = root.find(' ', at);
-        order.push_back(std::stoul(root.substr(at, space - at)));
-        at = space + 1;
-      }
+      std::vector<size_t> order = broadcast_values(control_, reducer_->observed_order(), 0);
       if (!order.empty()) layout.ready_order = std::move(order);  // empty: rank 0 saw an unused parameter
     }
     if (layout.ready_order != reducer_->layout().ready_order)
@@ -215,22 +205,13 @@ void DistributedDataParallel::finish_tuning() {
   std::string tried = "one distinct plan, nothing to try";
   if (candidates.size() > 1) {
     // Every rank's medians, so every rank picks the same candidate from the same figures.
-    const std::vector<double>& mine = tuner_->medians();
-    const std::string bytes(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(double));
-    std::vector<std::vector<double>> all;
-    for (const std::string& r : allgather_strings(control_, bytes)) {
-      std::vector<double> v(r.size() / sizeof(double));
-      std::memcpy(v.data(), r.data(), v.size() * sizeof(double));
-      all.push_back(std::move(v));
-    }
+    const std::vector<std::vector<double>> all = allgather_vectors(control_, tuner_->medians());
     pick = choose_fastest_candidate(all);
+    const std::vector<double> slowest = slowest_rank_ms(all);
     std::vector<std::string> parts;
-    for (size_t c = 0; c < candidates.size(); ++c) {
-      double slowest = 0;
-      for (const auto& r : all) slowest = std::max(slowest, r[c]);
+    for (size_t c = 0; c < candidates.size(); ++c)
       parts.push_back(fmt::format("{:g}/{:g} MiB {:.3f} ms", mib(candidates[c].first_bucket_bytes),
-                                  mib(candidates[c].bucket_cap_bytes), slowest));
-    }
+                                  mib(candidates[c].bucket_cap_bytes), slowest[c]));
     tried = fmt::format("synced backward (median, slowest rank) with first bucket/cap {}", fmt::join(parts, ", "));
   }
   const BucketCaps& best = candidates[pick];

@@ -139,6 +139,11 @@ void Reducer::mark_ready(Parameter& param) {
   if (--b.pending == 0) launch_ready_buckets();
 }
 
+std::vector<size_t> Reducer::observed_order() const {
+  // Unused parameters (marked ready by finalize_backward, not by a hook) leave it incomplete.
+  return ready_order_.size() == params_.size() ? ready_order_ : std::vector<size_t>{};
+}
+
 void Reducer::mark_all_ready() {
   for (Parameter* p : params_) mark_ready(*p);
   // Parameter order, not an observation: a joined rank has no order to rebuild buckets from.
@@ -204,8 +209,6 @@ void Reducer::finalize_backward() {
     timings_.push_back({b.index, b.buffer.nbytes(), b.launched_ns, start, end});
   }
   std::fill(used_since_sync_.begin(), used_since_sync_.end(), false);
-  // Unused parameters (marked ready above, not by a hook) leave the order incomplete.
-  observed_order_ = ready_order_.size() == params_.size() ? ready_order_ : std::vector<size_t>{};
   ++stats_.synced_backwards;
 }
 

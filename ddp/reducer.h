@@ -84,7 +84,7 @@ class Reducer {
   std::string describe(const BucketLayout& layout) const;
   // The order this rank's gradients became ready in the last synced backward (empty when some
   // parameter produced none: unused parameters give no order to rebuild from).
-  const std::vector<size_t>& observed_order() const { return observed_order_; }
+  std::vector<size_t> observed_order() const;
 
   const std::vector<GradBucket>& buckets() const { return buckets_; }
   const ReducerStats& stats() const { return stats_; }
@@ -109,8 +109,7 @@ class Reducer {
   std::vector<int64_t> param_offset_;        // parameter index -> its gradient's offset in storage_
   std::vector<bool> ready_;                  // this backward
   std::vector<bool> used_since_sync_;        // any backward since the last synced one (no_sync)
-  std::vector<size_t> ready_order_;          // this backward's, while it runs
-  std::vector<size_t> observed_order_;       // the last synced backward's, when complete
+  std::vector<size_t> ready_order_;          // the current or last synced backward's, from its hooks
   size_t next_to_launch_ = 0;
   bool sync_ = true;
   bool in_backward_ = false;
