@@ -34,7 +34,7 @@ std::vector<T> broadcast_values(Communicator& comm, const std::vector<T>& mine, 
   const std::string bytes = broadcast_string(
       comm, std::string(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(T)), root);
   std::vector<T> out(bytes.size() / sizeof(T));
-  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(T));
+  if (!out.empty()) std::memcpy(out.data(), bytes.data(), out.size() * sizeof(T));  // no null memcpy
   return out;
 }
 
@@ -46,7 +46,7 @@ std::vector<std::vector<T>> allgather_vectors(Communicator& comm, const std::vec
   for (const std::string& bytes :
        allgather_strings(comm, std::string(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(T)))) {
     std::vector<T> v(bytes.size() / sizeof(T));
-    std::memcpy(v.data(), bytes.data(), v.size() * sizeof(T));
+    if (!v.empty()) std::memcpy(v.data(), bytes.data(), v.size() * sizeof(T));  // no null memcpy
     out.push_back(std::move(v));
   }
   return out;
