@@ -79,15 +79,38 @@ case_dead_rank_error_line() {
   check "the job ends within ${BOUND_S} s of the failure" within_bound $((elapsed_ms - 1000))
 }
 
+# The `dtrain train` processes under this test's dtrain-launch ($pid). Other tests that ctest
+# runs beside this one train with the same binary, so a match on the command line alone may
+# pick (and kill) one of theirs: match by ancestry.
+job_dtrain_pids() {
+  local p a
+  for p in $(pgrep -f "^$dtrain train"); do
+    a=$p
+    while [ -n "$a" ] && [ "$a" -gt 1 ]; do
+      [ "$a" = "$pid" ] && { echo "$p"; break; }
+      a=$(ps -o ppid= -p "$a" 2>/dev/null | tr -d ' ')
+    done
+  done
+}
+# None of the processes $2... is alive within the bound from $1 (ms).
+none_alive_after() {
+  local t0=$1 p; shift
+  for p in "$@"; do
+    while rank_alive "$p" && [ $(($(now_ms) - t0)) -le $((BOUND_S * 1000)) ]; do sleep 0.05; done
+    if rank_alive "$p"; then echo "# dtrain train process $p is still alive"; return 1; fi
+  done
+}
+
 case_dead_rank_dtrain_train() {
   if [ -z "$dtrain" ] || [ ! -x "$dtrain" ] || [ ! -e "$DATA/train-images-idx3-ubyte.gz" ]; then
     echo "SKIPPED: needs the dtrain binary and $DATA"; exit 77
   fi
   # Training without the launch channel call yet: no start-up bound.
   start -n 2 --start-timeout 0 -- "$dtrain" train --epochs 50 --test-limit 500
-  local i victim=""
+  local i victim="" ranks=""
   for ((i = 0; i < 300; i++)); do
-    grep -q '^Train Epoch: 1 ' "$work/out" && victim=$(pgrep -f "^$dtrain train" | sort -n | tail -1) && break
+    grep -q '^Train Epoch: 1 ' "$work/out" && ranks=$(job_dtrain_pids) && [ "$(echo $ranks | wc -w)" = 2 ] &&
+      victim=$(printf '%s\n' $ranks | sort -n | tail -1) && break
     sleep 0.1
   done
   [ -n "$victim" ] || { not_ok "dtrain train reached epoch 1"; return; }
@@ -98,7 +121,7 @@ case_dead_rank_dtrain_train() {
     one_launcher_line_matching "^dtrain-launch: rank [01] on $host was killed by signal 9 \(SIGKILL\)$"
   check "exit status 137" [ "$status" = 137 ]
   check "the job ends within ${BOUND_S} s of the kill" within_bound "$elapsed_ms"
-  check "no dtrain process is left" bash -c "! pgrep -f '^$dtrain train' >/dev/null"
+  check "no dtrain process of the job is left" none_alive_after "$t0" $ranks
 }
 
 case_start_timeout() {
