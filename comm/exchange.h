@@ -27,28 +27,32 @@ std::vector<T> allgather_values(Communicator& comm, const T& mine) {
   return all;
 }
 
+namespace detail {
+template <class T>
+std::string bytes_of(const std::vector<T>& v) {
+  static_assert(std::is_trivially_copyable_v<T>, "values move as their bytes");
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+template <class T>
+std::vector<T> values_of(const std::string& bytes) {
+  std::vector<T> v(bytes.size() / sizeof(T));
+  if (!v.empty()) std::memcpy(v.data(), bytes.data(), v.size() * sizeof(T));  // an empty vector's data() may be null
+  return v;
+}
+}  // namespace detail
+
 // Rank `root`'s vector of trivially copyable values, on every rank (any length).
 template <class T>
 std::vector<T> broadcast_values(Communicator& comm, const std::vector<T>& mine, int root = 0) {
-  static_assert(std::is_trivially_copyable_v<T>, "values move as their bytes");
-  const std::string bytes = broadcast_string(
-      comm, std::string(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(T)), root);
-  std::vector<T> out(bytes.size() / sizeof(T));
-  if (!out.empty()) std::memcpy(out.data(), bytes.data(), out.size() * sizeof(T));  // no null memcpy
-  return out;
+  return detail::values_of<T>(broadcast_string(comm, detail::bytes_of(mine), root));
 }
 
 // Every rank's vector of trivially copyable values (of any length), indexed by rank.
 template <class T>
 std::vector<std::vector<T>> allgather_vectors(Communicator& comm, const std::vector<T>& mine) {
-  static_assert(std::is_trivially_copyable_v<T>, "values move as their bytes");
   std::vector<std::vector<T>> out;
-  for (const std::string& bytes :
-       allgather_strings(comm, std::string(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(T)))) {
-    std::vector<T> v(bytes.size() / sizeof(T));
-    if (!v.empty()) std::memcpy(v.data(), bytes.data(), v.size() * sizeof(T));  // no null memcpy
-    out.push_back(std::move(v));
-  }
+  for (const std::string& bytes : allgather_strings(comm, detail::bytes_of(mine)))
+    out.push_back(detail::values_of<T>(bytes));
   return out;
 }
 
