@@ -32,6 +32,10 @@
 # tc writes it: 10gbit, 500mbit); where tbf cannot be set up, the bed is made unshaped and the
 # reason is printed. A bed made by `run` records its owner process; a later `up`/`run` removes
 # beds whose owner died without cleaning up (killed by SIGKILL, for instance).
+#
+# A bed or node name that does not exist (or is not a plain name: no paths) is refused with one
+# line and exit status 1 before anything runs, by exec, rsh (so mpirun fails to reach an unknown
+# host) and down alike: a command meant for the bed never runs outside it.
 set -euo pipefail
 
 readonly STATE_ROOT=/run/dtrain-testbed
@@ -48,6 +52,28 @@ script_path() { cd "$(dirname "${BASH_SOURCE[0]}")" && echo "$PWD/$(basename "${
 readonly LETTERS=ABCDEFGHIJKLMNOPQRSTUVWXYZ
 node_name() { echo "node${LETTERS:$1:1}"; }  # 0 -> nodeA
 netns_of() { echo "$1-$2"; }  # bed, node (or "bridge")
+
+# A bed's name is a directory under $STATE_ROOT and the prefix of its namespaces' names, so it
+# must be a plain name: no '/', and no leading '.' (which would allow '.' and '..').
+valid_bed_name() { [[ "$1" =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]*$ ]]; }
+
+# The checks below die, so they must run in the calling shell, never inside $(...) or <(...):
+# there `die` would end only the subshell and the caller would go on (with nsenter given no
+# namespace at all, CMD would run outside the bed).
+require_bed() {  # NAME: an existing bed (possibly half made or half torn down)
+  valid_bed_name "$1" || die "'$1' is not a test bed name (letters, digits, '.', '_' and '-'; no leading '.')"
+  [ -d "$STATE_ROOT/$1" ] || die "no test bed named '$1'"
+}
+
+require_node() {  # NAME NODE: NODE is one of the bed's nodes
+  require_bed "$1"
+  local dir="$STATE_ROOT/$1"
+  if ! [[ "$2" =~ ^node[A-Z]$ ]] || ! grep -qxF -- "$2" "$dir/nodes" 2>/dev/null || [ ! -f "$dir/uts/$2" ]; then
+    die "test bed '$1' has no node '$2' (nodes: $(bed_hosts "$1"))"
+  fi
+}
+
+bed_hosts() { [ ! -f "$STATE_ROOT/$1/nodes" ] || tr '\n' ' ' <"$STATE_ROOT/$1/nodes" | sed 's/ $//'; }
 
 # Why a bed cannot be made here (empty when it can). Makes and removes a scratch namespace
 # with a bridge and a veth pair, so kernel support is tested, not guessed.
@@ -93,7 +119,7 @@ reap_orphans() {
 # tbf on one interface inside one namespace: a 10 ms bucket (at least 64 KiB, a GSO packet).
 shape_link() {
   local ns=$1 dev=$2 rate=$3 burst
-  burst=$(rate_bytes_per_s "$rate")
+  burst=$(rate_bytes_per_s "$rate") || return  # (checked by parse_bed_flags already)
   burst=$(( burst / 100 > 65536 ? burst / 100 : 65536 ))
   tc -n "$ns" qdisc replace dev "$dev" root tbf rate "$rate" burst "$burst" latency 50ms
 }
@@ -197,7 +223,7 @@ teardown() {
 bed_env() {
   local name=$1 dir="$STATE_ROOT/$1"
   echo "DTRAIN_TESTBED=$name"
-  echo "DTRAIN_TESTBED_HOSTS=$(tr '\n' ' ' <"$dir/nodes" | sed 's/ $//')"
+  echo "DTRAIN_TESTBED_HOSTS=$(bed_hosts "$name")"
   echo "DTRAIN_TESTBED_SUBNET=$SUBNET"
   echo "DTRAIN_TESTBED_RSH=$dir/rsh"
   echo "OMPI_MCA_plm_rsh_agent=$dir/rsh"
@@ -206,10 +232,10 @@ bed_env() {
   [ ! -f "$dir/rate" ] || echo "DTRAIN_TESTBED_RATE=$(cat "$dir/rate")"
 }
 
-node_namespaces() {  # bed node -> nsenter arguments
-  local dir="$STATE_ROOT/$1"
-  [ -f "$dir/uts/$2" ] || die "test bed '$1' has no node '$2' (nodes: $(tr '\n' ' ' <"$dir/nodes" 2>/dev/null))"
-  echo "--net=/run/netns/$(netns_of "$1" "$2")" "--uts=$dir/uts/$2"
+# Sets nsenter_args to the namespaces of NODE in bed NAME, or dies (in this shell: see require_bed).
+node_namespaces() {
+  require_node "$1" "$2"
+  nsenter_args=("--net=/run/netns/$(netns_of "$1" "$2")" "--uts=$STATE_ROOT/$1/uts/$2")
 }
 
 parse_bed_flags() {  # sets nodes, rate, name, timeout; leaves the rest in cmd
@@ -229,7 +255,7 @@ parse_bed_flags() {  # sets nodes, rate, name, timeout; leaves the rest in cmd
   fi
   [ -z "$timeout" ] || [[ "$timeout" =~ ^[0-9]+$ ]] || die "--timeout: expected whole seconds, got '$timeout'"
   [ -z "$rate" ] || rate_bytes_per_s "$rate" >/dev/null
-  [[ "$name" =~ ^[A-Za-z0-9_.-]*$ ]] || die "--name: letters, digits, '.', '_' and '-' only"
+  [ -z "$name" ] || valid_bed_name "$name" || die "--name: letters, digits, '.', '_' and '-' only, not starting with '.'"
 }
 
 # run: the bed lives exactly as long as this process; CMD runs in the background so that a
@@ -248,11 +274,11 @@ cmd_run() {
   trap 'teardown "$name"' EXIT
   trap 'say "interrupted: tearing down $name"; [ -z "$child" ] || kill -TERM "$child" 2>/dev/null; exit 130' INT TERM HUP
   make_bed "$name" "$nodes" "$rate" "$(process_identity $$)"
-  local -a env_args timeout_cmd=()
+  local -a env_args timeout_cmd=() nsenter_args
+  node_namespaces "$name" nodeA
   mapfile -t env_args < <(bed_env "$name")
   [ -z "$timeout" ] || timeout_cmd=(timeout --kill-after=5 "$timeout")
-  # shellcheck disable=SC2046
-  env "${env_args[@]}" "${timeout_cmd[@]}" nsenter $(node_namespaces "$name" nodeA) -- "${cmd[@]}" <&0 &
+  env "${env_args[@]}" "${timeout_cmd[@]}" nsenter "${nsenter_args[@]}" -- "${cmd[@]}" <&0 &
   child=$!
   local status=0
   wait "$child" || status=$?
@@ -284,10 +310,10 @@ cmd_exec() {
   shift 2
   [ "${1:-}" = "--" ] && shift
   [ $# -gt 0 ] || die "exec: no command"
-  local -a env_args
+  local -a env_args nsenter_args
+  node_namespaces "$name" "$node"
   mapfile -t env_args < <(bed_env "$name")
-  # shellcheck disable=SC2046
-  exec env "${env_args[@]}" nsenter $(node_namespaces "$name" "$node") -- "$@"
+  exec env "${env_args[@]}" nsenter "${nsenter_args[@]}" -- "$@"
 }
 
 # As sshd would: a fresh environment (PATH and HOME only; mpirun passes what ranks need with
@@ -295,9 +321,10 @@ cmd_exec() {
 cmd_rsh() {
   local name=${1:?rsh NAME NODE CMD...} node=${2:?rsh NAME NODE CMD...}
   shift 2
-  # shellcheck disable=SC2046
+  local -a nsenter_args
+  node_namespaces "$name" "$node"
   exec env -i PATH="$PATH" HOME="${HOME:-/}" USER="$(id -un)" LOGNAME="$(id -un)" \
-    nsenter $(node_namespaces "$name" "$node") --wd="${HOME:-/}" -- /bin/sh -c "$*"
+    nsenter "${nsenter_args[@]}" --wd="${HOME:-/}" -- /bin/sh -c "$*"
 }
 
 main() {
@@ -308,7 +335,7 @@ main() {
     up) cmd_up "$@" ;;
     exec) cmd_exec "$@" ;;
     rsh) cmd_rsh "$@" ;;
-    down) [ -d "$STATE_ROOT/${1:?down NAME}" ] || die "no test bed named '$1'"; teardown "$1" ;;
+    down) require_bed "${1:?down NAME}"; teardown "$1" ;;
     list) ls -1 "$STATE_ROOT" 2>/dev/null || true ;;
     check)
       local reason
