@@ -12,6 +12,7 @@
 #include "comm/exchange.h"
 #include "comm/world_communicator.h"
 #include "core/error.h"
+#include "core/temp_files.h"
 
 namespace dtrain {
 
@@ -122,7 +123,8 @@ void sweep(Runtime& rt, const std::string& path, Communicator& comm, Device devi
 }
 
 void write_json(const std::string& path, const nlohmann::json& j) {
-  const std::string tmp = path + ".tmp";
+  remove_stale_temporaries(path);
+  const std::string tmp = temporary_path(path);
   {
     std::ofstream out(tmp);
     out << j.dump(2) << "\n";

@@ -159,10 +159,19 @@ json resume_config(const TrainConfig& c) {
   };
 }
 
-CheckpointSaver::CheckpointSaver(const CheckpointSettings& settings, bool writes) : settings_(settings) {
-  if (writes && !settings.dir.empty())
+CheckpointSaver::CheckpointSaver(Communicator& control, const CheckpointSettings& settings) : settings_(settings) {
+  // Every rank joins, so that rank 0 failing to take the lock stops them all alike.
+  broadcast_from_root(control, [&]() -> std::vector<std::string> {
+    if (settings.dir.empty()) return {};
+    try {
+      lock_ = std::make_unique<checkpoint::DirectoryLock>(settings.dir);
+    } catch (const checkpoint::DirectoryInUse& e) {
+      throw Error(fmt::format("{}; one job per --checkpoint-dir", e.what()));
+    }
     writer_ = std::make_unique<checkpoint::CheckpointWriter>(
         checkpoint::CheckpointWriterOptions{.dir = settings.dir, .keep = settings.keep});
+    return {};
+  });
 }
 
 void CheckpointSaver::save(checkpoint::TrainingState state, Module& model, const Optimizer& optimizer,
@@ -226,21 +235,21 @@ std::optional<Resumed> restore_checkpoint(Communicator& control, const TrainConf
   if (k.resume == ResumeMode::kNone) return std::nullopt;
   const json config = resume_config(c);
   const std::vector<std::string> parts = broadcast_from_root(control, [&]() -> std::vector<std::string> {
-    fs::path path = k.resume_path;
-    if (k.resume == ResumeMode::kAuto) {
-      const std::optional<fs::path> latest = checkpoint::find_latest(k.dir);
-      if (!latest) return {};
-      path = *latest;
-    }
-    checkpoint::LoadedCheckpoint loaded = checkpoint::read_checkpoint(path);
-    checkpoint::check_config_matches(loaded, config, {});
-    return {loaded.path.string(), checkpoint::encode_state(loaded.state), as_string(loaded.model.file_bytes()),
-            as_string(loaded.optimizer.file_bytes())};
+    std::optional<checkpoint::LoadedCheckpoint> loaded;
+    if (k.resume == ResumeMode::kAuto)
+      loaded = checkpoint::read_newest(k.dir);
+    else
+      loaded = checkpoint::read_checkpoint(k.resume_path);
+    if (!loaded) return {};
+    checkpoint::check_config_matches(*loaded, config, {});
+    return {loaded->path.string(), checkpoint::encode_state(loaded->state), as_string(loaded->model.file_bytes()),
+            as_string(loaded->optimizer.file_bytes()), loaded->chosen_because};
   });
   if (parts.empty()) return std::nullopt;
   return agreed([&] {
     const fs::path dir = parts[0];
-    Resumed resumed{checkpoint::decode_state(parts[1], (dir / checkpoint::kStateFile).string()), parts[0], {}};
+    Resumed resumed{checkpoint::decode_state(parts[1], (dir / checkpoint::kStateFile).string()), parts[0], {},
+                    parts[4]};
     load_parameters(file_from(parts[2], (dir / checkpoint::kModelFile).string()), model);
     const std::string optimizer_source = (dir / checkpoint::kOptimizerFile).string();
     try {
@@ -262,16 +271,17 @@ void load_initial_weights(Communicator& control, const std::string& path, Module
   agreed([&] { load_parameters(file_from(parts[0], path), model); });
 }
 
-safetensors::File read_weights_on_root(Communicator& control, const std::string& path) {
+safetensors::File read_weights_on_root(Communicator& control, const std::string& path, std::string* chosen_because) {
   const std::vector<std::string> parts = broadcast_from_root(control, [&]() -> std::vector<std::string> {
     std::error_code ec;
     if (fs::is_directory(path, ec)) {  // a checkpoint, or a checkpoint directory: validated whole
       checkpoint::LoadedCheckpoint loaded = checkpoint::read_checkpoint(path);
-      return {as_string(loaded.model.file_bytes()), loaded.model.source()};
+      return {as_string(loaded.model.file_bytes()), loaded.model.source(), loaded.chosen_because};
     }
     safetensors::File file = safetensors::read_file(path);
-    return {as_string(file.file_bytes()), file.source()};
+    return {as_string(file.file_bytes()), file.source(), ""};
   });
+  if (chosen_because) *chosen_because = parts[2];
   return agreed([&] { return file_from(parts[0], parts[1]); });
 }
 

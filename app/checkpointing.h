@@ -15,6 +15,7 @@
 
 #include "app/train_config.h"
 #include "checkpoint/checkpoint_writer.h"
+#include "checkpoint/directory_lock.h"
 #include "checkpoint/training_state.h"
 #include "comm/communicator.h"
 #include "ddp/bucket_plan.h"
@@ -49,10 +50,15 @@ struct SaveTimes {
   std::vector<double> step_ms_while_writing, step_ms_otherwise;  // optimizer-step durations
 };
 
-// Saves checkpoints. Only the rank that `writes` (rank 0: replicas are identical) does anything.
+// Saves checkpoints. Only rank 0 (replicas are identical) does anything, and from its start to
+// its end it holds the lock of --checkpoint-dir (checkpoint/directory_lock.h), taken before
+// anything reads the directory.
 class CheckpointSaver {
  public:
-  CheckpointSaver(const CheckpointSettings& settings, bool writes);
+  // Collective over `control`: a directory another job holds is the same AgreedError on every
+  // rank ("DIR is in use by another dtrain job (pid P on HOST, since T); one job per
+  // --checkpoint-dir").
+  CheckpointSaver(Communicator& control, const CheckpointSettings& settings);
 
   // Snapshots `model` and `optimizer` (training may change them once this returns; on a GPU
   // the caller has synchronised the compute stream) and writes them with `state`, on the
@@ -74,6 +80,7 @@ class CheckpointSaver {
 
  private:
   CheckpointSettings settings_;
+  std::unique_ptr<checkpoint::DirectoryLock> lock_;       // rank 0 only; outlives writer_
   std::unique_ptr<checkpoint::CheckpointWriter> writer_;  // rank 0 only
   std::string last_path_;
   SaveTimes times_;
@@ -90,13 +97,15 @@ struct Resumed {
   checkpoint::TrainingState state;
   std::string path;  // DIR/step-<N>
   std::optional<BucketLayout> buckets;  // the layout the saving run had settled on, if any
+  std::string chosen_because;  // why this checkpoint, when the directory had no `latest` ("" else)
 };
 
 // Restores `model`, `optimizer` and the model's Dropout counters from the checkpoint the
-// settings name, read and validated by rank 0 and broadcast. nullopt when `--resume auto`
-// finds no checkpoint. Every rank throws the same AgreedError (one line naming the file or the
-// field: a config that differs, a damaged or missing file, an unknown format) when it does not
-// fit. Collective over `control`.
+// settings name, read and validated by rank 0 and broadcast (without `latest`: the newest
+// complete step-<N>, checkpoint::read_newest). nullopt when `--resume auto` finds no checkpoint.
+// Every rank throws the same AgreedError (one line naming the file or the field: a config that
+// differs, a damaged or missing file, an unknown format) when it does not fit. Collective over
+// `control`.
 std::optional<Resumed> restore_checkpoint(Communicator& control, const TrainConfig& config, Module& model,
                                           Optimizer& optimizer);
 
@@ -106,7 +115,9 @@ std::optional<Resumed> restore_checkpoint(Communicator& control, const TrainConf
 void load_initial_weights(Communicator& control, const std::string& path, Module& model);
 
 // The model.safetensors of a checkpoint, or `path` itself when it is a file, as rank 0 reads
-// it, on every rank (for `dtrain eval`). Throws AgreedError.
-safetensors::File read_weights_on_root(Communicator& control, const std::string& path);
+// it, on every rank (for `dtrain eval`); `chosen_because` (when given) receives why that
+// checkpoint, when the directory had no `latest`. Throws AgreedError.
+safetensors::File read_weights_on_root(Communicator& control, const std::string& path,
+                                       std::string* chosen_because = nullptr);
 
 }  // namespace dtrain

@@ -109,7 +109,9 @@ Architecture resolve_architecture(const std::optional<Architecture>& recorded, c
 }
 
 Evaluation run_eval(Runtime& rt, const EvalConfig& c) {
-  const safetensors::File weights = read_weights_on_root(rt.control(), c.weights);
+  std::string chosen_because;
+  const safetensors::File weights = read_weights_on_root(rt.control(), c.weights, &chosen_because);
+  if (rt.rank() == 0 && !chosen_because.empty()) fmt::print("weights: {}\n", chosen_because);
   // The data's shape does not depend on normalisation: read it with the default, then again
   // with the architecture's.
   std::unique_ptr<MnistDataset> test = MnistDataset::load(c.data_dir, Split::kTest, {}, c.test_limit);

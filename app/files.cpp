@@ -10,11 +10,13 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/temp_files.h"
 
 namespace dtrain {
 
 void write_file_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = fmt::format("{}.tmp.{}", path, getpid());
+  remove_stale_temporaries(path);  // a killed writer's, never a live one's
+  const std::string tmp = temporary_path(path);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw Error(fmt::format("{}: cannot create: {}", tmp, std::strerror(errno)));
   size_t done = 0;

@@ -119,7 +119,7 @@ Trainer::Trainer(Runtime& runtime, const TrainConfig& c)
                                 isatty(STDOUT_FILENO) == 1)),
       architecture_(architecture_metadata(
           {c.model, data_.train->sample_shape(), data_.train->num_classes(), c.data.normalize})),
-      saver_(c.checkpoints, runtime.rank() == 0),
+      saver_(runtime.control(), c.checkpoints),
       stop_vote_(runtime.control()),
       sample_log_(runtime.rank()) {
   // Before the first collective whose count or shape a setting decides (DDP's checks, the
@@ -141,7 +141,8 @@ void Trainer::choose_starting_point() {
   if (!resumed && !k.init_weights.empty()) load_initial_weights(rt_.control(), k.init_weights, *model_);
   reporter_.start(rt_, model_->describe(), c_, data_.train->size(), data_.test->size());
   if (!resumed) {
-    if (k.resume == ResumeMode::kAuto) reporter_.note(fmt::format("resume: no checkpoint in {} (no {}/latest): starting fresh", k.dir, k.dir));
+    if (k.resume == ResumeMode::kAuto)
+      reporter_.note(fmt::format("resume: no checkpoint in {} (no {}/latest, no step-<N>): starting fresh", k.dir, k.dir));
     if (!k.init_weights.empty()) reporter_.note(fmt::format("initial weights: {}", k.init_weights));
     return;
   }
@@ -154,6 +155,7 @@ void Trainer::choose_starting_point() {
   }
   pos_ = {s.epoch, s.step_in_epoch, s.sample_in_epoch, s.global_step, s.samples_seen};
   last_saved_step_ = s.global_step;
+  if (!resumed->chosen_because.empty()) reporter_.note("resume: " + resumed->chosen_because);
   reporter_.note(fmt::format("resume: from {} (global step {}; epoch {}, {} step(s) and {} samples into it){}",
                              resumed->path, s.global_step, s.epoch + 1, s.step_in_epoch, s.sample_in_epoch,
                              k.init_weights.empty() ? "" : "; --init-weights not used"));

@@ -45,7 +45,7 @@ std::vector<int64_t> steps_to_delete(std::vector<int64_t> existing, int64_t newe
   std::vector<int64_t> doomed;
   int kept = 1;  // newest always stays
   for (int64_t step : existing) {
-    if (step == newest) continue;
+    if (step >= newest) continue;  // newer than the checkpoint just completed: not ours to judge
     if (kept < keep) {
       ++kept;
       continue;

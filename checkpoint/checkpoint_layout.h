@@ -10,9 +10,22 @@
 // file and the directory, renames it to DIR/step-<N>, fsyncs DIR, then replaces `latest` the
 // same way (temporary file, fsync, rename, fsync DIR). A process killed at any instant leaves
 // `latest` naming a complete checkpoint; what it leaves behind is a `.tmp-*` entry, which no
-// reader looks at and the next save removes. Old checkpoints are deleted only after `latest`
-// names the new one, each first renamed to a `.tmp-*` name so a half-deleted one is never
-// mistaken for a checkpoint.
+// reader looks at and the next job on DIR removes at its start. Old checkpoints are deleted only
+// after `latest` names the new one, and only those with a lower step (steps_to_delete), each
+// first renamed to a `.tmp-*` name so a half-deleted one is never mistaken for a checkpoint.
+//
+// `latest` is a shortcut, not the only record: without it (deleted, or lost with a copy of the
+// folder) a reader takes the newest step-<N> that reads back complete - state.json's own
+// checksum good and every file's size and CRC-32 matching - skips damaged ones and says so. A
+// folder with step-<N> directories none of which is complete is an error, never a fresh start.
+//
+// Note [One job per directory]
+//   A job's rank 0 holds flock(LOCK_EX) on DIR/dtrain.lock ("<pid> <host> <since>") from before
+//   it reads DIR until it exits; the kernel drops the lock with the process, however it dies.
+//   A second job on DIR fails at start naming the holder. Only the holder removes `.tmp-*`
+//   leftovers (at its start), so no job deletes another live job's temporaries. The file is
+//   removed when the holder lets go; a taker checks that the file it locked is still the one
+//   at that name, so a removal racing with a new job never yields two holders.
 //
 // Note [Sharded optimizer state]
 //   With ZeRO-1 each rank owns a shard of the optimizer state and no rank holds it all. The
@@ -45,7 +58,8 @@ inline constexpr std::string_view kModelFile = "model.safetensors";
 inline constexpr std::string_view kOptimizerFile = "optimizer.safetensors";
 inline constexpr std::string_view kStateFile = "state.json";
 inline constexpr std::string_view kLatestFile = "latest";
-inline constexpr std::string_view kTempPrefix = ".tmp-";  // entries a save may leave and removes
+inline constexpr std::string_view kTempPrefix = ".tmp-";  // entries a save may leave behind
+inline constexpr std::string_view kLockFile = "dtrain.lock";  // Note [One job per directory]
 inline constexpr int64_t kOptimizerShardsSupported = 1;
 inline constexpr int kDefaultKeep = 2;
 // Set to a byte count, the writer stops the process with SIGKILL after that many bytes of a
@@ -59,8 +73,10 @@ std::optional<int64_t> parse_step_dir_name(std::string_view name);
 std::optional<int64_t> parse_latest(std::string_view content);
 std::string latest_content(int64_t step);
 
-// The steps to delete once `newest` is complete: all but the `keep` highest, never `newest`
-// itself (a run resumed from an older checkpoint may write below others). keep >= 1.
+// The steps to delete once `newest` is complete: those below it beyond the `keep` - 1 highest
+// of them. Never `newest` nor a step above it: a run resumed from an older checkpoint, or a
+// fresh run in a folder of older runs' checkpoints, writes below others, and a checkpoint is
+// deleted only once a newer one is complete. keep >= 1.
 std::vector<int64_t> steps_to_delete(std::vector<int64_t> existing, int64_t newest, int keep);
 
 // kFaultEnv's value: nullopt when unset or empty; throws Error when not a whole number.

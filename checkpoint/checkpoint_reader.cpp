@@ -2,9 +2,11 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "checkpoint/checkpoint_layout.h"
 #include "checkpoint/durable_file.h"
@@ -72,21 +74,62 @@ std::optional<fs::path> find_latest(const fs::path& dir) {
   return target;
 }
 
-fs::path resolve_checkpoint(const fs::path& path) {
+std::vector<int64_t> list_steps(const fs::path& dir) {
+  std::vector<int64_t> steps;
   std::error_code ec;
-  if (fs::exists(path / kStateFile, ec)) return path;
-  if (auto latest = find_latest(path)) return *latest;
-  if (!fs::is_directory(path, ec)) throw Error(fmt::format("{}: no such checkpoint directory", path.string()));
-  throw Error(fmt::format("{}: neither a checkpoint ({} missing) nor a checkpoint directory ({} missing)",
-                          path.string(), kStateFile, kLatestFile));
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code ignored;
+    if (auto step = parse_step_dir_name(it->path().filename().string()); step && it->is_directory(ignored))
+      steps.push_back(*step);
+  }
+  std::sort(steps.begin(), steps.end(), std::greater<>());
+  return steps;
 }
 
-LoadedCheckpoint read_checkpoint(const fs::path& path) {
-  const fs::path dir = resolve_checkpoint(path);
+namespace {
+
+LoadedCheckpoint read_step_directory(const fs::path& dir) {
   TrainingState state = read_state(dir);
   safetensors::File model = read_checked(dir, kModelFile, state);
   safetensors::File optimizer = read_checked(dir, kOptimizerFile, state);
-  return LoadedCheckpoint{dir, std::move(state), std::move(model), std::move(optimizer)};
+  return LoadedCheckpoint{dir, std::move(state), std::move(model), std::move(optimizer), {}};
+}
+
+// Without `latest`: the newest step-<N> that reads back whole. Every older one stays untouched.
+std::optional<LoadedCheckpoint> read_newest_complete(const fs::path& dir) {
+  const std::vector<int64_t> steps = list_steps(dir);
+  if (steps.empty()) return std::nullopt;
+  std::vector<std::string> skipped;
+  for (int64_t step : steps) {
+    const fs::path candidate = dir / step_dir_name(step);
+    try {
+      LoadedCheckpoint loaded = read_step_directory(candidate);
+      loaded.chosen_because = fmt::format("{} has no {}; using {}, the newest complete checkpoint", dir.string(),
+                                          kLatestFile, candidate.string());
+      if (!skipped.empty()) loaded.chosen_because += fmt::format(" (skipped: {})", fmt::join(skipped, "; "));
+      return loaded;
+    } catch (const Error& e) {
+      skipped.push_back(e.what());
+    }
+  }
+  throw Error(fmt::format("{} has no {} and none of its {} checkpoint(s) is complete: {}", dir.string(), kLatestFile,
+                          steps.size(), fmt::join(skipped, "; ")));
+}
+
+}  // namespace
+
+std::optional<LoadedCheckpoint> read_newest(const fs::path& dir) {
+  if (auto latest = find_latest(dir)) return read_step_directory(*latest);
+  return read_newest_complete(dir);
+}
+
+LoadedCheckpoint read_checkpoint(const fs::path& path) {
+  std::error_code ec;
+  if (fs::exists(path / kStateFile, ec)) return read_step_directory(path);
+  if (auto loaded = read_newest(path)) return std::move(*loaded);
+  if (!fs::is_directory(path, ec)) throw Error(fmt::format("{}: no such checkpoint directory", path.string()));
+  throw Error(fmt::format("{}: neither a checkpoint ({} missing) nor a checkpoint directory ({} and step-<N> missing)",
+                          path.string(), kStateFile, kLatestFile));
 }
 
 void check_config_matches(const LoadedCheckpoint& checkpoint, const nlohmann::json& current,

@@ -36,13 +36,6 @@ void make_directory(const fs::path& dir) {
   if (::mkdir(dir.c_str(), 0755) != 0) throw_os_error("cannot create directory", dir, errno);
 }
 
-// Best effort: what a crashed save or deletion left (".tmp-*"); no reader looks at these.
-void remove_leftovers(const fs::path& dir) {
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec))
-    if (entry.path().filename().string().starts_with(kTempPrefix)) fs::remove_all(entry.path(), ec);
-}
-
 // Moves the complete temporary directory to `target` in one step. An existing `target` (a run
 // resumed from an older checkpoint saves this step again) is swapped out atomically, so the
 // name never points at nothing, and then deleted.
@@ -74,7 +67,8 @@ void write_latest(const fs::path& dir, int64_t step, FaultBudget& budget) {
   fsync_directory(dir);
 }
 
-// Deletes the checkpoints beyond `keep`, each renamed away first so none is seen half-deleted.
+// Deletes the older checkpoints beyond `keep` (steps_to_delete: never one newer than `newest`),
+// each renamed away first so none is seen half-deleted.
 void prune(const fs::path& dir, int64_t newest, int keep) {
   std::vector<int64_t> existing;
   for (const auto& entry : fs::directory_iterator(dir))
@@ -127,7 +121,6 @@ fs::path write_checkpoint(const CheckpointWriterOptions& options, CheckpointSnap
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) throw_os_error("cannot create directory", dir, ec.value());
-    remove_leftovers(dir);
     FaultBudget budget(options.fault_after_bytes);
     write_step_directory(dir, target, snapshot, budget);
     write_latest(dir, snapshot.state.global_step, budget);

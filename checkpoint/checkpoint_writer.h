@@ -41,7 +41,8 @@ struct CheckpointWriterOptions {
 };
 
 // Writes one checkpoint now; returns its directory once `latest` names it and older ones beyond
-// `keep` are gone. Fills snapshot.state's writer fields.
+// `keep` are gone. Fills snapshot.state's writer fields. What a crashed save left behind is
+// removed by the next DirectoryLock on `dir`, not here: another job's save may be in flight.
 std::filesystem::path write_checkpoint(const CheckpointWriterOptions& options, CheckpointSnapshot& snapshot);
 
 class CheckpointWriter {

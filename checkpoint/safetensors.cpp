@@ -21,6 +21,7 @@
 #include "checkpoint/host_buffer_pool.h"
 #include "core/error.h"
 #include "core/memory.h"
+#include "core/temp_files.h"
 
 namespace dtrain::safetensors {
 
@@ -352,7 +353,8 @@ File read_file(const std::string& path) {
 
 void write_file(const std::string& path, std::span<const TensorRef> tensors, const Metadata& metadata) {
   // Into a temporary name beside it, then renamed: a reader never sees a half-written file.
-  const std::string temp = fmt::format("{}.tmp-{}", path, ::getpid());
+  remove_stale_temporaries(path);  // a killed writer's, never a live one's
+  const std::string temp = temporary_path(path);
   {
     checkpoint::DurableFile file(temp, nullptr);
     write(file, tensors, metadata);

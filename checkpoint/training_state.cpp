@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "checkpoint/durable_file.h"
 #include "core/error.h"
 #include "core/version.h"
 
@@ -41,6 +42,8 @@ int64_t int_field(const json& doc, std::string_view name, std::string_view sourc
 }
 
 constexpr const char* kChecksum = "crc32";  // zlib's crc32(), as Python's zlib.crc32
+constexpr const char* kStateChecksum = "state_crc32";  // the document's own, see the header
+constexpr int64_t kFirstChecksummedFormat = 2;
 
 std::string hex32(uint32_t value) { return fmt::format("{:08x}", value); }
 
@@ -98,6 +101,15 @@ std::optional<std::string> difference(const json& a, const json& b, const std::s
 
 const char* dtrain_version() { return DTRAIN_VERSION; }
 
+uint32_t state_checksum(const json& doc) {
+  // Over the compact dump, keys sorted (nlohmann's objects are ordered maps): the value does not
+  // depend on indentation, and numbers print as they parsed, so a document read back agrees.
+  json without = doc;
+  if (without.is_object()) without.erase(kStateChecksum);
+  const std::string text = without.dump();
+  return crc32_of(std::as_bytes(std::span(text)));
+}
+
 json to_json(const TrainingState& s) {
   json files = json::object();
   for (const auto& [name, d] : s.files) files[name] = {{"bytes", d.bytes}, {"crc32", hex32(d.crc32)}};
@@ -120,6 +132,7 @@ json to_json(const TrainingState& s) {
       {"files", files},
   };
   if (!s.buckets.is_null()) doc["buckets"] = s.buckets;
+  doc[kStateChecksum] = hex32(state_checksum(doc));
   return doc;
 }
 
@@ -127,9 +140,18 @@ TrainingState training_state_from_json(const json& doc, std::string_view source)
   if (!doc.is_object()) throw Error(fmt::format("{}: not a JSON object", source));
   TrainingState s;
   s.format_version = int_field(doc, "format_version", source);
-  if (s.format_version != kFormatVersion)
-    fail(source, "format_version",
-         fmt::format("{} is not a format this dtrain reads (it reads {})", s.format_version, kFormatVersion));
+  if (s.format_version < kOldestFormatVersion || s.format_version > kFormatVersion)
+    fail(source, "format_version", fmt::format("{} is not a format this dtrain reads (it reads {} to {})",
+                                               s.format_version, kOldestFormatVersion, kFormatVersion));
+  if (s.format_version >= kFirstChecksummedFormat || doc.contains(kStateChecksum)) {
+    const json& recorded = field(doc, kStateChecksum, source);
+    auto value = recorded.is_string() ? parse_hex32(recorded.get<std::string>()) : std::nullopt;
+    if (!value) fail(source, kStateChecksum, fmt::format("expected 8 hex digits, got {}", brief(recorded)));
+    if (const uint32_t crc = state_checksum(doc); crc != *value)
+      fail(source, kStateChecksum,
+           fmt::format("the document's CRC-32 is {}, it records {} (state.json is damaged or was edited)", hex32(crc),
+                       hex32(*value)));
+  }
   const json& version = field(doc, "dtrain_version", source);
   if (!version.is_string()) fail(source, "dtrain_version", "expected a string");
   s.dtrain_version = version.get<std::string>();

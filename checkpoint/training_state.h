@@ -1,5 +1,7 @@
 // state.json: where training stands (counters, RNG, LR-schedule position), the settings that
-// must not change on resume, and the size and CRC-32 of every other file of the checkpoint.
+// must not change on resume, the size and CRC-32 of every other file of the checkpoint, and
+// its own CRC-32 ("state_crc32": zlib's crc32 of the compact JSON, keys sorted, of the document
+// without that field), so that a flipped bit in a counter is an error, not another run.
 // Written and read with nlohmann-json; the reader checks each field's presence and type and
 // names the field it rejects. Also the resume-compatibility check of two configs.
 #pragma once
@@ -14,8 +16,11 @@
 
 namespace dtrain::checkpoint {
 
-// Bumped when a reader of the old format could not read the new one correctly.
-inline constexpr int64_t kFormatVersion = 1;
+// Bumped when a reader of the old format could not read the new one correctly. 2: state.json
+// carries "state_crc32", its own checksum. Format 1 (no checksum) is still read: a damaged
+// version 2 cannot pass for 1 (no single bit turns '2' into '1', and the checksum covers it).
+inline constexpr int64_t kFormatVersion = 2;
+inline constexpr int64_t kOldestFormatVersion = 1;
 
 // Size and checksum of one file of the checkpoint; crc32 is zlib's (Python: zlib.crc32).
 struct FileDigest {
@@ -47,9 +52,11 @@ struct TrainingState {
   std::map<std::string, FileDigest> files;  // file name in the step directory -> digest
 };
 
-nlohmann::json to_json(const TrainingState& state);
+nlohmann::json to_json(const TrainingState& state);  // with its state_crc32
+// The CRC-32 that `doc`'s "state_crc32" must hold (computed without that field).
+uint32_t state_checksum(const nlohmann::json& doc);
 // Throws Error "<source>: <field>: <problem>" (one line); `format_version` is checked first so
-// a newer format is reported as such rather than as a missing field.
+// a newer format is reported as such rather than as a missing field, then the checksum.
 TrainingState training_state_from_json(const nlohmann::json& doc, std::string_view source);
 std::string encode_state(const TrainingState& state);  // pretty JSON, newline-terminated
 TrainingState decode_state(std::string_view text, std::string_view source);

@@ -13,6 +13,7 @@
 #include "comm/communicator.h"
 #include "comm/mpi_check.h"
 #include "comm/watchdog_policy.h"
+#include "core/temp_files.h"
 
 namespace dtrain {
 
@@ -184,6 +185,8 @@ CollectiveWatchdog::CollectiveWatchdog(WatchdogSettings settings, int rank, int 
                                        ProgressBoard* board)
     : settings_(std::move(settings)), rank_(rank), size_(size), recorder_(recorder), board_(board) {
   dumps_seen_ = flight_recorder_dump_requests();
+  // What a rank killed in the middle of a dump left (the next dump would remove it too).
+  remove_stale_temporaries(FlightRecorder::dump_path(settings_.dump_dir, rank_));
   thread_ = std::thread([this] { run(); });
   pthread_setname_np(thread_.native_handle(), "dtrain-watchdog");
 }

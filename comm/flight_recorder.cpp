@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/communicator.h"
+#include "core/temp_files.h"
 
 namespace dtrain {
 
@@ -116,11 +117,17 @@ std::string FlightRecorder::to_json(int rank, int size, const std::string& reaso
   return doc.dump(1);
 }
 
+std::string FlightRecorder::dump_path(const std::string& dir, int rank) {
+  return (std::filesystem::path(dir.empty() ? "." : dir) / fmt::format("flight_recorder_rank{}.json", rank)).string();
+}
+
 std::string FlightRecorder::dump(const std::string& dir, int rank, int size, const std::string& reason,
                                  const std::vector<int>& unresponsive, std::string& error) const {
   namespace fs = std::filesystem;
-  const fs::path path = fs::path(dir.empty() ? "." : dir) / fmt::format("flight_recorder_rank{}.json", rank);
-  const fs::path tmp = fs::path(path.string() + fmt::format(".tmp{}", getpid()));
+  const fs::path path = dump_path(dir, rank);
+  // A dump cut short (the rank killed mid-write) leaves its temporary: the next dump removes it.
+  remove_stale_temporaries(path.string());
+  const fs::path tmp = temporary_path(path.string());
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << to_json(rank, size, reason, unresponsive) << '\n';

@@ -47,8 +47,10 @@ class FlightRecorder {
   // The dump file's JSON text: rank, world size, host, why it was written, the records.
   // `unresponsive`: ranks this one saw stopped or frozen (flight-report names them).
   std::string to_json(int rank, int size, const std::string& reason, const std::vector<int>& unresponsive = {}) const;
-  // Writes to_json() to DIR/flight_recorder_rank<R>.json atomically (a temporary file renamed);
-  // returns the path, or "" with `error` set.
+  // DIR/flight_recorder_rank<R>.json (DIR "" is the current directory).
+  static std::string dump_path(const std::string& dir, int rank);
+  // Writes to_json() to dump_path() atomically (a temporary file renamed), first removing the
+  // temporaries of dead writers (core/temp_files.h); returns the path, or "" with `error` set.
   std::string dump(const std::string& dir, int rank, int size, const std::string& reason,
                    const std::vector<int>& unresponsive, std::string& error) const;
 

@@ -69,8 +69,8 @@ expect_error "a truncated optimizer file" "step-$step/optimizer.safetensors: 100
   "truncate -s 1000 step-$step/optimizer.safetensors" "${auto[@]}"
 expect_error "a missing model file" "step-$step/model.safetensors" "rm step-$step/model.safetensors" "${auto[@]}"
 expect_error "a missing state.json" "state.json" "rm step-$step/state.json" --resume "$WORK/case/step-$step"
-expect_error "an unknown format version" "format_version: 2 is not a format this dtrain reads" \
-  "sed -i 's/\"format_version\": 1/\"format_version\": 2/' step-$step/state.json" "${auto[@]}"
+expect_error "an unknown format version" "format_version: 9 is not a format this dtrain reads" \
+  "sed -i 's/\"format_version\": 2/\"format_version\": 9/' step-$step/state.json" "${auto[@]}"
 expect_error "latest names an absent checkpoint" "latest: names" "echo step-999 >latest" "${auto[@]}"
 expect_error "latest is not step-N" "latest: expected one line 'step-<N>'" "echo garbage >latest" "${auto[@]}"
 expect_error "--resume PATH that does not exist" "no such checkpoint directory" : --resume "$WORK/nowhere"

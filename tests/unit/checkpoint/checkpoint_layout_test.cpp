@@ -30,10 +30,19 @@ TEST(CheckpointLayout, KeepsTheNewestKAndNeverTheOneJustWritten) {
   EXPECT_EQ(steps_to_delete({10, 20, 30}, 30, 1), (std::vector<int64_t>{20, 10}));
   EXPECT_EQ(steps_to_delete({10, 20, 30}, 30, 5), (std::vector<int64_t>{}));
   EXPECT_EQ(steps_to_delete({30}, 30, 1), (std::vector<int64_t>{}));
-  // Resumed from step 10 with a step 30 of an abandoned run around: the new step 20 stays.
-  EXPECT_EQ(steps_to_delete({10, 20, 30}, 20, 2), (std::vector<int64_t>{10}));
-  EXPECT_EQ(steps_to_delete({10, 20, 30}, 20, 1), (std::vector<int64_t>{30, 10}));
   EXPECT_THROW(steps_to_delete({}, 1, 0), Error);
+}
+
+// A checkpoint is deleted only once a newer one is complete: steps above the one just written
+// (an abandoned run's, or an older run's in the same folder) are never touched.
+TEST(CheckpointLayout, NeverDeletesACheckpointNewerThanTheOneJustWritten) {
+  // A fresh run saving step 4 into a folder holding step-8 and step-16 (issue 19, item 2).
+  EXPECT_EQ(steps_to_delete({8, 16, 4}, 4, 2), (std::vector<int64_t>{}));
+  EXPECT_EQ(steps_to_delete({8, 16, 4}, 4, 1), (std::vector<int64_t>{}));
+  EXPECT_EQ(steps_to_delete({2, 8, 16, 4}, 4, 1), (std::vector<int64_t>{2}));
+  // Resumed from step 10 with a step 30 of an abandoned run around: the new step 20 stays.
+  EXPECT_EQ(steps_to_delete({10, 20, 30}, 20, 2), (std::vector<int64_t>{}));
+  EXPECT_EQ(steps_to_delete({10, 20, 30}, 20, 1), (std::vector<int64_t>{10}));
 }
 
 TEST(CheckpointLayout, FaultSettingParses) {
@@ -90,20 +99,26 @@ std::string decode_error(nlohmann::json doc) {
   return "(accepted)";
 }
 
+// `doc` with its state_crc32 recomputed, as a writer of that content would have recorded it.
+nlohmann::json signed_again(nlohmann::json doc) {
+  doc["state_crc32"] = fmt::format("{:08x}", state_checksum(doc));
+  return doc;
+}
+
 TEST(TrainingState, NamesTheFieldItRejects) {
   const nlohmann::json good = to_json(sample_state());
   auto with = [&](const char* key, nlohmann::json value) {
     nlohmann::json d = good;
     d[key] = value;
-    return d;
+    return signed_again(d);
   };
   auto without = [&](const char* key) {
     nlohmann::json d = good;
     d.erase(key);
-    return d;
+    return signed_again(d);
   };
-  EXPECT_EQ(decode_error(with("format_version", 2)),
-            "d/state.json: format_version: 2 is not a format this dtrain reads (it reads 1)");
+  EXPECT_EQ(decode_error(with("format_version", 3)),
+            "d/state.json: format_version: 3 is not a format this dtrain reads (it reads 1 to 2)");
   EXPECT_EQ(decode_error(without("epoch")), "d/state.json: epoch: missing");
   EXPECT_EQ(decode_error(with("world_size", 0)), "d/state.json: world_size: expected a whole number >= 1, got 0");
   EXPECT_EQ(decode_error(with("global_step", "12")), "d/state.json: global_step: expected a whole number >= 0, got \"12\"");
@@ -117,6 +132,49 @@ TEST(TrainingState, NamesTheFieldItRejects) {
   } catch (const Error& e) {
     EXPECT_TRUE(std::string(e.what()).starts_with("d/state.json: not valid JSON: ")) << e.what();
   }
+}
+
+// Issue 19, item 5: one flipped value in state.json resumed silently into another run.
+TEST(TrainingState, ChecksumCatchesAnyChangedValue) {
+  const std::string text = encode_state(sample_state());
+  EXPECT_NE(text.find("\"state_crc32\": \""), std::string::npos) << text;
+  const std::vector<std::pair<std::string, std::string>> changes = {
+      {"\"epoch\": 2", "\"epoch\": 3"},
+      {"\"sample_in_epoch\": 3264", "\"sample_in_epoch\": 3265"},
+      {"\"global_step\": 1893", "\"global_step\": 1892"},
+      {"\"bytes\": 123", "\"bytes\": 122"}};
+  for (const auto& [from, to] : changes) {
+    std::string damaged = text;
+    ASSERT_NE(damaged.find(from), std::string::npos) << from;
+    damaged.replace(damaged.find(from), from.size(), to);
+    try {
+      decode_state(damaged, "d/state.json");
+      ADD_FAILURE() << to << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_TRUE(std::string(e.what()).starts_with("d/state.json: state_crc32: the document's CRC-32 is "))
+          << e.what();
+      EXPECT_TRUE(std::string(e.what()).ends_with("(state.json is damaged or was edited)")) << e.what();
+    }
+  }
+  // Whitespace is not content: the checksum is over the compact form.
+  EXPECT_EQ(decode_state(nlohmann::json::parse(text).dump(), "d/state.json").global_step, 1893);
+  // Format 2 without its checksum is damaged, not old.
+  nlohmann::json doc = nlohmann::json::parse(text);
+  doc.erase("state_crc32");
+  EXPECT_EQ(decode_error(doc), "d/state.json: state_crc32: missing");
+  doc["state_crc32"] = 12345678;
+  EXPECT_EQ(decode_error(doc), "d/state.json: state_crc32: expected 8 hex digits, got 12345678");
+}
+
+// Format 1 (before the checksum) is still read; one carrying a checksum anyway is checked.
+TEST(TrainingState, ReadsFormatOneWithoutAChecksum) {
+  nlohmann::json doc = to_json(sample_state());
+  doc.erase("state_crc32");
+  doc["format_version"] = 1;
+  EXPECT_EQ(decode_state(doc.dump(2), "d/state.json").epoch, 2);
+  doc = signed_again(doc);
+  doc["epoch"] = 3;
+  EXPECT_TRUE(decode_error(doc).starts_with("d/state.json: state_crc32: ")) << decode_error(doc);
 }
 
 TEST(TrainingState, FirstConfigDifferenceNamesTheField) {

@@ -1,6 +1,7 @@
 // Checkpoints on disk: round trip, keep-K, a crash at any byte of a save, the background writer,
-// every kind of damaged checkpoint (one line, directory unchanged), a read-only directory and a
-// full disk (in a private mount namespace, skipped where that is not possible).
+// every kind of damaged checkpoint (one line, directory unchanged), a folder without `latest`,
+// the directory lock, a read-only directory and a full disk (in a private mount namespace,
+// skipped where that is not possible).
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include "../data/temp_dir.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/checkpoint_writer.h"
+#include "checkpoint/directory_lock.h"
 #include "checkpoint/durable_file.h"
 #include "core/error.h"
 #include "synthetic.h"
@@ -185,9 +187,12 @@ TEST(Checkpoint, CrashAtAnyByteOfASaveLeavesThePreviousCheckpointLoadable) {
     const bool renamed = bytes >= step_bytes;
     EXPECT_EQ(fs::exists(tmp.path() / "step-20"), renamed);
     if (renamed) expect_synthetic(read_checkpoint(tmp.path() / "step-20"), 20);
-    // The next save succeeds and removes what the crash left; keep-2 keeps the two highest.
+    // The next job's lock removes what the crash left; its save succeeds; keep-2 keeps the two
+    // highest.
+    DirectoryLock next_job(tmp.path());
     save(tmp.path(), 30, 2);
-    EXPECT_EQ(entries(tmp.path()), (std::vector<std::string>{"latest", renamed ? "step-20" : "step-10", "step-30"}));
+    EXPECT_EQ(entries(tmp.path()),
+              (std::vector<std::string>{"dtrain.lock", "latest", renamed ? "step-20" : "step-10", "step-30"}));
     expect_synthetic(read_checkpoint(tmp.path()), 30);
   }
 }
@@ -274,16 +279,152 @@ TEST_F(Damaged, MissingFileNamesTheFile) {
   EXPECT_EQ(read_error(dir, dir), "cannot open " + (step / "model.safetensors").string() + ": No such file or directory");
   fs::remove(step / "state.json");
   EXPECT_EQ(read_error(dir, step), (step).string() + ": neither a checkpoint (state.json missing) nor a checkpoint "
-                                                     "directory (latest missing)");
+                                                     "directory (latest and step-<N> missing)");
   EXPECT_EQ(read_error(dir, dir), "cannot open " + (step / "state.json").string() + ": No such file or directory");
 }
 
 TEST_F(Damaged, UnknownFormatVersionIsNamed) {
   std::string state = slurp(step / "state.json");
-  state.replace(state.find("\"format_version\": 1"), 19, "\"format_version\": 9");
+  state.replace(state.find("\"format_version\": 2"), 19, "\"format_version\": 9");
   std::ofstream(step / "state.json", std::ios::trunc) << state;
   EXPECT_EQ(read_error(dir, dir),
-            (step / "state.json").string() + ": format_version: 9 is not a format this dtrain reads (it reads 1)");
+            (step / "state.json").string() + ": format_version: 9 is not a format this dtrain reads (it reads 1 to 2)");
+}
+
+TEST_F(Damaged, AChangedCounterInStateJsonIsNamed) {
+  std::string state = slurp(step / "state.json");
+  const std::string from = "\"global_step\": 20", to = "\"global_step\": 21";
+  ASSERT_NE(state.find(from), std::string::npos) << state;
+  state.replace(state.find(from), from.size(), to);
+  std::ofstream(step / "state.json", std::ios::trunc) << state;
+  const std::string msg = read_error(dir, dir);
+  EXPECT_TRUE(msg.starts_with((step / "state.json").string() + ": state_crc32: the document's CRC-32 is ")) << msg;
+}
+
+// --- Without `latest`: the newest complete step-<N> (issue 19, item 2) -------------------------
+
+TEST_F(Damaged, WithoutLatestTheNewestCompleteCheckpointIsUsedAndSaidSo) {
+  fs::remove(dir / "latest");
+  const auto before = fingerprint(dir);
+  for (const fs::path& where : {dir, dir / "step-20"}) {
+    LoadedCheckpoint c = read_checkpoint(where);
+    expect_synthetic(c, 20);
+  }
+  std::optional<LoadedCheckpoint> c = read_newest(dir);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->path, step);
+  EXPECT_EQ(c->chosen_because, dir.string() + " has no latest; using " + step.string() + ", the newest complete checkpoint");
+  EXPECT_EQ(fingerprint(dir), before);
+}
+
+TEST_F(Damaged, WithoutLatestADamagedNewestIsSkippedWithTheReason) {
+  fs::remove(dir / "latest");
+  const uintmax_t model_bytes = fs::file_size(step / "model.safetensors");
+  fs::resize_file(step / "model.safetensors", 100);
+  std::optional<LoadedCheckpoint> c = read_newest(dir);
+  ASSERT_TRUE(c.has_value());
+  expect_synthetic(*c, 10);
+  EXPECT_EQ(c->chosen_because, dir.string() + " has no latest; using " + (dir / "step-10").string() +
+                                   ", the newest complete checkpoint (skipped: " + (step / "model.safetensors").string() +
+                                   ": 100 bytes, state.json records " +
+                                   std::to_string(model_bytes) +
+                                   " (truncated or replaced))");
+  // A damaged state.json is skipped alike.
+  fs::resize_file(step / "model.safetensors", 0);
+  std::string state = slurp(dir / "step-10" / "state.json");
+  state.replace(state.find("\"epoch\": "), 9, "\"epoch\": 7");
+  std::ofstream(dir / "step-10" / "state.json", std::ios::trunc) << state;
+  const std::string msg = read_error(dir, dir);
+  EXPECT_TRUE(msg.starts_with(dir.string() + " has no latest and none of its 2 checkpoint(s) is complete: " +
+                              (step / "model.safetensors").string()))
+      << msg;
+  EXPECT_NE(msg.find((dir / "step-10" / "state.json").string() + ": state_crc32: "), std::string::npos) << msg;
+}
+
+TEST(Checkpoint, AFolderWithNeitherLatestNorStepsHasNothingToResume) {
+  TempDir tmp;
+  EXPECT_FALSE(read_newest(tmp.path()).has_value());
+  EXPECT_FALSE(read_newest(tmp.path() / "absent").has_value());
+  fs::create_directories(tmp.path() / ".tmp-step-3-1");  // a crashed save's leftover is no checkpoint
+  EXPECT_FALSE(read_newest(tmp.path()).has_value());
+}
+
+// Issue 19, item 2: a fresh run saving into a folder of newer checkpoints deleted them.
+TEST(Checkpoint, SavingALowerStepKeepsTheNewerCheckpoints) {
+  TempDir tmp;
+  save(tmp.path(), 8);
+  save(tmp.path(), 16);
+  save(tmp.path(), 2, 2);
+  save(tmp.path(), 4, 2);
+  EXPECT_EQ(entries(tmp.path()), (std::vector<std::string>{"latest", "step-16", "step-2", "step-4", "step-8"}));
+  save(tmp.path(), 6, 1);
+  EXPECT_EQ(entries(tmp.path()), (std::vector<std::string>{"latest", "step-16", "step-6", "step-8"}));
+}
+
+// --- One job per directory (issue 19, item 7) ---------------------------------------------------
+
+TEST(DirectoryLock, ASecondHolderFailsNamingTheFirst) {
+  TempDir tmp;
+  const fs::path dir = tmp.path() / "ckpt";  // created by the lock
+  std::optional<DirectoryLock> first(std::in_place, dir);
+  EXPECT_TRUE(first->held());
+  const std::string record = slurp(dir / "dtrain.lock");
+  EXPECT_TRUE(record.starts_with(std::to_string(::getpid()) + " ")) << record;
+  try {
+    DirectoryLock second(dir);  // another open file description: flock refuses it in this process too
+    FAIL() << "the second lock was granted";
+  } catch (const DirectoryInUse& e) {
+    const std::string msg = e.what();
+    EXPECT_TRUE(msg.starts_with(dir.string() + " is in use by another dtrain job (pid " + std::to_string(::getpid()) +
+                                " on "))
+        << msg;
+    EXPECT_NE(msg.find(", since "), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
+  first.reset();
+  EXPECT_FALSE(fs::exists(dir / "dtrain.lock"));  // let go: the file goes with it
+  DirectoryLock again(dir);
+  EXPECT_TRUE(again.held());
+}
+
+TEST(DirectoryLock, DiesWithItsProcessAndTheNextHolderRemovesLeftovers) {
+  TempDir tmp;
+  save(tmp.path(), 10);
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    DirectoryLock held(tmp.path());
+    (void)!::write(ready[1], "x", 1);
+    ::pause();
+    ::_exit(0);
+  }
+  char byte;
+  ASSERT_EQ(::read(ready[0], &byte, 1), 1);
+  // As if the holder were in the middle of a save.
+  fs::create_directories(tmp.path() / ".tmp-step-20-99999");
+  std::ofstream(tmp.path() / ".tmp-latest-99999") << "step-20\n";
+  EXPECT_THROW(DirectoryLock{tmp.path()}, DirectoryInUse);
+  // A live holder's temporaries are not touched by the job that failed to take the lock.
+  EXPECT_TRUE(fs::exists(tmp.path() / ".tmp-step-20-99999"));
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  DirectoryLock next(tmp.path());  // the killed holder's lock went with it; its file stays, reused
+  EXPECT_TRUE(next.held());
+  EXPECT_EQ(entries(tmp.path()), (std::vector<std::string>{"dtrain.lock", "latest", "step-10"}));
+  expect_synthetic(read_checkpoint(tmp.path()), 10);
+  ::close(ready[0]);
+  ::close(ready[1]);
+}
+
+TEST(DirectoryLock, TheHolderRecordReadsAsAName) {
+  EXPECT_EQ(lock_record(1234, "vm", "2026-11-25 09:30:01 UTC"), "1234 vm 2026-11-25 09:30:01 UTC\n");
+  EXPECT_EQ(describe_holder("1234 vm 2026-11-25 09:30:01 UTC\n"), "pid 1234 on vm, since 2026-11-25 09:30:01 UTC");
+  EXPECT_EQ(describe_holder("1234 vm\n"), "pid 1234 on vm");
+  EXPECT_EQ(describe_holder(""), "its holder has not recorded itself yet");
+  EXPECT_EQ(describe_holder("garbage"), "its holder has not recorded itself yet");
 }
 
 TEST_F(Damaged, LatestNamingNothingOrGarbageIsAnErrorNotAFreshStart) {

@@ -2,14 +2,42 @@
 // arrived (the pure parts; the MPI side is tested under mpirun and end to end).
 #include "comm/flight_recorder.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
+#include "../data/temp_dir.h"
 #include "comm/collective_watchdog.h"
 
 namespace dtrain {
 namespace {
+
+// Issue 19, item 15: a rank killed in the middle of a dump left flight_recorder_rank1.json.tmp<PID>
+// in the working tree for good. The next dump removes a dead writer's, never a live one's.
+TEST(FlightRecorder, DumpRemovesADeadWritersTemporary) {
+  dtrain::testing::TempDir tmp;
+  const pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  int status = 0;
+  ::waitpid(dead, &status, 0);
+  const std::string leftover = tmp.file(fmt::format("flight_recorder_rank1.json.tmp{}", dead));
+  const std::string live = tmp.file(fmt::format("flight_recorder_rank1.json.tmp{}", ::getppid()));
+  std::ofstream(leftover) << "{\"format\": \"dtrain-flight-recorder-1\", ";
+  std::ofstream(live) << "{";
+  FlightRecorder recorder(4);
+  recorder.finished(recorder.enqueue("allreduce", DType::kF32, 10), true);
+  std::string error;
+  EXPECT_EQ(recorder.dump(tmp.path().string(), 1, 2, "test", {}, error), tmp.file("flight_recorder_rank1.json")) << error;
+  EXPECT_FALSE(std::filesystem::exists(leftover));
+  EXPECT_TRUE(std::filesystem::exists(live));
+  EXPECT_TRUE(std::filesystem::exists(tmp.file("flight_recorder_rank1.json")));
+}
 
 TEST(FlightRecorder, KeepsTheLastNInOrderWithTheirStates) {
   FlightRecorder rec(3);
