@@ -61,10 +61,9 @@ std::string divergence_line(std::span<const LossFinding> per_rank, const std::st
     what = fmt::format("the loss is {} at step {} (epoch {}, batch {})", value_name(first->value), first->first.step,
                        first->first.epoch + 1, first->first.batch);
   } else if (first) {
-    what = fmt::format("the loss is {} at one of steps {}-{} (from epoch {}, batch {}: read every few steps on this "
-                       "device)",
-                       value_name(first->value), first->first.step, first->last.step, first->first.epoch + 1,
-                       first->first.batch);
+    // A device's losses are summed and read at votes: the step is one of a range.
+    what = fmt::format("the loss is {} at a step from {} (epoch {}, batch {}) to {}", value_name(first->value),
+                       first->first.step, first->first.epoch + 1, first->first.batch, first->last.step);
   }
   if (first) what += fmt::format(" on rank(s) {}", fmt::join(ranks, ", "));
   if (!tensor.empty())

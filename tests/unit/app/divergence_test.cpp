@@ -68,8 +68,8 @@ TEST(DivergenceLine, NamesTheEarliestLossTheRanksThatSawOneAndTheCheckpoints) {
 TEST(DivergenceLine, ARangeOfStepsOnADevice) {
   const std::vector<LossFinding> ranks = {{true, false, kNan, {51, 0, 51}, {100, 0, 100}}};
   EXPECT_EQ(divergence_line(ranks, "", {100, 0, 100}, "nothing saved (no --checkpoint-dir)"),
-            "training diverged: the loss is nan at one of steps 51-100 (from epoch 1, batch 51: read every few steps "
-            "on this device); nothing saved (no --checkpoint-dir)");
+            "training diverged: the loss is nan at a step from 51 (epoch 1, batch 51) to 100 on rank(s) 0; nothing "
+            "saved (no --checkpoint-dir)");
 }
 
 // NaN weights can give a finite loss (ReLU(NaN) is 0): then the snapshot's check names them.
