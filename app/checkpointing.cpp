@@ -12,6 +12,7 @@
 #include "app/root_broadcast.h"
 #include "checkpoint/checkpoint_layout.h"
 #include "checkpoint/checkpoint_reader.h"
+#include "checkpoint/finite.h"
 
 namespace dtrain {
 
@@ -56,7 +57,15 @@ safetensors::File file_from(const std::string& bytes, const std::string& source)
   return safetensors::File(std::move(data), bytes.size(), source);
 }
 
+// A NaN or an infinity loaded would poison every step after it, silently (Note [Stopping on
+// non-finite values] in app/divergence.h): refused, naming the file and the tensor.
+void refuse_nonfinite(const safetensors::File& file) {
+  if (const std::string bad = checkpoint::first_nonfinite_tensor(file); !bad.empty())
+    throw Error(fmt::format("{}: {}", file.source(), bad));
+}
+
 void load_parameters(const safetensors::File& file, Module& model) {
+  refuse_nonfinite(file);
   std::vector<safetensors::NamedTarget> targets;
   for (Parameter* p : model.parameters()) targets.push_back({p->name, &p->value});
   safetensors::load_named(file, targets);
@@ -174,9 +183,10 @@ CheckpointSaver::CheckpointSaver(Communicator& control, const CheckpointSettings
   });
 }
 
-void CheckpointSaver::save(checkpoint::TrainingState state, Module& model, const Optimizer& optimizer,
-                           const safetensors::Metadata& architecture) {
-  if (!writer_) return;
+std::string CheckpointSaver::snapshot(checkpoint::TrainingState state, Module& model, const Optimizer& optimizer,
+                                      const safetensors::Metadata& architecture) {
+  pending_.reset();
+  if (!writer_) return "";
   const auto t0 = std::chrono::steady_clock::now();
   // The previous save's buffers return to the pool once written: wait for them rather than
   // take a second set (and so never queue more than one save).
@@ -184,7 +194,7 @@ void CheckpointSaver::save(checkpoint::TrainingState state, Module& model, const
   const auto t1 = std::chrono::steady_clock::now();
   checkpoint::HostBufferPool* pool = &writer_->buffers();
   state.rng = rng_state(model);
-  checkpoint::CheckpointSnapshot snapshot;
+  checkpoint::CheckpointSnapshot& snapshot = pending_.emplace();
   snapshot.state = std::move(state);
   for (Parameter* p : model.parameters()) snapshot.model.push_back(safetensors::host_copy(p->name, p->value, pool));
   snapshot.model_metadata = architecture;
@@ -192,6 +202,21 @@ void CheckpointSaver::save(checkpoint::TrainingState state, Module& model, const
   for (const auto& e : optimizer_state.tensors) snapshot.optimizer.push_back(safetensors::host_copy(e.name, e.value, pool));
   for (const auto& c : optimizer_state.counts) snapshot.optimizer.push_back(safetensors::i64_scalar(c.name, c.value));
   snapshot.optimizer_metadata = {{"optimizer", optimizer_name(optimizer.kind())}};
+  // One pass over host memory next to the copy (0.1 ms for the seed MLP's 1.6 MB).
+  std::string bad = checkpoint::first_nonfinite_tensor(snapshot.model);
+  if (!bad.empty()) bad = fmt::format("{}: {}", checkpoint::kModelFile, bad);
+  if (const std::string o = checkpoint::first_nonfinite_tensor(snapshot.optimizer); bad.empty() && !o.empty())
+    bad = fmt::format("{}: {}", checkpoint::kOptimizerFile, o);
+  auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+  pending_previous_ms_ = ms(t0, t1);
+  pending_snapshot_ms_ = ms(t1, std::chrono::steady_clock::now());
+  return bad;
+}
+
+void CheckpointSaver::write() {
+  if (!writer_ || !pending_) return;
+  checkpoint::CheckpointSnapshot snapshot = std::move(*pending_);
+  pending_.reset();
   last_path_ = (fs::path(settings_.dir) / checkpoint::step_dir_name(snapshot.state.global_step)).string();
   const auto t2 = std::chrono::steady_clock::now();
   if (settings_.background)
@@ -200,10 +225,12 @@ void CheckpointSaver::save(checkpoint::TrainingState state, Module& model, const
     writer_->save(std::move(snapshot));
   const auto t3 = std::chrono::steady_clock::now();
   auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
-  times_.blocked_ms.push_back(ms(t0, t3));
-  times_.previous_ms.push_back(ms(t0, t1));
-  times_.snapshot_ms.push_back(ms(t1, t2));
+  // Training waited for the previous save, the snapshot and the write (the vote between the
+  // last two is not the saver's).
+  times_.previous_ms.push_back(pending_previous_ms_);
+  times_.snapshot_ms.push_back(pending_snapshot_ms_);
   times_.write_ms.push_back(ms(t2, t3));
+  times_.blocked_ms.push_back(pending_previous_ms_ + pending_snapshot_ms_ + ms(t2, t3));
 }
 
 void CheckpointSaver::wait() {
@@ -252,8 +279,10 @@ std::optional<Resumed> restore_checkpoint(Communicator& control, const TrainConf
                     parts[4]};
     load_parameters(file_from(parts[2], (dir / checkpoint::kModelFile).string()), model);
     const std::string optimizer_source = (dir / checkpoint::kOptimizerFile).string();
+    const safetensors::File optimizer_file = file_from(parts[3], optimizer_source);
+    refuse_nonfinite(optimizer_file);
     try {
-      optimizer.import_state(optimizer_state_from(file_from(parts[3], optimizer_source)));
+      optimizer.import_state(optimizer_state_from(optimizer_file));
     } catch (const Error& e) {
       throw Error(fmt::format("{}: {}", optimizer_source, e.what()));
     }

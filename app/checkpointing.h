@@ -60,11 +60,18 @@ class CheckpointSaver {
   // --checkpoint-dir").
   CheckpointSaver(Communicator& control, const CheckpointSettings& settings);
 
-  // Snapshots `model` and `optimizer` (training may change them once this returns; on a GPU
-  // the caller has synchronised the compute stream) and writes them with `state`, on the
-  // background thread unless the settings say otherwise. Throws the error of an earlier save.
-  void save(checkpoint::TrainingState state, Module& model, const Optimizer& optimizer,
-            const safetensors::Metadata& architecture);
+  // Snapshots `model` and `optimizer` with `state` (training may change them once this
+  // returns; on a GPU the caller has synchronised the compute stream) after the previous save is
+  // written, and returns the snapshot's first tensor holding a NaN or an infinity ("<file>:
+  // <tensor>: <count> non-finite value(s) ..."), "" when all are finite or this rank does not
+  // write. The ranks vote on it before write() (Note [Stopping on non-finite values]). Throws
+  // the error of an earlier save.
+  std::string snapshot(checkpoint::TrainingState state, Module& model, const Optimizer& optimizer,
+                       const safetensors::Metadata& architecture);
+  // Writes the snapshot, on the background thread unless the settings say otherwise.
+  void write();
+  // Drops the snapshot unwritten.
+  void discard() { pending_.reset(); }
   // Waits for the save in flight; throws its error.
   void wait();
   // The path of the newest save ("" before the first).
@@ -82,6 +89,8 @@ class CheckpointSaver {
   CheckpointSettings settings_;
   std::unique_ptr<checkpoint::DirectoryLock> lock_;       // rank 0 only; outlives writer_
   std::unique_ptr<checkpoint::CheckpointWriter> writer_;  // rank 0 only
+  std::optional<checkpoint::CheckpointSnapshot> pending_;  // taken, not yet written
+  double pending_previous_ms_ = 0, pending_snapshot_ms_ = 0;
   std::string last_path_;
   SaveTimes times_;
 };

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "app/bench_allreduce.h"
+#include "app/divergence.h"
 #include "app/eval_command.h"
 #include "app/flight_report.h"
 #include "app/root_broadcast.h"
@@ -110,6 +111,7 @@ int run_train(const std::vector<std::string>& args, int* argc, char*** argv) {
   return with_flags(args, dtrain::parse_train_options, [&](const dtrain::ParsedTrain& parsed) {
     return with_runtime(argc, argv, parsed.config.runtime, [&](dtrain::Runtime& runtime) {
       const dtrain::TrainResult result = dtrain::train(runtime, parsed.config);
+      if (result.diverged) return dtrain::kDivergedExitStatus;  // rank 0 said what and where
       // Stopped by SIGTERM/SIGINT (rank 0 said so): the status a process ended by it would have.
       return result.stop_signal ? 128 + result.stop_signal : 0;
     });

@@ -76,18 +76,28 @@ int32_t vote_interval(double ms_per_step, double period_ms) {
 StopVote::StopVote(Communicator& control, double period_ms)
     : control_(control), period_ms_(period_ms), last_vote_ns_(steady_now_ns()) {}
 
-int StopVote::poll(int local_signal) {
-  if (control_.size() == 1) return local_signal;  // nothing to agree with: stop at once
-  if (--until_vote_ > 0) return 0;
+bool StopVote::votes_here(bool force) {
+  if (control_.size() == 1) return true;  // nothing to agree with: every boundary decides alone
+  ++since_vote_;
+  --until_vote_;
+  return force || until_vote_ <= 0;
+}
+
+Verdict StopVote::cast(const Ballot& ballot) {
+  if (control_.size() == 1) return {ballot.signal, ballot.nonfinite ? 1 : 0};
   const int64_t now = steady_now_ns();
-  const double ms_per_step = static_cast<double>(now - last_vote_ns_) / 1e6 / interval_;
-  // The sum of the ballots, and rank 0's choice of the next interval (the others add 0).
-  int32_t vote[2] = {ballot_of(local_signal), control_.rank() == 0 ? vote_interval(ms_per_step, period_ms_) : 0};
-  control_.allreduce(vote, 2, DType::kI32, ReduceOp::kSum);
+  // A second vote at the same boundary measured no step: it keeps the interval.
+  const int32_t next = since_vote_ == 0 ? interval_
+                                        : vote_interval(static_cast<double>(now - last_vote_ns_) / 1e6 / since_vote_, period_ms_);
+  // The sum of the ballots, rank 0's choice of the next interval (the others add 0), and the
+  // number of ranks that saw a non-finite value.
+  int32_t vote[3] = {ballot_of(ballot.signal), control_.rank() == 0 ? next : 0, ballot.nonfinite ? 1 : 0};
+  control_.allreduce(vote, 3, DType::kI32, ReduceOp::kSum);
   ++votes_;
   interval_ = until_vote_ = std::max<int32_t>(vote[1], 1);
+  since_vote_ = 0;
   last_vote_ns_ = now;
-  return signal_of(vote[0]);
+  return {signal_of(vote[0]), vote[2]};
 }
 
 }  // namespace dtrain

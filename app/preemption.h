@@ -46,17 +46,32 @@ inline constexpr double kVotePeriodMs = 50;
 inline constexpr int32_t kMaxVoteInterval = 10'000;
 int32_t vote_interval(double ms_per_step, double period_ms);
 
-// The ranks' vote at step boundaries (Note [Agreeing to stop]). Every rank calls poll() at the
-// same boundaries, in the same order relative to its other control collectives.
+// What a rank brings to a vote, and what the ranks agreed.
+struct Ballot {
+  int signal = 0;          // SIGTERM or SIGINT received, 0 for none
+  bool nonfinite = false;  // this rank saw a NaN or an infinity (Note [Stopping on non-finite values])
+};
+struct Verdict {
+  int signal = 0;           // the signal to stop on (SIGTERM when any rank got one, else SIGINT); 0: none
+  int nonfinite_ranks = 0;  // how many ranks saw a non-finite value; > 0: every rank stops
+};
+
+// The ranks' vote at step boundaries (Note [Agreeing to stop]). Every rank calls poll(), or
+// votes_here() and then cast() when it says so, at the same boundaries, in the same order
+// relative to its other control collectives.
 class StopVote {
  public:
   // period_ms 0: a vote at every boundary.
   explicit StopVote(Communicator& control, double period_ms = kVotePeriodMs);
 
-  // At a boundary: when this is a voting boundary, casts this rank's vote (`local_signal`, 0
-  // for none) and returns the signal the ranks agreed to stop on (SIGTERM when any rank got
-  // one, else SIGINT); 0 to go on.
-  int poll(int local_signal);
+  // At a boundary: whether the ranks vote here. `force`: a boundary where they must (a
+  // checkpoint is due, or the run ends), the same on every rank; it starts a new period.
+  bool votes_here(bool force = false);
+  // Casts this rank's ballot (at a boundary where votes_here() said so, or again at the same
+  // boundary, by every rank) and returns what the ranks agreed. One rank: its own ballot.
+  Verdict cast(const Ballot& ballot);
+  // votes_here() and cast() of a signal alone: the signal to stop on, 0 to go on.
+  int poll(int local_signal) { return votes_here() ? cast({local_signal, false}).signal : 0; }
   int64_t votes() const { return votes_; }
 
  private:
@@ -64,6 +79,7 @@ class StopVote {
   double period_ms_;
   int32_t interval_ = 1;    // boundaries from one vote to the next, as rank 0 chose it
   int32_t until_vote_ = 1;  // boundaries left until the next vote
+  int32_t since_vote_ = 0;  // boundaries since the last vote (a forced vote comes early)
   int64_t votes_ = 0;
   int64_t last_vote_ns_;
 };

@@ -83,6 +83,9 @@ struct TrainResult {
   // A SIGTERM or SIGINT stopped the run at a step boundary (0: it ran to the end). Then every
   // rank has stopped at the same step and rank 0 has saved a checkpoint if it had a directory.
   int stop_signal = 0;
+  // A NaN or an infinity stopped the run (app/divergence.h): every rank stopped at the same
+  // step, rank 0 said what, and no checkpoint was written from it.
+  bool diverged = false;
 };
 
 }  // namespace dtrain

@@ -13,12 +13,14 @@
 #include "app/architecture.h"
 #include "app/batch_stager.h"
 #include "app/checkpointing.h"
+#include "app/divergence.h"
 #include "app/evaluate.h"
 #include "app/preemption.h"
 #include "app/rank_agreement.h"
 #include "app/reporter.h"
 #include "app/sample_log.h"
 #include "app/trace.h"
+#include "comm/exchange.h"
 #include "comm/flight_recorder.h"
 #include "comm/mpi_lifecycle.h"
 #include "core/memory.h"
@@ -72,11 +74,16 @@ class Trainer {
   bool run_epoch(TrainResult& result);
   Tensor step(const Tensor& images, const Tensor& labels, const MicroBatch& micro);
   void join_step();
-  // Between two optimizer steps (`epoch_end`: after an epoch's evaluation): saves a checkpoint
-  // when one is due; returns the signal the ranks agreed to stop on, 0 to go on.
-  int at_step_boundary(bool epoch_end);
-  void save_checkpoint();
+  // Between two optimizer steps (`epoch_end`: after an epoch's evaluation): votes, saves a
+  // checkpoint when one is due and nothing is non-finite; false when the ranks agreed to stop
+  // (on a signal or a non-finite value: stop() or diverge() has run).
+  bool at_step_boundary(bool epoch_end);
+  // Casts this rank's ballot; `snapshot`: rank 0 first takes the checkpoint's snapshot and
+  // checks it (Note [Stopping on non-finite values]).
+  Verdict vote(bool snapshot);
+  void write_checkpoint();
   void stop(int signal);
+  void diverge();
   checkpoint::TrainingState training_state() const;
 
   Runtime& rt_;
@@ -99,8 +106,13 @@ class Trainer {
   int64_t last_saved_step_ = -1;
   StopSignals signals_;
   StopVote stop_vote_;
+  LossWatch loss_watch_;
+  StepPlace last_step_;           // where the last optimizer step ran
+  std::string snapshot_problem_;  // rank 0: the non-finite tensor of the last snapshot, "" if none
+  std::string newest_checkpoint_;  // resumed from or saved, "" if none
   SampleLog sample_log_;
   int stopped_by_ = 0;  // the signal the ranks agreed to stop on
+  bool diverged_ = false;
 };
 
 Trainer::Trainer(Runtime& runtime, const TrainConfig& c)
@@ -121,6 +133,7 @@ Trainer::Trainer(Runtime& runtime, const TrainConfig& c)
           {c.model, data_.train->sample_shape(), data_.train->num_classes(), c.data.normalize})),
       saver_(runtime.control(), c.checkpoints),
       stop_vote_(runtime.control()),
+      loss_watch_(runtime.device(), runtime.device().is_cpu()),
       sample_log_(runtime.rank()) {
   // Before the first collective whose count or shape a setting decides (DDP's checks, the
   // broadcast, the steps): ranks started with other flags fail here, in one line, not in a hang.
@@ -156,6 +169,7 @@ void Trainer::choose_starting_point() {
   pos_ = {s.epoch, s.step_in_epoch, s.sample_in_epoch, s.global_step, s.samples_seen};
   last_saved_step_ = s.global_step;
   if (!resumed->chosen_because.empty()) reporter_.note("resume: " + resumed->chosen_because);
+  newest_checkpoint_ = resumed->path;
   reporter_.note(fmt::format("resume: from {} (global step {}; epoch {}, {} step(s) and {} samples into it){}",
                              resumed->path, s.global_step, s.epoch + 1, s.step_in_epoch, s.sample_in_epoch,
                              k.init_weights.empty() ? "" : "; --init-weights not used"));
@@ -226,8 +240,7 @@ bool Trainer::run_epoch(TrainResult& result) {
       // Uneven inputs: every rank votes at each step; the boundary after the previous step comes
       // only now that all know the epoch goes on (the last one follows its evaluation).
       if (!join_->any_rank_has_data(have)) break;
-      if (i > 0)
-        if (const int signal = at_step_boundary(false)) return stop(signal), false;
+      if (i > 0 && !at_step_boundary(false)) return false;
       if (!have) {
         set_collective_context(fmt::format("epoch {} step {} (joined)", epoch + 1, pos_.global_step + 1));
         join_step();
@@ -241,6 +254,7 @@ bool Trainer::run_epoch(TrainResult& result) {
     set_collective_context(fmt::format("epoch {} step {}", epoch + 1, pos_.global_step + 1));
     if (micro.index_in_step == 0) step_start = Clock::now(), writing = saver_.writing();
     Tensor loss = step(data.images(), data.labels(), micro);
+    loss_watch_.record(loss, {pos_.global_step + 1, epoch, first + i + 1});
     const int64_t n = data.labels().numel();
     if (sample_log_.enabled())
       sample_log_.record(epoch, pos_.global_step + 1, std::span(indices).subspan(static_cast<size_t>(i * c_.batch_size), static_cast<size_t>(n)));
@@ -252,9 +266,10 @@ bool Trainer::run_epoch(TrainResult& result) {
     if (!micro.ends_step) continue;
     ++pos_.global_step;
     ++pos_.step_in_epoch;
+    last_step_ = {pos_.global_step, epoch, first + i + 1};
     saver_.record_step(ms_since(step_start), writing);
     if (!join_ && i + 1 < batches) {  // the epoch's last step ends at the boundary after its evaluation
-      if (const int signal = at_step_boundary(false)) return stop(signal), false;
+      if (!at_step_boundary(false)) return false;
     }
   }
   rt_.compute_stream().synchronize();
@@ -271,8 +286,7 @@ bool Trainer::run_epoch(TrainResult& result) {
   pos_.epoch = epoch + 1;
   pos_.step_in_epoch = 0;
   pos_.sample_in_epoch = 0;
-  if (const int signal = at_step_boundary(true)) return stop(signal), false;
-  return true;
+  return at_step_boundary(true);
 }
 
 // A rank out of data while others still train (--sampler uneven): the same collectives and the
@@ -286,17 +300,36 @@ void Trainer::join_step() {
   ++pos_.step_in_epoch;
 }
 
-int Trainer::at_step_boundary(bool epoch_end) {
+bool Trainer::at_step_boundary(bool epoch_end) {
   const bool run_end = epoch_end && pos_.epoch >= c_.epochs;
-  // Every rank reaches the same boundaries, so every rank votes at each (Note [Agreeing to stop]).
-  const int signal = run_end ? 0 : stop_vote_.poll(StopSignals::received());
   const CheckpointSettings& k = c_.checkpoints;
-  if (!k.dir.empty()) {
-    bool due = run_end || signal != 0 || (k.every > 0 ? pos_.global_step % k.every == 0 : epoch_end);
-    if (join_ && !epoch_end) due = false;  // uneven epochs have no single position to resume from
-    if (due && pos_.global_step != last_saved_step_) save_checkpoint();
+  // Uneven epochs have no single position to resume from: they save at epoch ends only.
+  const bool can_save = !k.dir.empty() && !(join_ && !epoch_end) && pos_.global_step != last_saved_step_;
+  const bool save_due = can_save && (run_end || (k.every > 0 ? pos_.global_step % k.every == 0 : epoch_end));
+  // Every rank reaches the same boundaries, so every rank votes at each (Note [Agreeing to
+  // stop]); always where a checkpoint is due and at the end (Note [Stopping on non-finite values]).
+  if (!stop_vote_.votes_here(save_due || run_end)) return true;
+  Verdict verdict = vote(save_due);
+  if (verdict.nonfinite_ranks > 0) return diverge(), false;
+  const int signal = run_end ? 0 : verdict.signal;  // the run ends here anyway, with its checkpoint
+  if (signal != 0 && can_save && !save_due) {
+    // A stop saves where it is: the ranks vote again, on the snapshot this time.
+    if (vote(true).nonfinite_ranks > 0) return diverge(), false;
+    write_checkpoint();
+  } else if (save_due) {
+    write_checkpoint();
   }
-  return signal;
+  if (signal != 0) return stop(signal), false;
+  return true;
+}
+
+Verdict Trainer::vote(bool snapshot) {
+  if (snapshot) {
+    rt_.compute_stream().synchronize();  // the snapshot reads what the last step wrote
+    snapshot_problem_ = saver_.snapshot(training_state(), *model_, *optimizer_, architecture_);
+  }
+  const bool nonfinite = loss_watch_.check().found || !snapshot_problem_.empty();
+  return stop_vote_.cast({StopSignals::received(), nonfinite});
 }
 
 checkpoint::TrainingState Trainer::training_state() const {
@@ -315,12 +348,32 @@ checkpoint::TrainingState Trainer::training_state() const {
   return s;  // the saver adds the Dropout counters
 }
 
-void Trainer::save_checkpoint() {
-  rt_.compute_stream().synchronize();  // the snapshot reads what the last step wrote
-  saver_.save(training_state(), *model_, *optimizer_, architecture_);
+void Trainer::write_checkpoint() {
+  saver_.write();
   last_saved_step_ = pos_.global_step;
+  newest_checkpoint_ = saver_.last_path();
   reporter_.note(fmt::format("checkpoint: {}{}", saver_.last_path(),
                              c_.checkpoints.background ? " (writing in the background)" : ""));
+}
+
+// A rank saw a non-finite value (Note [Stopping on non-finite values]): the snapshot is dropped,
+// the save in flight (of finite values, voted on) completes, rank 0 prints what the ranks saw and
+// every rank returns to exit with kDivergedExitStatus.
+void Trainer::diverge() {
+  diverged_ = true;
+  saver_.discard();
+  const std::vector<LossFinding> losses = allgather_values(rt_.control(), loss_watch_.check());
+  saver_.wait();
+  if (rt_.rank() == 0) {
+    const std::string checkpoints =
+        c_.checkpoints.dir.empty()       ? "nothing saved (no --checkpoint-dir)"
+        : newest_checkpoint_.empty()     ? fmt::format("no checkpoint written from it (none in {} yet)", c_.checkpoints.dir)
+                                         : fmt::format("no checkpoint written from it (newest: {})", newest_checkpoint_);
+    std::fflush(stdout);
+    fmt::print(stderr, "dtrain: error: {}\n", divergence_line(losses, snapshot_problem_, last_step_, checkpoints));
+    std::fflush(stderr);
+  }
+  rt_.control().barrier();
 }
 
 // The ranks agreed to stop at this boundary: rank 0's checkpoint is complete before any rank
@@ -351,9 +404,10 @@ TrainResult Trainer::run() {
     if (!run_epoch(result)) break;
   }
   result.stop_signal = stopped_by_;
+  result.diverged = diverged_;
   saver_.wait();  // a failed background save fails the run here
   result.global_step = pos_.global_step;
-  if (result.stop_signal) return result;
+  if (result.stop_signal || result.diverged) return result;
   reporter_.note(saver_.summary());
   result.samples_per_second = result.train_seconds > 0 ? static_cast<double>(result.train_samples) / result.train_seconds : 0;
   result.parameters_fingerprint = parameters_fingerprint(*model_);

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "checkpoint/durable_file.h"
+#include "checkpoint/finite.h"
 #include "core/error.h"
 
 namespace dtrain::checkpoint {
@@ -117,6 +118,11 @@ fs::path write_checkpoint(const CheckpointWriterOptions& options, CheckpointSnap
   DTRAIN_CHECK(options.keep >= 1, "keep {} checkpoints", options.keep);
   const fs::path& dir = options.dir;
   const fs::path target = dir / step_dir_name(snapshot.state.global_step);
+  // The trainer votes on finiteness before it saves; this is the library's own guarantee that a
+  // NaN never replaces a good checkpoint (nothing in DIR is touched).
+  for (const auto& [file, tensors] : {std::pair{kModelFile, &snapshot.model}, std::pair{kOptimizerFile, &snapshot.optimizer}})
+    if (const std::string bad = first_nonfinite_tensor(*tensors); !bad.empty())
+      throw Error(fmt::format("checkpoint {} not saved: {}: {}", target.string(), file, bad));
   try {
     std::error_code ec;
     fs::create_directories(dir, ec);

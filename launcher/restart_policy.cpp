@@ -18,6 +18,8 @@ std::string hopeless(const JobOutcome& o) {
   if (o.kind == JobOutcome::Kind::kMpirunFailed && o.exit_status == 127) return "mpirun could not be run";
   if (o.kind != JobOutcome::Kind::kRankFailed) return "";
   if (o.exit_status == 2) return "exit status 2 is a usage error";
+  // dtrain train's kDivergedExitStatus (app/divergence.h): a resumed run would diverge again.
+  if (o.exit_status == 3) return "exit status 3 is a diverged training run (a NaN or an infinity)";
   if (o.exit_status == 126 || o.exit_status == 127) return "the program could not be run";
   return "";
 }

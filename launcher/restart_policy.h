@@ -29,7 +29,8 @@ struct RestartDecision {
 // After an attempt ended with `outcome` (not a success), `restarts_done` of `max_restarts`
 // restarts having been used: restart (after 1 s, 2 s, 4 s ... at most 30 s) unless none is
 // left, the user interrupted, or the failure cannot go away by retrying (exit status 2, a usage
-// error; 126 or 127, a program that cannot be run; mpirun itself missing).
+// error; 3, dtrain train stopped on a non-finite value; 126 or 127, a program that cannot be
+// run; mpirun itself missing).
 RestartDecision decide_restart(const JobOutcome& outcome, int restarts_done, int max_restarts);
 
 }  // namespace dtrain::launcher

@@ -1,6 +1,7 @@
 // Note [Agreeing to stop] at np 2 and 3: ranks that see a signal at different step boundaries
 // (or not at all) all stop at the same boundary, whether they vote at every boundary or once a
 // period; the root's broadcast of a file or its error reaches every rank alike.
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <thread>
@@ -62,6 +63,49 @@ TEST(StopVote, VotingEveryPeriodStillStopsEveryRankAtOneBoundary) {
 
 TEST(StopVote, NoSignalNoStop) {
   EXPECT_EQ(stopping_boundary(testing::test_comm(), -1, SIGTERM), -1);
+}
+
+// Note [Stopping on non-finite values]: the boundary at which the ranks agree that one saw a NaN
+// (the last rank, from boundary `found_at` on), voting every `period_ms` of `step_ms` steps, and
+// always at the boundaries in `forced`; the number of ranks that saw one, in `ranks`.
+int nonfinite_boundary(Communicator& comm, int found_at, double period_ms, int step_ms, std::vector<int> forced,
+                       int* ranks) {
+  StopVote vote(comm, period_ms);
+  const bool finder = comm.rank() == comm.size() - 1;
+  for (int boundary = 0; boundary < 200; ++boundary) {
+    if (step_ms) std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
+    const bool force = std::find(forced.begin(), forced.end(), boundary) != forced.end();
+    if (!vote.votes_here(force)) continue;
+    const Verdict v = vote.cast({0, finder && boundary >= found_at});
+    EXPECT_EQ(v.signal, 0);
+    if (v.nonfinite_ranks > 0) {
+      *ranks = v.nonfinite_ranks;
+      return boundary;
+    }
+  }
+  return -1;
+}
+
+TEST(StopVote, ANonFiniteValueOnOneRankStopsEveryRankAtOneBoundary) {
+  Communicator& comm = testing::test_comm();
+  int ranks = 0;
+  const int mine = nonfinite_boundary(comm, 40, 8, 1, {}, &ranks);
+  EXPECT_GE(mine, 40);
+  EXPECT_LE(mine, 40 + 40);
+  EXPECT_EQ(ranks, 1);
+  expect_all_equal(comm, mine);
+}
+
+// A checkpoint boundary: every rank votes there, however long the period, so nothing found
+// before it is saved.
+TEST(StopVote, AForcedVoteComesAtTheSameBoundaryOnEveryRank) {
+  Communicator& comm = testing::test_comm();
+  int ranks = 0;
+  // A period of 100 s: after the first boundary's vote the next would be thousands of boundaries on.
+  const int mine = nonfinite_boundary(comm, 20, 100'000, 0, {10, 25, 30}, &ranks);
+  EXPECT_EQ(mine, 25);
+  EXPECT_EQ(ranks, 1);
+  expect_all_equal(comm, mine);
 }
 
 TEST(BroadcastFromRoot, EveryRankGetsTheRootsPartsOrItsError) {

@@ -65,6 +65,15 @@ TEST(RestartPolicy, HopelessFailuresAreNotRetried) {
   EXPECT_FALSE(decide_restart(interrupted, 0, 5).restart);
 }
 
+// dtrain train exits 3 when it stopped on a NaN or an infinity (app/divergence.h): resuming
+// from the last finite checkpoint with the same settings would diverge the same way.
+TEST(RestartPolicy, ADivergedRunIsNotRetried) {
+  const JobOutcome diverged{JobOutcome::Kind::kRankFailed, 3, "rank 0 on n1 exited with status 3"};
+  const RestartDecision d = decide_restart(diverged, 0, 5);
+  EXPECT_FALSE(d.restart);
+  EXPECT_THAT(d.line, ::testing::HasSubstr("(not restarted: exit status 3 is a diverged training run"));
+}
+
 TEST(RestartPolicy, StartTimeoutsAndMpirunFailuresAreRetried) {
   EXPECT_TRUE(decide_restart(failed(124, JobOutcome::Kind::kStartTimeout), 0, 1).restart);
   EXPECT_TRUE(decide_restart(failed(1, JobOutcome::Kind::kMpirunFailed), 0, 1).restart);
