@@ -1,5 +1,7 @@
 #include "app/reporter.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -30,7 +32,7 @@ void AllreduceStats::add(const BackwardTiming& t) {
 }
 
 Reporter::Reporter(const OutputSettings& output, bool rank_zero, bool progress)
-    : output_(output), rank_zero_(rank_zero) {
+    : output_(output), rank_zero_(rank_zero), out_(STDOUT_FILENO) {
   if (!rank_zero_) return;
   if (progress && !output_.quiet) progress_ = std::make_unique<ProgressLine>(stdout);
   if (!output_.metrics_path.empty()) {
@@ -52,20 +54,20 @@ void Reporter::start(Runtime& rt, const std::string& model, const TrainConfig& c
   summary_hook_ = comm_hook_name(c.ddp.comm_hook);
   summary_batch_ = c.batch_size;
   run_start_ = Clock::now();
-  if (!output_.quiet && rt.local_rank() == 0) fmt::print("rank {}: {}\n", rt.rank(), rt.device_note());
+  std::fflush(stdout);  // what was printed before through stdio comes first
+  if (!output_.quiet && rt.local_rank() == 0) print(fmt::format("rank {}: {}\n", rt.rank(), rt.device_note()));
   if (!logs()) return;
   const std::string grads = rt.size() == 1 ? "no gradient sync (1 rank)" : "gradients over " + rt.gradients().describe();
-  fmt::print("dtrain: {} on {} rank(s), device {}, {}, {} BLAS thread(s)/rank ({} kernels), batch {}/rank, "
-             "{} train / {} test samples\n",
-             model, rt.size(), rt.device().str(), grads, rt.cpu_threads(), blas_corename(), c.batch_size,
-             train_size, test_size);
+  print(fmt::format("dtrain: {} on {} rank(s), device {}, {}, {} BLAS thread(s)/rank ({} kernels), batch {}/rank, "
+                    "{} train / {} test samples\n",
+                    model, rt.size(), rt.device().str(), grads, rt.cpu_threads(), blas_corename(), c.batch_size,
+                    train_size, test_size));
   if (c.amp == AmpMode::kBf16)
-    fmt::print("dtrain: amp bf16: Linear matmuls take bf16 operands with float32 accumulation; float32 master "
-               "weights and gradients{}\n",
-               rt.device().is_cpu() ? " (emulated on CPU: bf16-rounded operands through the float32 GEMM, for the "
-                                      "numerics, not for speed)"
-                                    : "");
-  std::fflush(stdout);
+    print(fmt::format("dtrain: amp bf16: Linear matmuls take bf16 operands with float32 accumulation; float32 "
+                      "master weights and gradients{}\n",
+                      rt.device().is_cpu() ? " (emulated on CPU: bf16-rounded operands through the float32 GEMM, "
+                                             "for the numerics, not for speed)"
+                                           : ""));
 }
 
 void Reporter::start_epoch(int64_t, int64_t batches, int64_t samples_in_epoch) {
@@ -88,8 +90,8 @@ void Reporter::after_step(int64_t epoch, int64_t batch, int64_t samples_before, 
   if (!interval_ends && !redraw) return;
   const float loss_now = loss_value(loss);  // a device-to-host copy: only when it is shown or written
   if (interval_ends && logs() && !progress_)
-    fmt::print("Train Epoch: {} [{}/{} ({:.0f}%)] Loss: {:.6f}\n", epoch + 1, samples_before, dataset_size_,
-               100.0 * static_cast<double>(batch) / static_cast<double>(batches_), loss_now);
+    print(fmt::format("Train Epoch: {} [{}/{} ({:.0f}%)] Loss: {:.6f}\n", epoch + 1, samples_before, dataset_size_,
+                      100.0 * static_cast<double>(batch) / static_cast<double>(batches_), loss_now));
   if (interval_ends && metrics_) write_step_record(epoch, batch, samples_before + batch_samples, loss_now, lr);
   if (redraw) {
     const double elapsed = std::chrono::duration<double>(Clock::now() - epoch_start_).count();
@@ -142,20 +144,19 @@ void Reporter::end_epoch(int64_t epoch, const Evaluation& eval, int64_t test_siz
     std::fflush(metrics_);
   }
   if (!logs()) return;
-  fmt::print("{}\n", test_set_line(eval, test_size));
-  fmt::print("Epoch {}: {:.1f} samples/s ({} samples in {:.2f} s on {} rank(s))\n", epoch + 1,
-             static_cast<double>(samples) / seconds, samples, seconds, world_size);
-  std::fflush(stdout);
+  print(fmt::format("{}\nEpoch {}: {:.1f} samples/s ({} samples in {:.2f} s on {} rank(s))\n",
+                    test_set_line(eval, test_size), epoch + 1, static_cast<double>(samples) / seconds, samples, seconds,
+                    world_size));
 }
 
 void Reporter::note(const std::string& line) {
-  if (logs() && !line.empty()) fmt::print("{}\n", line);
+  if (logs() && !line.empty()) print(line + "\n");
 }
 
 void Reporter::trace_written(const std::string& path, size_t spans, double overlap, double allreduce_ns) {
   if (!logs()) return;
-  fmt::print("trace: wrote {} ({} spans on rank 0); all-reduce time overlapping backward: {:.1f}% of {:.1f} ms\n",
-             path, spans, 100.0 * overlap, allreduce_ns / 1e6);
+  print(fmt::format("trace: wrote {} ({} spans on rank 0); all-reduce time overlapping backward: {:.1f}% of {:.1f} ms\n",
+                    path, spans, 100.0 * overlap, allreduce_ns / 1e6));
 }
 
 void Reporter::finish(const TrainResult& r) {
@@ -172,9 +173,8 @@ void Reporter::finish(const TrainResult& r) {
                                     {"train_s", r.train_seconds},
                                     {"test_acc", r.test_accuracy},
                                     {"allreduce_overlap", r.allreduce_overlap}};
-    fmt::print("{}\n", summary.dump());
+    print(summary.dump() + "\n");
   }
-  std::fflush(stdout);
 }
 
 }  // namespace dtrain

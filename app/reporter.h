@@ -2,7 +2,8 @@
 // place (app/progress.h); otherwise the seeds' log lines (`Train Epoch: 1 [6400/60000 (11%)]
 // Loss: 2.292416`); in both, the `Test set:` and samples/s lines after each epoch, the final JSON
 // summary (--json), and with --metrics a JSON-lines file: one record per log interval and one
-// per epoch. Other ranks report nothing (the local rank 0 of each node names its device).
+// per epoch. Other ranks report nothing (the local rank 0 of each node names its device). The
+// lines go out through a LogOutput, so a reader who stops reading cannot hold up a stop.
 #pragma once
 
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "app/evaluate.h"
+#include "app/log_output.h"
 #include "app/progress.h"
 #include "app/train_config.h"
 #include "comm/runtime.h"
@@ -53,8 +55,11 @@ class Reporter {
   bool logs() const { return rank_zero_ && !output_.quiet; }
   void write_step_record(int64_t epoch, int64_t batch, int64_t samples, float loss, float lr);
 
+  void print(std::string_view text) { out_.write(text); }
+
   OutputSettings output_;
   bool rank_zero_;
+  LogOutput out_;
   std::unique_ptr<ProgressLine> progress_;
   std::FILE* metrics_ = nullptr;
   int64_t epochs_ = 1, batches_ = 0, dataset_size_ = 0, samples_in_epoch_ = 0;

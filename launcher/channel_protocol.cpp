@@ -49,6 +49,8 @@ std::string encode_exit(const RankExit& e) {
   return fmt::format("exit\t{}\t{}\t{}\t{}\n", how, e.code, e.stopped ? 1 : 0, field(e.last_line));
 }
 
+std::string encode_stop(int signal) { return fmt::format("stop\t{}\n", signal); }
+
 std::optional<ChannelMessage> decode_message(std::string_view line) {
   const std::vector<std::string_view> f = split_tabs(line, 5);
   ChannelMessage m;
@@ -73,6 +75,11 @@ std::optional<ChannelMessage> decode_message(std::string_view line) {
     if (!parse_number(f[2], m.exit.code) || (f[3] != "0" && f[3] != "1")) return std::nullopt;
     m.exit.stopped = f[3] == "1";
     m.exit.last_line = std::string(f[4]);
+    return m;
+  }
+  if (f[0] == "stop" && f.size() == 2) {
+    m.kind = ChannelMessage::Kind::kStop;
+    if (!parse_number(f[1], m.signal) || m.signal <= 0) return std::nullopt;
     return m;
   }
   return std::nullopt;

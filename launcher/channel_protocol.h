@@ -3,7 +3,9 @@
 //   hello    TOKEN RANK HOST PID   first, once: who this is (TOKEN: the job attempt's secret)
 //   training                       the rank reached training (comm/launch_channel.h)
 //   exit     HOW CODE STOPPED LINE the program ended (HOW: exited|signaled, STOPPED: 0|1)
-// dtrain-launch sends nothing back; it closes the connection when it no longer listens.
+// and what dtrain-launch tells a rank supervisor (it closes the connection when it no longer
+// listens):
+//   stop     SIGNAL                pass SIGNAL (its number) to the program: the job is to end
 // Pure: encoding and decoding only.
 #pragma once
 
@@ -29,10 +31,11 @@ struct Hello {
 };
 
 struct ChannelMessage {
-  enum class Kind { kHello, kTraining, kExit };
+  enum class Kind { kHello, kTraining, kExit, kStop };
   Kind kind = Kind::kTraining;
   Hello hello;    // kHello
   RankExit exit;  // kExit: how, code, stopped, last_line (rank and host come from the hello)
+  int signal = 0;  // kStop
 };
 
 // Each returns one line, ending in '\n'. Tabs and line ends inside host names and the stderr
@@ -40,6 +43,7 @@ struct ChannelMessage {
 std::string encode_hello(const Hello& hello);
 std::string encode_training();
 std::string encode_exit(const RankExit& exit);
+std::string encode_stop(int signal);
 
 // One line without its '\n'; nullopt when it is not a message (a stray connection).
 std::optional<ChannelMessage> decode_message(std::string_view line);

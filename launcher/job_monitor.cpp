@@ -1,6 +1,8 @@
 // The job monitor's rules (see job_monitor.h).
 #include "launcher/job_monitor.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <map>
 
@@ -19,8 +21,15 @@ namespace dtrain::launcher {
 // a second later, SIGKILL to every rank. A SIGTERM to mpirun while it does so only prints "abort
 // is already in progress" (and Open MPI 4.1 may crash in PMIx_Finalize), so after a rank failure
 // dtrain-launch sends nothing unless mpirun is still running after mpirun_grace: then SIGKILL.
-// For the start-up bound and an interrupt nobody else acts: SIGTERM at once (mpirun stops the
-// ranks in order), SIGKILL after kill_grace; a second interrupt: SIGKILL now. Rank supervisors
+// For the start-up bound nobody else acts: SIGTERM at once (mpirun stops the ranks in order),
+// SIGKILL after kill_grace. An interrupt is the ranks' to act on: dtrain train stops at a step
+// boundary all ranks agree on and rank 0 saves a checkpoint (app/preemption.h), so the signal is
+// passed to every rank through its supervisor's connection (on every node), not to mpirun: Open
+// MPI 4.1, signalled, stops passing the ranks' output on at once (a rank that prints then blocks
+// in write()), sends them SIGCONT, and SIGTERM and SIGKILL only odls_base_sigkill_timeout (1 s)
+// and twice that later (measured), which with ranks that ignore the signal would take the job past
+// 5 s. So ranks that have not ended stop_grace after the interrupt are SIGKILLed (mpirun's process
+// group, as after a rank failure); a second interrupt: SIGKILL now. Rank supervisors
 // whose mpirun is killed die with it (parent-death signal) and take their programs along within
 // a second, so after mpirun ends the monitor waits up to `drain` for every supervisor's
 // connection to close: then no rank is left when dtrain-launch exits. Worst case from a rank's
@@ -66,12 +75,19 @@ void JobMonitor::supervisor_closed(int rank, Clock::time_point now) {
   record(Cause::kRankFailure, now);
 }
 
-void JobMonitor::interrupted(Clock::time_point now) {
-  ++interrupts_;
+void JobMonitor::interrupted(int signal, Clock::time_point now) {
+  if (++interrupts_ > 1) {
+    kill_at_ = now;  // asked twice: no more grace
+    return;
+  }
+  interrupt_signal_ = signal;
   record(Cause::kInterrupt, now);
-  if (!terminate_at_ || *terminate_at_ > now) terminate_at_ = now;
-  if (interrupts_ > 1) kill_at_ = now;  // asked twice: no more grace
+  if (terminate_sent_ || kill_sent_) return;  // already ending (the start-up bound)
+  stop_at_ = now;
+  if (!kill_at_ || *kill_at_ > now + t_.stop_grace) kill_at_ = now + t_.stop_grace;
 }
+
+int JobMonitor::stop_signal() const { return interrupt_signal_ == SIGINT ? SIGINT : SIGTERM; }
 
 void JobMonitor::mpirun_exited(int status, Clock::time_point now) {
   if (mpirun_status_) return;
@@ -105,6 +121,10 @@ JobMonitor::Action JobMonitor::poll(Clock::time_point now) {
     start_timeout_line_ = start_timeout_line();  // now: the ranks' ends would blur it
     terminate_at_ = now;
   }
+  if (!stop_sent_ && stop_at_ && now >= *stop_at_) {
+    stop_sent_ = true;
+    return Action::kStopRanks;
+  }
   if (!terminate_sent_ && !kill_sent_ && terminate_at_ && now >= *terminate_at_) {
     terminate_sent_ = true;
     if (!kill_at_ || *kill_at_ > now + t_.kill_grace) kill_at_ = now + t_.kill_grace;
@@ -122,6 +142,7 @@ Clock::time_point JobMonitor::next_deadline() const {
   Clock::time_point next = Clock::time_point::max();
   if (cause_ == Cause::kNone && t_.start_timeout > Clock::duration::zero() && !all_reached())
     next = std::min(next, started_ + t_.start_timeout);
+  if (!stop_sent_ && stop_at_) next = std::min(next, *stop_at_);
   if (!terminate_sent_ && !kill_sent_ && terminate_at_) next = std::min(next, *terminate_at_);
   if (!kill_sent_ && kill_at_) next = std::min(next, *kill_at_);
   return next;
@@ -142,8 +163,17 @@ JobOutcome JobMonitor::outcome() const {
       return {JobOutcome::Kind::kRankFailed, exit_status(cause), describe_rank_exit(cause)};
     }
     case Cause::kStartTimeout: return {JobOutcome::Kind::kStartTimeout, 124, start_timeout_line_};
-    case Cause::kInterrupt:
-      return {JobOutcome::Kind::kInterrupted, 130, fmt::format("interrupted: all {} rank(s) stopped", np_)};
+    case Cause::kInterrupt: {
+      // The ranks stopped on their own (dtrain train: after its checkpoint) unless they had to be
+      // killed stop_grace later.
+      const std::string how = terminate_sent_ || kill_sent_
+                                  ? fmt::format("passed to all {} rank(s), which had not all stopped {:g} s later: "
+                                                "ended them",
+                                                np_, std::chrono::duration<double>(t_.stop_grace).count())
+                                  : fmt::format("all {} rank(s) stopped", np_);
+      return {JobOutcome::Kind::kInterrupted, 128 + interrupt_signal_,
+              fmt::format("interrupted by {}: {}", signal_name(interrupt_signal_), how)};
+    }
     case Cause::kNone: break;
   }
   const int status = mpirun_status_.value_or(1);

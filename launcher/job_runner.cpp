@@ -55,6 +55,7 @@ class JobRun {
 
  private:
   void on_signals(Clock::time_point now);
+  void stop_ranks();
   void on_accept();
   void on_connection(Connection& c, Clock::time_point now);
   void on_line(Connection& c, const std::string& line, Clock::time_point now);
@@ -88,6 +89,7 @@ JobOutcome JobRun::run() {
       it = it->fd ? std::next(it) : connections_.erase(it);
     }
     const JobMonitor::Action action = monitor_.poll(Clock::now());
+    if (action == JobMonitor::Action::kStopRanks) stop_ranks();
     if (action == JobMonitor::Action::kTerminate && mpirun_running_) kill(mpirun_, SIGTERM);
     // SIGKILL to the whole group: mpirun and the rank supervisors it started on this node
     // (their programs die with them; remote ones when their daemons lose mpirun).
@@ -109,9 +111,16 @@ void JobRun::on_signals(Clock::time_point now) {
     } else if (signal == SIGUSR1 || signal == SIGUSR2) {
       if (mpirun_running_) kill(mpirun_, signal);
     } else {
-      monitor_.interrupted(now);
+      monitor_.interrupted(signal, now);
     }
   }
+}
+
+// Every rank supervisor that said hello passes the signal to its program (Note [Ending a job]).
+void JobRun::stop_ranks() {
+  const std::string message = encode_stop(monitor_.stop_signal());
+  for (const Connection& c : connections_)
+    if (c.fd && c.rank >= 0) write_all(c.fd.get(), message);
 }
 
 void JobRun::on_accept() {
@@ -151,6 +160,7 @@ void JobRun::on_line(Connection& c, const std::string& line, Clock::time_point n
       monitor_.rank_exit(std::move(e), now);
       break;
     }
+    case ChannelMessage::Kind::kStop: break;  // dtrain-launch's own message: a supervisor never sends it
   }
 }
 

@@ -1,7 +1,7 @@
 // dtrain-launch: starts a dtrain job under mpirun with a rank supervisor around every rank, and
 // watches it: a rank that dies is named in one line (rank, host, signal or exit status, its last
 // line on stderr) and the job ends within seconds; start-up is bounded (--start-timeout); Ctrl-C
-// stops every rank; a failed job can be restarted from its checkpoints (--max-restarts). Exits
+// or SIGTERM is passed to every rank (dtrain train saves a checkpoint and stops); a failed job can be restarted from its checkpoints (--max-restarts). Exits
 // with the failed rank's status (0 when every rank succeeds). `dtrain-launch --rank-supervisor
 // -- PROGRAM...` is the supervisor itself, as mpirun starts it.
 #include <poll.h>
@@ -40,18 +40,18 @@ std::string new_token(int attempt) {
   return fmt::format("{:08x}{:08x}{:08x}-{}", random(), random(), random(), attempt);
 }
 
-// Waits `how_long` unless interrupted first (then false).
-bool wait_unless_interrupted(std::chrono::milliseconds how_long, SignalPipe& signals) {
+// Waits `how_long` unless interrupted first: then the signal, else 0.
+int wait_unless_interrupted(std::chrono::milliseconds how_long, SignalPipe& signals) {
   const auto until = Clock::now() + how_long;
   while (Clock::now() < until) {
     pollfd p{signals.fd(), POLLIN, 0};
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
     if (poll(&p, 1, static_cast<int>(std::max<int64_t>(left, 0))) > 0) {
       for (int s : signals.take())
-        if (s == SIGINT || s == SIGTERM || s == SIGHUP || s == SIGQUIT) return false;
+        if (s == SIGINT || s == SIGTERM || s == SIGHUP || s == SIGQUIT) return s;
     }
   }
-  return true;
+  return 0;
 }
 
 int run_supervised(const LaunchOptions& opts, const LaunchHost& host) {
@@ -81,9 +81,9 @@ int run_supervised(const LaunchOptions& opts, const LaunchHost& host) {
     fmt::print(stderr, "dtrain-launch: {}\n", decision.line);
     std::fflush(stderr);
     if (!decision.restart) return outcome.exit_status;
-    if (!wait_unless_interrupted(decision.backoff, signals)) {
-      fmt::print(stderr, "dtrain-launch: interrupted before restart {}\n", restarts + 1);
-      return 130;
+    if (const int signal = wait_unless_interrupted(decision.backoff, signals)) {
+      fmt::print(stderr, "dtrain-launch: interrupted by {} before restart {}\n", signal_name(signal), restarts + 1);
+      return 128 + signal;
     }
   }
 }

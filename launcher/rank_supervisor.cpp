@@ -89,7 +89,7 @@ class Supervisor {
   std::optional<SteadyClock::time_point> kill_at_;
   bool reported_training_ = false;
   LastLine last_line_;
-  LineSplitter channel_lines_;
+  LineSplitter channel_lines_, launcher_lines_;
 };
 
 Supervisor::Supervisor(Fd launcher, const std::vector<std::string>& program) : launcher_(std::move(launcher)) {
@@ -189,10 +189,20 @@ void Supervisor::on_channel() {
 }
 
 void Supervisor::on_launcher() {
-  // dtrain-launch sends nothing: readable means it closed the connection (it ended or was
-  // killed), so nobody supervises this rank any more.
   std::string bytes;
-  if (read_some(launcher_.get(), bytes)) return;
+  if (read_some(launcher_.get(), bytes)) {
+    // dtrain-launch was interrupted: the program gets the signal itself and the time it needs to
+    // stop (dtrain saves a checkpoint first); no SIGKILL from here, dtrain-launch bounds the wait.
+    for (const std::string& line : launcher_lines_.feed(bytes)) {
+      const std::optional<ChannelMessage> m = decode_message(line);
+      if (m && m->kind == ChannelMessage::Kind::kStop && !status_) {
+        stopped_ = true;
+        kill(child_, m->signal);
+      }
+    }
+    return;
+  }
+  // Closed: dtrain-launch ended or was killed, so nobody supervises this rank any more.
   launcher_.reset();
   stop(SteadyClock::now());
   kill(child_, SIGTERM);

@@ -2,10 +2,11 @@
 # dtrain-launch's supervision of a running job, as a user sees it: a rank that dies is named in
 # one line (rank, host, signal or exit status, its last stderr line) and the job ends within 5 s;
 # start-up is bounded by --start-timeout; SIGINT stops every rank within 5 s and leaves no
-# process behind; --max-restarts relaunches with --resume auto and gives up after K restarts.
+# process behind, and so does SIGTERM when the ranks ignore it (passed to them, then mpirun ends
+# them); --max-restarts relaunches with --resume auto and gives up after K restarts.
 #   supervision_test.sh CASE DTRAIN_LAUNCH LAUNCH_TEST_RANK [DTRAIN]
 # CASE: dead_rank_signal | dead_rank_error_line | dead_rank_dtrain_train | start_timeout |
-#       sigint | restart_resumes | restart_gives_up. Prints ok/not ok lines; exit 1 on a failure,
+#       sigint | sigterm_ignored | restart_resumes | restart_gives_up. Prints ok/not ok lines; exit 1 on a failure,
 # 77 (skipped) when a case's inputs are missing.
 set -uo pipefail
 
@@ -146,6 +147,21 @@ case_sigint() {
   check "dtrain-launch ends within ${BOUND_S} s of SIGINT" within_bound "$elapsed_ms"
   check "no rank process is left" no_rank_left "$t0"
   check "one line says it was interrupted" one_launcher_line_matching "^dtrain-launch: interrupted"
+}
+
+case_sigterm_ignored() {
+  mkdir -p "$work/pids"
+  # dtrain-launch passes SIGTERM to the ranks, which ignore it: after its stop grace it ends them.
+  start -n 2 -- "$rank_prog" --ignore-sigterm --pid-dir "$work/pids"
+  wait_for_file "$work/pids/rank.0.pid" && wait_for_file "$work/pids/rank.1.pid" && sleep 0.5
+  local t0; t0=$(now_ms)
+  kill -TERM "$pid"
+  finish "$t0"; show
+  check "exit status 143" [ "$status" = 143 ]
+  check "dtrain-launch ends within ${BOUND_S} s of SIGTERM" within_bound "$elapsed_ms"
+  check "no rank process is left" no_rank_left "$t0"
+  check "one line says the ranks had to be ended" \
+    one_launcher_line_matching "^dtrain-launch: interrupted by SIGTERM: passed to all 2 rank\(s\), which had not all stopped"
 }
 
 case_restart_resumes() {

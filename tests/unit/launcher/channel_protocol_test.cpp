@@ -44,9 +44,17 @@ TEST(ChannelProtocol, Training) {
   EXPECT_EQ(m->kind, ChannelMessage::Kind::kTraining);
 }
 
+TEST(ChannelProtocol, StopRoundTrip) {
+  const auto m = decode_message(without_newline(encode_stop(15)));
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->kind, ChannelMessage::Kind::kStop);
+  EXPECT_EQ(m->signal, 15);
+}
+
 TEST(ChannelProtocol, StrangersAreRejected) {
   for (std::string_view line : {"", "GET / HTTP/1.1", "hello\tt\tx\th\t1", "hello\tt\t-1\th\t1", "hello\tt\t1\th",
-                                "exit\tcrashed\t1\t0\t", "exit\texited\t1\t2\t", "training\textra"})
+                                "exit\tcrashed\t1\t0\t", "exit\texited\t1\t2\t", "training\textra",
+                                "stop", "stop\t0", "stop\tTERM", "stop\t15\t1"})
     EXPECT_FALSE(decode_message(line)) << line;
 }
 

@@ -1,7 +1,9 @@
 // dtrain-launch's decisions while a job runs, on a fake clock: the first failure is the one
 // cause reported (the dead rank, not the peers that reacted), mpirun is left to end the job and
 // killed only if it does not, the start-up bound names the ranks that did not report, an
-// interrupt stops the job at once, and the monitor finishes only when the supervisors are gone.
+// interrupt goes to the ranks first (they save and stop), mpirun is signalled only if they do not
+// stop, a second interrupt kills at once, and the monitor finishes only when the supervisors are
+// gone.
 #include "launcher/job_monitor.h"
 
 #include <signal.h>
@@ -24,6 +26,7 @@ MonitorTimings timings(Clock::duration start_timeout = 0s) {
   t.start_timeout = start_timeout;
   t.mpirun_grace = 3s;
   t.kill_grace = 2s;
+  t.stop_grace = 3s;
   t.drain = 1500ms;
   return t;
 }
@@ -132,12 +135,41 @@ TEST(JobMonitor, NoStartTimeoutOnceEveryRankReportedOrWithoutABound) {
   EXPECT_EQ(unbounded.poll(t0 + 100000s), Action::kWait);
 }
 
-TEST(JobMonitor, InterruptStopsAtOnceAndASecondKills) {
+TEST(JobMonitor, InterruptGoesToTheRanksWhichStopOnTheirOwn) {
   JobMonitor m = started(2);
-  m.interrupted(t0 + 7s);
-  EXPECT_EQ(m.poll(t0 + 7s), Action::kTerminate);
-  EXPECT_EQ(m.next_deadline(), t0 + 9s);
-  m.interrupted(t0 + 8s);
+  m.interrupted(SIGTERM, t0 + 7s);
+  EXPECT_EQ(m.poll(t0 + 7s), Action::kStopRanks);
+  EXPECT_EQ(m.stop_signal(), SIGTERM);
+  EXPECT_EQ(m.poll(t0 + 7s), Action::kWait);  // mpirun is left alone while the ranks save
+  EXPECT_EQ(m.next_deadline(), t0 + 10s);
+  m.rank_exit(exit_of(0, How::kExited, 143, true), t0 + 7500ms);
+  m.rank_exit(exit_of(1, How::kExited, 143, true), t0 + 7500ms);
+  m.mpirun_exited(143, t0 + 7600ms);
+  all_gone(m, 2, t0 + 7600ms);
+  EXPECT_EQ(m.poll(t0 + 7600ms), Action::kFinish);
+  EXPECT_EQ(m.outcome().kind, JobOutcome::Kind::kInterrupted);
+  EXPECT_EQ(m.outcome().exit_status, 143);
+  EXPECT_EQ(m.outcome().cause, "interrupted by SIGTERM: all 2 rank(s) stopped");
+}
+
+TEST(JobMonitor, RanksThatDoNotStopAreKilledAfterTheStopGrace) {
+  JobMonitor m = started(2);
+  m.interrupted(SIGINT, t0 + 7s);
+  EXPECT_EQ(m.poll(t0 + 7s), Action::kStopRanks);
+  EXPECT_EQ(m.stop_signal(), SIGINT);
+  EXPECT_EQ(m.poll(t0 + 9999ms), Action::kWait);
+  EXPECT_EQ(m.poll(t0 + 10s), Action::kKill);
+  m.mpirun_exited(137, t0 + 10s);
+  EXPECT_EQ(m.outcome().exit_status, 130);
+  EXPECT_EQ(m.outcome().cause,
+            "interrupted by SIGINT: passed to all 2 rank(s), which had not all stopped 3 s later: ended them");
+}
+
+TEST(JobMonitor, ASecondInterruptKillsAtOnce) {
+  JobMonitor m = started(2);
+  m.interrupted(SIGINT, t0 + 7s);
+  EXPECT_EQ(m.poll(t0 + 7s), Action::kStopRanks);
+  m.interrupted(SIGINT, t0 + 8s);
   EXPECT_EQ(m.poll(t0 + 8s), Action::kKill);
   m.rank_exit(exit_of(0, How::kSignaled, SIGKILL), t0 + 8s);
   m.mpirun_exited(130, t0 + 8s);
@@ -145,9 +177,20 @@ TEST(JobMonitor, InterruptStopsAtOnceAndASecondKills) {
   EXPECT_EQ(m.outcome().exit_status, 130);
 }
 
+TEST(JobMonitor, HangupAndQuitStopTheRanksWithSigterm) {
+  for (int signal : {SIGHUP, SIGQUIT}) {
+    JobMonitor m = started(1);
+    m.interrupted(signal, t0);
+    EXPECT_EQ(m.poll(t0), Action::kStopRanks);
+    EXPECT_EQ(m.stop_signal(), SIGTERM);
+    m.mpirun_exited(143, t0 + 1s);
+    EXPECT_EQ(m.outcome().exit_status, 128 + signal);
+  }
+}
+
 TEST(JobMonitor, AfterMpirunEndsWaitForTheSupervisorsButNotForever) {
   JobMonitor m = started(2);
-  m.interrupted(t0 + 1s);
+  m.interrupted(SIGINT, t0 + 1s);
   m.poll(t0 + 1s);
   m.mpirun_exited(143, t0 + 2s);
   m.supervisor_closed(0, t0 + 2s);
