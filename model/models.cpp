@@ -46,7 +46,7 @@ int64_t cnn_flat_features(const Shape& sample_shape) {
 LayerSize layer_size(std::string name, int64_t weights, int64_t per_weight, int64_t bias) {
   int64_t count = checked_mul(weights, per_weight, name);
   if (__builtin_add_overflow(count, bias, &count)) throw Error(fmt::format("{}: parameter count overflows", name));
-  return {std::move(name), count};
+  return {std::move(name), count, {}};
 }
 
 // The layer at position `index` of the Sequential: its weight and bias as Linear and Conv2d shape them.
