@@ -96,6 +96,15 @@ TEST(TrainOptions, FloatFlagsAreParsedStrictly) {
   EXPECT_FLOAT_EQ(c.lr_gamma, 1.f);
 }
 
+TEST(TrainOptions, ClassesAreCountedFromTheLabelsUnlessGiven) {
+  EXPECT_EQ(parse_train_options({"--data", "/tmp"}).config.data.classes, 0);
+  EXPECT_EQ(parse_train_options({"--data", "/tmp", "--classes", "12"}).config.data.classes, 12);
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--classes", "-1"}),
+            "--classes: must be in [0, 1000000] (0: from the labels), got -1");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--classes", "1000001"}),
+            "--classes: must be in [0, 1000000] (0: from the labels), got 1000001");
+}
+
 // Sizes that would wrap the trainer's element counts (the heap overflow and Linear
 // overflow) are refused at the flag, before anything is allocated.
 TEST(TrainOptions, SizeFlagsHaveSaneUpperBounds) {
