@@ -91,6 +91,19 @@ std::optional<Architecture> architecture_from_metadata(const safetensors::Metada
   return a;
 }
 
+void check_weights_fit(const safetensors::File& weights, const Architecture& arch) {
+  for (const LayerSize& layer : plan_model(arch.model, arch.input_shape, arch.classes))
+    for (const ParameterShape& t : layer.tensors) {
+      const safetensors::TensorInfo* info = weights.find(t.name);
+      if (!info)
+        throw Error(fmt::format("{}: no tensor '{}', which the architecture ({}) needs with shape {}", weights.source(),
+                                t.name, describe(arch), shape_str(t.shape)));
+      if (info->shape != t.shape)
+        throw Error(fmt::format("{}: tensor '{}' has shape {}, but the architecture ({}) needs {}", weights.source(),
+                                t.name, shape_str(info->shape), describe(arch), shape_str(t.shape)));
+    }
+}
+
 std::string describe(const Architecture& a) {
   if (a.model.kind == ModelKind::kCnn) return "cnn";
   return fmt::format("mlp {}-{}-{}", shape_numel(a.input_shape), fmt::join(a.model.hidden, "-"), a.classes);

@@ -29,6 +29,12 @@ safetensors::Metadata architecture_metadata(const Architecture& arch);
 std::optional<Architecture> architecture_from_metadata(const safetensors::Metadata& metadata,
                                                        const std::string& source);
 
+// Checks that `weights` holds every parameter `arch` implies with its shape, before a model is
+// built (so a file whose metadata claims a huge model costs nothing): throws Error "<source>:
+// tensor '1.weight' has shape [256, 784], but the architecture (mlp 784-2500000-10) needs
+// [2500000, 784]", or names the tensor missing.
+void check_weights_fit(const safetensors::File& weights, const Architecture& arch);
+
 // "mlp 784-256-10" / "cnn", for messages.
 std::string describe(const Architecture& arch);
 

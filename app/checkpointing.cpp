@@ -147,6 +147,7 @@ json resume_config(const TrainConfig& c) {
   // "architecture" sorts first, so that another model is reported as such, not by its widths.
   json model = {{"architecture", model_kind_name(c.model.kind)}, {"dropout", decimal(c.model.dropout)}};
   if (c.model.kind == ModelKind::kMlp) model["hidden"] = c.model.hidden;
+  if (c.data.classes > 0) model["classes"] = c.data.classes;  // only when given: older checkpoints still match
   return {
       {"model", model},
       {"optimizer", optimizer_config(c.optimizer)},

@@ -26,7 +26,7 @@ cxxopts::Options make_eval_options() {
     ("test-limit", "Use only the first N test samples (0: all)", cxxopts::value<int64_t>()->default_value("0"))
     ("model", "mlp or cnn (only for files that do not record their architecture)", cxxopts::value<std::string>())
     ("hidden", "MLP hidden widths, comma separated (idem)", cxxopts::value<std::string>())
-    ("dropout", "Dropout probability the model was built with (idem; it numbers the layers)", cxxopts::value<float>())
+    ("dropout", "Dropout probability the model was built with (idem; it numbers the layers)", cxxopts::value<std::string>())
     ("normalize", "Pixel mean,std the model was trained with (idem)", cxxopts::value<std::string>())
     ("device", "auto, cpu, cuda or cuda:N", cxxopts::value<std::string>()->default_value("auto"))
     ("threads", "CPU BLAS threads per rank (0: cores / local ranks)", cxxopts::value<int>()->default_value("0"))
@@ -59,9 +59,8 @@ ParsedEval parse_eval_options(const std::vector<std::string>& args) {
   // The train flags' own parser checks the shared ones, so both commands read them alike.
   std::vector<std::string> shared = {"--data", r["data"].as<std::string>(), "--device", r["device"].as<std::string>(),
                                      "--threads", std::to_string(r["threads"].as<int>())};
-  for (const char* flag : {"model", "hidden", "normalize"})
+  for (const char* flag : {"model", "hidden", "dropout", "normalize"})
     if (r.count(flag)) shared.insert(shared.end(), {std::string("--") + flag, r[flag].as<std::string>()});
-  if (r.count("dropout")) shared.insert(shared.end(), {"--dropout", fmt::format("{}", r["dropout"].as<float>())});
   const TrainConfig t = parse_train_options(shared).config;
   EvalConfig& c = out.config;
   if (!r.count("weights")) throw UsageError("--weights: required (FILE.safetensors or a checkpoint directory)");
@@ -102,7 +101,8 @@ Architecture resolve_architecture(const std::optional<Architecture>& recorded, c
   if (flags.normalize && (flags.normalize->mean != a.normalize.mean || flags.normalize->std != a.normalize.std))
     disagree("--normalize", fmt::format("{},{}", flags.normalize->mean, flags.normalize->std),
              fmt::format("{},{}", a.normalize.mean, a.normalize.std));
-  if (a.input_shape != input_shape || a.classes != classes)
+  // Fewer classes in the test labels than the weights know is fine (a model trained with --classes).
+  if (a.input_shape != input_shape || a.classes < classes)
     throw Error(fmt::format("{}: the weights take {} inputs in {} classes, the data has {} in {}", source,
                             shape_str(a.input_shape), a.classes, shape_str(input_shape), classes));
   return a;
@@ -119,6 +119,9 @@ Evaluation run_eval(Runtime& rt, const EvalConfig& c) {
     return resolve_architecture(architecture_from_metadata(weights.metadata(), weights.source()), c.flags,
                                 test->sample_shape(), test->num_classes(), weights.source());
   });
+  // The file's shapes against the architecture before the model exists: metadata that claims a
+  // model far larger than its tensors fails here, having allocated nothing.
+  agreed([&] { check_weights_fit(weights, arch); });
   test = MnistDataset::load(c.data_dir, Split::kTest, arch.normalize, c.test_limit);
   std::unique_ptr<Sequential> model = build_model(arch.model, arch.input_shape, arch.classes, rt.device(), 0);
   agreed([&] {

@@ -66,6 +66,7 @@ Settings shared_settings(const TrainConfig& c, int64_t train_samples, int64_t te
       {"--sampler", sampler_tail_name(c.data.sampler)},
       {"--train-limit", fmt::format("{}", c.data.train_limit)},
       {"--test-limit", fmt::format("{}", c.data.test_limit)},
+      {"--classes", fmt::format("{}", c.data.classes)},
       {"training samples (--data)", fmt::format("{}", train_samples)},
       {"test samples (--data)", fmt::format("{}", test_samples)},
       {"--log-interval", fmt::format("{}", c.output.log_interval)},

@@ -24,6 +24,7 @@ struct DataSettings {
   Normalize normalize;
   bool shuffle = true;  // false: rank r takes samples r, r + N, ... in dataset order (PyTorch's shuffle=False)
   SamplerTail sampler = SamplerTail::kPad;  // uneven: ranks run different numbers of steps (Join)
+  int classes = 0;  // 0: the training labels' largest + 1 (a label far above the rest refused); else every label below
 };
 
 // Where a run starts from and where it saves (app/checkpointing.h).

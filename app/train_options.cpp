@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 
 #include <cxxopts.hpp>
 #include <fmt/format.h>
@@ -19,6 +20,7 @@ namespace {
 // the trainer forms from them (batch x sample, width x width) stays well inside 64 bits.
 constexpr int64_t kMaxBatchSize = int64_t{1} << 20;
 constexpr int64_t kMaxWidth = int64_t{1} << 20;
+constexpr int64_t kMaxClasses = 1'000'000;  // as many as a weights file may record (app/architecture.cpp)
 
 std::vector<int64_t> parse_widths(const std::string& text) {
   std::vector<int64_t> widths;
@@ -68,6 +70,34 @@ void require(bool ok, const std::string& message) {
   if (!ok) throw UsageError(message);
 }
 
+// A float flag's value, the whole text a finite number: cxxopts reads floats with a stream, which
+// stops at the first bad character ("0.5abc" is 0.5) and fails on "nan" in words meant for whole
+// numbers. Range checks are the caller's.
+double parse_number(const std::string& flag, const std::string& text) {
+  // from_chars takes no leading '+'; a user may well write one.
+  const char* begin = text.data() + (text.starts_with('+') && text.size() > 1 && text[1] != '-' ? 1 : 0);
+  const char* end = text.data() + text.size();
+  double v = 0;
+  const auto [ptr, ec] = std::from_chars(begin, end, v);
+  if (text.empty() || ptr != end || (ec != std::errc() && ec != std::errc::result_out_of_range))
+    throw UsageError(fmt::format("{}: expected a number, got '{}'", flag, text));
+  if (ec == std::errc::result_out_of_range)
+    throw UsageError(fmt::format("{}: '{}' is out of range for a number", flag, text));
+  if (!std::isfinite(v)) throw UsageError(fmt::format("{}: expected a finite number, got '{}'", flag, text));
+  return v;
+}
+
+// A float flag of `r` (declared as text), checked as parse_number checks it, as a float: one
+// beyond float's range is refused rather than made infinite.
+float float_flag(const cxxopts::ParseResult& r, const char* name) {
+  const std::string flag = std::string("--") + name;
+  const std::string text = r[name].as<std::string>();
+  const double v = parse_number(flag, text);
+  if (std::fabs(v) > std::numeric_limits<float>::max())
+    throw UsageError(fmt::format("{}: '{}' is out of range for a number", flag, text));
+  return static_cast<float>(v);
+}
+
 // One of `names` (a parse function's vocabulary) or a UsageError listing them.
 template <class Parse>
 auto parse_choice(const std::string& flag, const std::string& value, Parse parse, const char* expected) {
@@ -87,24 +117,25 @@ cxxopts::Options make_train_options() {
     ("test-limit", "Use only the first N test samples (0: all)", cxxopts::value<int64_t>()->default_value("0"))
     ("normalize", "Pixel mean,std applied after scaling to [0,1] (e.g. 0.2860,0.3530)", cxxopts::value<std::string>()->default_value(""))
     ("shuffle", "on: a seeded shuffle per epoch; off: rank r takes samples r, r+N, ... in order (PyTorch's DistributedSampler(shuffle=False))", cxxopts::value<std::string>()->default_value("on"))
+    ("classes", "Classes of the model (0: the largest training label + 1, and a label far above the others is an error); every label must be below it", cxxopts::value<int64_t>()->default_value("0"))
     ("sampler", "The epoch's last N mod ranks samples: pad (repeat some, as PyTorch), drop-last, or uneven (ranks run different numbers of steps; Join)", cxxopts::value<std::string>()->default_value("pad"));
   o.add_options("Model")
     ("model", "mlp or cnn", cxxopts::value<std::string>()->default_value("mlp"))
     ("hidden", "MLP hidden widths, comma separated", cxxopts::value<std::string>()->default_value("256"))
-    ("dropout", "Dropout probability after hidden activations", cxxopts::value<float>()->default_value("0"))
+    ("dropout", "Dropout probability after hidden activations", cxxopts::value<std::string>()->default_value("0"))
     ("seed", "Seed for initialisation, shuffling and dropout", cxxopts::value<uint64_t>()->default_value("0"));
   o.add_options("Optimisation")
     ("epochs", "Epochs", cxxopts::value<int64_t>()->default_value("1"))
     ("batch-size", "Batch size per rank", cxxopts::value<int64_t>()->default_value("64"))
     ("optimizer", "sgd or adamw", cxxopts::value<std::string>()->default_value("sgd"))
-    ("lr", "Learning rate", cxxopts::value<float>()->default_value("0.01"))
-    ("momentum", "SGD momentum", cxxopts::value<float>()->default_value("0.9"))
+    ("lr", "Learning rate", cxxopts::value<std::string>()->default_value("0.01"))
+    ("momentum", "SGD momentum", cxxopts::value<std::string>()->default_value("0.9"))
     ("nesterov", "SGD with Nesterov momentum")
-    ("weight-decay", "Weight decay (L2 for SGD, decoupled for AdamW)", cxxopts::value<float>()->default_value("0"))
-    ("adam-eps", "AdamW's eps, added to the denominator", cxxopts::value<float>()->default_value("1e-08"))
+    ("weight-decay", "Weight decay (L2 for SGD, decoupled for AdamW)", cxxopts::value<std::string>()->default_value("0"))
+    ("adam-eps", "AdamW's eps, added to the denominator", cxxopts::value<std::string>()->default_value("1e-08"))
     ("lr-schedule", "none, step or cosine (per epoch)", cxxopts::value<std::string>()->default_value("none"))
     ("lr-step-size", "step: epochs between decays", cxxopts::value<int64_t>()->default_value("1"))
-    ("lr-gamma", "step: decay factor", cxxopts::value<float>()->default_value("0.1"))
+    ("lr-gamma", "step: decay factor", cxxopts::value<std::string>()->default_value("0.1"))
     ("accumulate", "Micro-batches per optimizer step (gradients accumulate under no_sync)", cxxopts::value<int64_t>()->default_value("1"));
   o.add_options("Distributed")
     ("bucket-cap-mb", "Gradient bucket cap in MiB (the first bucket is 1 MiB), or auto: try caps over the first steps and keep the fastest", cxxopts::value<std::string>()->default_value("25"))
@@ -119,7 +150,7 @@ cxxopts::Options make_train_options() {
     ("allow-gpu-sharing", "Let several local ranks share a GPU (local rank r on visible GPU r mod count)")
     ("tf32", "Allow TF32 tensor cores for float32 GEMM on GPU")
     ("amp", "Mixed precision: off, or bf16 (Linear matmuls in bf16, float32 weights; emulated on CPU)", cxxopts::value<std::string>()->default_value("off"))
-    ("timeout", "Seconds before a collective that has not completed ends the job, naming the ranks that did not arrive (0: never)", cxxopts::value<double>()->default_value("600"))
+    ("timeout", "Seconds before a collective that has not completed ends the job, naming the ranks that did not arrive (0: never)", cxxopts::value<std::string>()->default_value("600"))
     ("threads", "CPU BLAS threads per rank (0: cores / local ranks)", cxxopts::value<int>()->default_value("0"));
   o.add_options("Checkpoints")
     ("checkpoint-dir", "Save checkpoints to DIR/step-<N> (DIR/latest names the newest)", cxxopts::value<std::string>()->default_value(""))
@@ -145,6 +176,10 @@ void read_data(const cxxopts::ParseResult& r, TrainConfig& c) {
   c.data.train_limit = r["train-limit"].as<int64_t>();
   c.data.test_limit = r["test-limit"].as<int64_t>();
   require(c.data.train_limit >= 0 && c.data.test_limit >= 0, "--train-limit/--test-limit: must be non-negative");
+  const int64_t classes = r["classes"].as<int64_t>();
+  require(classes >= 0 && classes <= kMaxClasses,
+          fmt::format("--classes: must be in [0, {}] (0: from the labels), got {}", kMaxClasses, classes));
+  c.data.classes = static_cast<int>(classes);
   require(std::filesystem::is_directory(c.data.dir),
           fmt::format("--data: no such directory '{}' (Debian: apt-get install dataset-fashion-mnist)", c.data.dir));
   const std::string shuffle = r["shuffle"].as<std::string>();
@@ -167,7 +202,7 @@ void read_data(const cxxopts::ParseResult& r, TrainConfig& c) {
 void read_model(const cxxopts::ParseResult& r, TrainConfig& c) {
   c.model.kind = parse_choice("--model", r["model"].as<std::string>(), parse_model_kind, "mlp or cnn");
   c.model.hidden = parse_widths(r["hidden"].as<std::string>());
-  c.model.dropout = r["dropout"].as<float>();
+  c.model.dropout = float_flag(r, "dropout");
   require(c.model.dropout >= 0.f && c.model.dropout < 1.f,
           fmt::format("--dropout: must be in [0, 1), got {}", c.model.dropout));
   c.seed = r["seed"].as<uint64_t>();
@@ -184,11 +219,11 @@ void read_optimisation(const cxxopts::ParseResult& r, TrainConfig& c) {
   require(c.accumulate >= 1, fmt::format("--accumulate: must be at least 1, got {}", c.accumulate));
   OptimizerSpec& o = c.optimizer;
   o.kind = parse_choice("--optimizer", r["optimizer"].as<std::string>(), parse_optimizer_kind, "sgd or adamw");
-  o.lr = r["lr"].as<float>();
-  o.momentum = r["momentum"].as<float>();
+  o.lr = float_flag(r, "lr");
+  o.momentum = float_flag(r, "momentum");
   o.nesterov = r.count("nesterov") > 0;
-  o.weight_decay = r["weight-decay"].as<float>();
-  o.eps = r["adam-eps"].as<float>();
+  o.weight_decay = float_flag(r, "weight-decay");
+  o.eps = float_flag(r, "adam-eps");
   require(std::isfinite(o.eps) && o.eps > 0.f, fmt::format("--adam-eps: must be positive, got {}", o.eps));
   require(std::isfinite(o.lr) && o.lr > 0.f, fmt::format("--lr: must be positive, got {}", o.lr));
   require(o.momentum >= 0.f && o.momentum < 1.f, fmt::format("--momentum: must be in [0, 1), got {}", o.momentum));
@@ -198,7 +233,7 @@ void read_optimisation(const cxxopts::ParseResult& r, TrainConfig& c) {
   c.lr_schedule = parse_choice("--lr-schedule", r["lr-schedule"].as<std::string>(), parse_lr_schedule_kind,
                                "none, step or cosine");
   c.lr_step_size = r["lr-step-size"].as<int64_t>();
-  c.lr_gamma = r["lr-gamma"].as<float>();
+  c.lr_gamma = float_flag(r, "lr-gamma");
   require(c.lr_step_size >= 1, fmt::format("--lr-step-size: must be at least 1, got {}", c.lr_step_size));
   require(std::isfinite(c.lr_gamma) && c.lr_gamma > 0.f, fmt::format("--lr-gamma: must be positive, got {}", c.lr_gamma));
 }
@@ -225,7 +260,7 @@ void read_device(const cxxopts::ParseResult& r, TrainConfig& c) {
   rt.device = parse_choice("--device", r["device"].as<std::string>(), DeviceRequest::parse, "auto, cpu, cuda or cuda:N");
   rt.allow_gpu_sharing = r.count("allow-gpu-sharing") > 0;
   rt.tf32 = r.count("tf32") > 0;
-  rt.collective_timeout_s = r["timeout"].as<double>();
+  rt.collective_timeout_s = parse_number("--timeout", r["timeout"].as<std::string>());
   rt.cpu_threads = r["threads"].as<int>();
   require(rt.collective_timeout_s >= 0 && rt.collective_timeout_s <= 1e7,
           fmt::format("--timeout: must be in [0, 1e7] seconds (0: no timeout), got {}", rt.collective_timeout_s));

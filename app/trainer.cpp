@@ -15,9 +15,11 @@
 #include "app/checkpointing.h"
 #include "app/divergence.h"
 #include "app/evaluate.h"
+#include "app/files.h"
 #include "app/preemption.h"
 #include "app/rank_agreement.h"
 #include "app/reporter.h"
+#include "app/root_broadcast.h"
 #include "app/sample_log.h"
 #include "app/trace.h"
 #include "comm/exchange.h"
@@ -118,7 +120,7 @@ class Trainer {
 Trainer::Trainer(Runtime& runtime, const TrainConfig& c)
     : rt_(runtime),
       c_(c),
-      data_(load_mnist_splits(c.data.dir, c.data.normalize, c.data.train_limit, c.data.test_limit)),
+      data_(load_mnist_splits(c.data.dir, c.data.normalize, c.data.train_limit, c.data.test_limit, c.data.classes)),
       model_(build_model(model_spec_for_rank(c.model, runtime), data_.train->sample_shape(),
                          data_.train->num_classes(), runtime.device(), c.seed)),
       schedule_{c.lr_schedule, c.optimizer.lr, c.lr_step_size, c.lr_gamma, c.epochs, 0.f},
@@ -420,8 +422,27 @@ TrainResult Trainer::run() {
   return result;
 }
 
+// Every output path is checked writable before data is loaded or a step is taken, so a run that
+// could not save fails in its first second, not after training: rank 0's (checkpoints, trace)
+// by rank 0, alike on every rank; each rank's own flight recorder directory by that rank.
+void check_output_paths(Runtime& runtime, const TrainConfig& c) {
+  broadcast_from_root(runtime.control(), [&]() -> std::vector<std::string> {
+    if (!c.checkpoints.dir.empty()) check_writable_dir("--checkpoint-dir", c.checkpoints.dir, true);
+    if (!c.output.trace_path.empty()) check_writable_file("--trace", c.output.trace_path);
+    return {};
+  });
+  // The default, the working directory, is left alone: a run started in a read-only folder
+  // should not fail for a dump it may never write (and the dump names its own failure).
+  const std::string& recorder_dir = c.runtime.flight_recorder_dir;
+  if (c.runtime.flight_recorder_size > 0 && !recorder_dir.empty() && recorder_dir != ".")
+    check_writable_dir("--flight-recorder-dir", recorder_dir, false);
+}
+
 }  // namespace
 
-TrainResult train(Runtime& runtime, const TrainConfig& config) { return Trainer(runtime, config).run(); }
+TrainResult train(Runtime& runtime, const TrainConfig& config) {
+  check_output_paths(runtime, config);
+  return Trainer(runtime, config).run();
+}
 
 }  // namespace dtrain

@@ -4,8 +4,10 @@
 #include "data/idx_reader.h"
 
 #include <libdeflate.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -14,12 +16,14 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <optional>
 #include <utility>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/memory.h"
 
 namespace dtrain {
 namespace {
@@ -110,10 +114,12 @@ class MappedFile {
   size_t size_;
 };
 
-// gzerror()'s message, less the "<path>: " zlib puts in front (our errors name the file already).
+// gzerror()'s message, less the "<path>: " or "<fd:N>: " zlib puts in front (our errors name the
+// file already).
 std::string gz_message(gzFile f, const std::string& path, int* errnum) {
   std::string msg = gzerror(f, errnum);
   if (msg.starts_with(path + ": ")) msg.erase(0, path.size() + 2);
+  if (const size_t end = msg.find(">: "); msg.starts_with("<fd:") && end != std::string::npos) msg.erase(0, end + 3);
   return msg;
 }
 
@@ -164,72 +170,6 @@ class GzipSource : public Source {
   std::string reason_;
 };
 
-// Note [Two gzip decoders]
-// libdeflate decompresses the 26 MB training images in about half of zlib's instructions
-// (callgrind, the whole read_idx: 0.60 G vs 1.13 G; CPU time 135 vs 230 ms) but only whole
-// buffers, into an output whose size it must be told: the gzip trailer's ISIZE (the size mod
-// 2^32 of the last member). So a gzip file is mapped whole (pre-faulted) and decoded by
-// libdeflate into ISIZE bytes, which then become the payload without a copy (a copy would cost
-// 11,500 page faults, as much as the decoder saves); that succeeds only for a well-formed
-// single-member file whose trailer is true and whose every byte was consumed. Anything else
-// (corruption, truncation, several members, trailing bytes, ISIZE beyond the deflate bound)
-// falls back to zlib's stream, whose errors and semantics the reader has always had. The header
-// checks run on either source and the payload checks share their messages, so every message is
-// the same whichever decoder ran.
-std::optional<std::vector<uint8_t>> decompress_whole(std::FILE* f, size_t size) {
-  if (size < 18 || size == SIZE_MAX) return std::nullopt;  // 18: the smallest gzip member
-  const MappedFile in(f, size);
-  if (!in.data()) return std::nullopt;
-  const uint8_t* t = in.data() + size - 4;
-  const size_t isize = uint32_t{t[0]} | uint32_t{t[1]} << 8 | uint32_t{t[2]} << 16 | uint32_t{t[3]} << 24;
-  if (isize == 0 || isize > gzip_max_bytes(size)) return std::nullopt;
-  std::vector<uint8_t> out(isize);
-  std::unique_ptr<libdeflate_decompressor, decltype(&libdeflate_free_decompressor)> d(
-      libdeflate_alloc_decompressor(), &libdeflate_free_decompressor);
-  if (!d) return std::nullopt;
-  size_t used = 0, produced = 0;
-  if (libdeflate_gzip_decompress_ex(d.get(), in.data(), size, out.data(), isize, &used, &produced) !=
-          LIBDEFLATE_SUCCESS ||
-      used != size || produced != isize)
-    return std::nullopt;
-  return out;
-}
-
-std::unique_ptr<Source> open_source(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw Error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-  unsigned char magic[2] = {0, 0};
-  size_t got = std::fread(magic, 1, 2, f);
-  if (got == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
-    const size_t size = file_size(f);
-    std::optional<std::vector<uint8_t>> whole = decompress_whole(f, size);
-    std::fclose(f);
-    if (whole) return std::make_unique<MemorySource>(std::move(*whole));
-    gzFile gz = gzopen(path.c_str(), "rb");
-    if (!gz) throw Error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-    return std::make_unique<GzipSource>(gz, path, size);
-  }
-  std::rewind(f);
-  return std::make_unique<FileSource>(f, path);
-}
-
-std::string truncated_message(const std::string& path, size_t expected, const char* what, size_t have,
-                              const std::string& reason) {
-  return fmt::format("{}: truncated: expected {} bytes of {}, got {}{}", path, expected, what, have,
-                     reason.empty() ? "" : " (" + reason + ")");
-}
-
-std::string trailing_message(const std::string& path, size_t trailing, size_t expected, const char* what) {
-  return fmt::format("{}: {} bytes of trailing data after the {} bytes of {} the header describes", path, trailing,
-                     expected, what);
-}
-
-// Reads exactly n bytes or throws "truncated: expected <n> bytes of <what>, got <m>".
-void read_exact(Source& src, const std::string& path, void* dst, size_t n, const char* what) {
-  size_t got = src.read(dst, n);
-  if (got != n) throw Error(truncated_message(path, n, what, got, src.early_end_reason()));
-}
-
 const char* type_name(uint8_t code) {
   switch (code) {
     case 0x08: return "unsigned byte";
@@ -251,22 +191,35 @@ const char* payload_name(size_t ndim) {
 // Largest payload accepted (1 TiB): a header beyond this is corrupt, not a real data set.
 constexpr int64_t kMaxPayload = int64_t{1} << 40;
 
-// The payload of an in-memory source: `rest`, checked as the streaming read checks it.
-IdxArray take_payload(IdxArray out, std::vector<uint8_t> rest, const std::string& path, size_t expected,
-                      const char* what) {
-  if (rest.size() < expected) throw Error(truncated_message(path, expected, what, rest.size(), ""));
-  if (rest.size() > expected) throw Error(trailing_message(path, rest.size() - expected, expected, what));
-  out.data = std::move(rest);
-  return out;
+std::string truncated_message(const std::string& path, size_t expected, const char* what, size_t have,
+                              const std::string& reason) {
+  return fmt::format("{}: truncated: expected {} bytes of {}, got {}{}", path, expected, what, have,
+                     reason.empty() ? "" : " (" + reason + ")");
 }
 
-}  // namespace
+std::string trailing_message(const std::string& path, size_t trailing, size_t expected, const char* what) {
+  return fmt::format("{}: {} bytes of trailing data after the {} bytes of {} the header describes", path, trailing,
+                     expected, what);
+}
 
-IdxArray read_idx(const std::string& path) {
-  std::unique_ptr<Source> src = open_source(path);
+// Reads exactly n bytes or throws "truncated: expected <n> bytes of <what>, got <m>".
+void read_exact(Source& src, const std::string& path, void* dst, size_t n, const char* what) {
+  size_t got = src.read(dst, n);
+  if (got != n) throw Error(truncated_message(path, n, what, got, src.early_end_reason()));
+}
 
+// What an IDX header says: the dimensions and the payload they make.
+struct IdxHeader {
+  std::vector<int64_t> dims;
+  size_t header_bytes = 0;   // 4 + 4 per dimension
+  size_t payload_bytes = 0;  // the product of dims
+  const char* what = "data";
+};
+
+// Reads and checks the header at the start of `src`.
+IdxHeader read_header(Source& src, const std::string& path) {
   uint8_t header[4];
-  read_exact(*src, path, header, 4, "IDX header");
+  read_exact(src, path, header, 4, "IDX header");
   if (header[0] != 0 || header[1] != 0)
     throw Error(fmt::format("{}: not an IDX file (magic {:02x} {:02x} {:02x} {:02x}, expected 00 00 08 <ndim>)", path,
                             header[0], header[1], header[2], header[3]));
@@ -277,8 +230,8 @@ IdxArray read_idx(const std::string& path) {
   if (ndim < 1 || ndim > 4) throw Error(fmt::format("{}: unsupported IDX rank {} (expected 1 to 4)", path, ndim));
 
   uint8_t raw_dims[16];
-  read_exact(*src, path, raw_dims, 4 * ndim, "IDX dimensions");
-  IdxArray out;
+  read_exact(src, path, raw_dims, 4 * ndim, "IDX dimensions");
+  IdxHeader out;
   int64_t total = 1;
   for (size_t i = 0; i < ndim; ++i) {
     const uint8_t* p = raw_dims + 4 * i;
@@ -288,13 +241,221 @@ IdxArray read_idx(const std::string& path) {
     total *= d;
     out.dims.push_back(d);
   }
+  out.header_bytes = 4 + 4 * ndim;
+  out.payload_bytes = static_cast<size_t>(total);
+  out.what = payload_name(ndim);
+  return out;
+}
 
-  // Grow while reading so a corrupt header that claims terabytes fails on the data, not on a
-  // huge allocation.
-  const size_t expected = static_cast<size_t>(total);
-  const char* what = payload_name(ndim);
+// The first "<key>: <n> kB" figure of /proc/meminfo, in bytes; SIZE_MAX when absent.
+size_t meminfo_bytes(const char* key) {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return SIZE_MAX;
+  char line[256];
+  size_t out = SIZE_MAX;
+  const size_t key_len = std::strlen(key);
+  while (std::fgets(line, sizeof line, f)) {
+    unsigned long long kb = 0;
+    if (std::strncmp(line, key, key_len) == 0 && line[key_len] == ':' &&
+        std::sscanf(line + key_len + 1, "%llu", &kb) == 1) {
+      out = static_cast<size_t>(kb) * 1024;
+      break;
+    }
+  }
+  std::fclose(f);
+  return out;
+}
+
+// One number in a file (a cgroup's memory.max and the like); SIZE_MAX when absent or "max".
+size_t number_in_file(const char* path) {
+  std::FILE* f = std::fopen(path, "r");
+  if (!f) return SIZE_MAX;
+  unsigned long long v = 0;
+  const bool ok = std::fscanf(f, "%llu", &v) == 1;
+  std::fclose(f);
+  return ok ? static_cast<size_t>(v) : SIZE_MAX;
+}
+
+// Memory a new allocation can take: the kernel's MemAvailable, or less when this process's cgroup
+// (v2, or v1's memory controller) has a limit closer to its usage.
+MemoryAvailable memory_available_now() {
+  MemoryAvailable m{meminfo_bytes("MemAvailable"), "MemAvailable"};
+  const std::pair<const char*, const char*> cgroups[] = {
+      {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
+      {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"}};
+  for (const auto& [limit_path, usage_path] : cgroups) {
+    const size_t limit = number_in_file(limit_path), usage = number_in_file(usage_path);
+    if (limit == SIZE_MAX || usage == SIZE_MAX) continue;
+    const size_t left = limit > usage ? limit - usage : 0;
+    if (left < m.bytes) m = {left, "the cgroup's memory limit"};
+    break;
+  }
+  return m;
+}
+
+// Note [Bounded decompression]
+// A header is believed only as far as the file can back it and memory can hold it, both checked
+// before the payload's buffer exists: a raw file must be as large as it declares, a gzip file
+// cannot inflate beyond deflate's 1032:1, and no payload may exceed the memory available. So a
+// 4 MB gzip whose header declares 784 GB fails at once, in one line naming both figures, rather
+// than after inflating gigabytes (or meeting the OOM killer).
+void check_payload_bounds(const IdxHeader& h, const std::string& path, bool gzip, size_t file_bytes,
+                          size_t source_bound, const IdxReadLimits& limits) {
+  if (!gzip && h.payload_bytes > source_bound)
+    throw Error(truncated_message(path, h.payload_bytes, h.what, source_bound, ""));
+  if (gzip && h.payload_bytes > source_bound)
+    throw Error(fmt::format("{}: the IDX header declares {} bytes of {}, more than this {}-byte gzip file can hold "
+                            "(at most {} bytes: deflate expands at most 1032:1)",
+                            path, h.payload_bytes, h.what, file_bytes, source_bound));
+  const MemoryAvailable m = limits.memory_available.bytes > 0 ? limits.memory_available : memory_available_now();
+  if (h.payload_bytes > m.bytes)
+    throw Error(fmt::format("{}: the IDX header declares {} bytes ({}) of {}, more than the {} bytes ({}) of memory "
+                            "available ({})",
+                            path, h.payload_bytes, format_bytes(double(h.payload_bytes)), h.what, m.bytes,
+                            format_bytes(double(m.bytes)), m.source));
+}
+
+// Note [Two gzip decoders]
+// libdeflate decompresses the 26 MB training images in about half of zlib's instructions
+// (callgrind, the whole read_idx: 0.60 G vs 1.13 G; CPU time 135 vs 230 ms) but only whole
+// buffers, into an output whose size it must be told: the gzip trailer's ISIZE (the size mod
+// 2^32 of the last member). So a gzip file is mapped whole (pre-faulted) and decoded by
+// libdeflate into ISIZE bytes, which then become the payload without a copy (a copy would cost
+// 11,500 page faults, as much as the decoder saves); that succeeds only for a well-formed
+// single-member file whose trailer is true, agrees with the IDX header (`total`, the header and
+// payload bytes; Note [Bounded decompression]) and whose every byte was consumed. Anything else
+// (corruption, truncation, several members, trailing bytes, ISIZE beyond the deflate bound)
+// falls back to zlib's stream, whose errors and semantics the reader has always had. The header
+// checks run on either source and the payload checks share their messages, so every message is
+// the same whichever decoder ran.
+std::optional<std::vector<uint8_t>> decompress_whole(std::FILE* f, size_t size, size_t total) {
+  if (size < 18 || size == SIZE_MAX) return std::nullopt;  // 18: the smallest gzip member
+  const MappedFile in(f, size);
+  if (!in.data()) return std::nullopt;
+  const uint8_t* t = in.data() + size - 4;
+  const size_t isize = uint32_t{t[0]} | uint32_t{t[1]} << 8 | uint32_t{t[2]} << 16 | uint32_t{t[3]} << 24;
+  if (isize == 0 || isize > gzip_max_bytes(size) || isize != total) return std::nullopt;
+  std::vector<uint8_t> out(isize);
+  std::unique_ptr<libdeflate_decompressor, decltype(&libdeflate_free_decompressor)> d(
+      libdeflate_alloc_decompressor(), &libdeflate_free_decompressor);
+  if (!d) return std::nullopt;
+  size_t used = 0, produced = 0;
+  if (libdeflate_gzip_decompress_ex(d.get(), in.data(), size, out.data(), isize, &used, &produced) !=
+          LIBDEFLATE_SUCCESS ||
+      used != size || produced != isize)
+    return std::nullopt;
+  return out;
+}
+
+// "a FIFO", "a directory", ...: what a path that is not a regular file is, for messages.
+const char* file_kind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  return "of an unknown kind";
+}
+
+// Note [Data files are regular files]
+// A data file is opened without blocking and refused unless it is a regular file: opening a FIFO
+// with no writer blocks forever (under the launcher, until --start-timeout blames the network),
+// and a pipe can be neither sized (Note [Bounded decompression]) nor mapped nor rewound after
+// the gzip probe. Making a stream a file is one command (`cat x > f`); a hang explains nothing.
+std::FILE* open_regular_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0 && errno == EACCES) throw Error(fmt::format("{}: permission denied", path));
+  if (fd < 0) throw Error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw Error(fmt::format("{}: cannot open: {}", path, std::strerror(err)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(fmt::format("{}: not a regular file ({})", path, file_kind(st.st_mode)));
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // a regular file's reads never block anyway
+  std::FILE* f = ::fdopen(fd, "rb");
+  if (!f) {
+    const int err = errno;
+    ::close(fd);
+    throw Error(fmt::format("{}: cannot open: {}", path, std::strerror(err)));
+  }
+  return f;
+}
+
+// A zlib stream over `f`'s file from its start, through a descriptor of its own (never the path
+// again: what is read is what was checked).
+gzFile gzip_stream(std::FILE* f, const std::string& path) {
+  const int fd = ::dup(fileno(f));
+  if (fd < 0 || ::lseek(fd, 0, SEEK_SET) != 0) {
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    throw Error(fmt::format("{}: cannot open: {}", path, std::strerror(err)));
+  }
+  gzFile gz = gzdopen(fd, "rb");
+  if (!gz) {
+    ::close(fd);
+    throw Error(fmt::format("{}: cannot open: out of memory", path));
+  }
+  return gz;
+}
+
+std::unique_ptr<Source> open_source(const std::string& path, const IdxReadLimits& limits) {
+  std::FILE* f = open_regular_file(path);
+  unsigned char magic[2] = {0, 0};
+  size_t got = std::fread(magic, 1, 2, f);
+  if (got == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
+    const size_t size = file_size(f);
+    try {
+      // The IDX header first, through zlib (a few bytes inflated), so the whole-file decoder
+      // allocates nothing a lying header asked for (Note [Bounded decompression]).
+      GzipSource peek(gzip_stream(f, path), path, size);
+      const IdxHeader h = read_header(peek, path);
+      check_payload_bounds(h, path, true, size, peek.max_bytes(), limits);
+      std::optional<std::vector<uint8_t>> whole = decompress_whole(f, size, h.header_bytes + h.payload_bytes);
+      if (whole) {
+        std::fclose(f);
+        return std::make_unique<MemorySource>(std::move(*whole));
+      }
+      auto stream = std::make_unique<GzipSource>(gzip_stream(f, path), path, size);
+      std::fclose(f);
+      return stream;
+    } catch (...) {
+      std::fclose(f);
+      throw;
+    }
+  }
+  std::rewind(f);
+  auto source = std::make_unique<FileSource>(f, path);
+  const IdxHeader h = read_header(*source, path);
+  check_payload_bounds(h, path, false, source->max_bytes(), source->max_bytes() - h.header_bytes, limits);
+  std::rewind(f);
+  return source;
+}
+
+// The payload of an in-memory source: `rest`, checked as the streaming read checks it.
+IdxArray take_payload(IdxArray out, std::vector<uint8_t> rest, const std::string& path, size_t expected,
+                      const char* what) {
+  if (rest.size() < expected) throw Error(truncated_message(path, expected, what, rest.size(), ""));
+  if (rest.size() > expected) throw Error(trailing_message(path, rest.size() - expected, expected, what));
+  out.data = std::move(rest);
+  return out;
+}
+
+IdxArray read_idx_bounded(const std::string& path, const IdxReadLimits& limits) {
+  std::unique_ptr<Source> src = open_source(path, limits);
+  const IdxHeader h = read_header(*src, path);
+  IdxArray out;
+  out.dims = h.dims;
+  const size_t expected = h.payload_bytes;
+  const char* what = h.what;
   if (std::optional<std::vector<uint8_t>> rest = src->take_rest())
     return take_payload(std::move(out), std::move(*rest), path, expected, what);
+  // Grow while reading (a zlib stream's true length is known only at its end), after the bounds
+  // open_source checked.
   size_t have = 0;
   out.data.resize(std::min({expected, src->max_bytes(), size_t{64} << 20}));
   while (true) {
@@ -315,6 +476,18 @@ IdxArray read_idx(const std::string& path) {
     throw Error(fmt::format("{}: truncated: the {} bytes of {} arrived but the file ends early ({})", path, expected,
                             what, reason));
   return out;
+}
+
+}  // namespace
+
+IdxArray read_idx(const std::string& path, const IdxReadLimits& limits) {
+  try {
+    return read_idx_bounded(path, limits);
+  } catch (const std::bad_alloc&) {
+    // Past the bounds yet still out of memory (other allocations, an address-space limit): the
+    // file is named, not a bare std::bad_alloc.
+    throw Error(fmt::format("{}: out of memory while reading it", path));
+  }
 }
 
 void write_idx(const std::string& path, std::span<const int64_t> dims, std::span<const uint8_t> data, bool gzip) {

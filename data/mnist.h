@@ -1,7 +1,7 @@
 // MnistDataset: the MNIST family (MNIST, Fashion-MNIST, and IDX data a user brings) from its
 // four IDX files, kept as uint8 in memory and turned into normalised floats by a vectorised
 // loop on each get(). Images are [n, rows, cols] or, with channels, [n, channels, rows, cols];
-// the classes are the labels the training data has (max label + 1), not a fixed 10.
+// the classes are the labels the training data has (max label + 1, unless told), not a fixed 10.
 #pragma once
 
 #include <cstdint>
@@ -26,9 +26,11 @@ class MnistDataset : public Dataset {
   // Loads {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] from `dir` (the .gz file wins
   // when both exist). limit > 0 keeps only the first `limit` samples (all when fewer exist);
   // the classes are counted over the whole label file, so a limit never changes them.
-  // Throws dtrain::Error naming the directory or file and the problem.
+  // num_classes > 0: that many classes, every label below it; 0: max label + 1, and for the
+  // training split a label far above the others is an error (Note [A label far outside the
+  // others] in mnist.cpp). Throws dtrain::Error naming the directory or file and the problem.
   static std::unique_ptr<MnistDataset> load(const std::string& dir, Split split, Normalize norm = {},
-                                            int64_t limit = 0);
+                                            int64_t limit = 0, int num_classes = 0);
 
   // From memory: `images` holds labels.size() samples of shape_numel(sample_shape) bytes each,
   // sample_shape being {channels, rows, cols}. num_classes 0: max label + 1; otherwise every
@@ -73,9 +75,9 @@ struct MnistSplits {
 // Loads both splits of `dir` in parallel (a thread each: decompressing the images is most of
 // start-up) and checks that they agree: the test images have the train images' shape, and every
 // test label is one of the train labels' classes (the test split takes the train split's
-// num_classes). Limits as in MnistDataset::load. Throws dtrain::Error, one line naming the
-// files; when both splits fail, the train split's error.
+// num_classes). Limits and num_classes as in MnistDataset::load. Throws dtrain::Error, one line
+// naming the files; when both splits fail, the train split's error.
 MnistSplits load_mnist_splits(const std::string& dir, Normalize norm = {}, int64_t train_limit = 0,
-                              int64_t test_limit = 0);
+                              int64_t test_limit = 0, int num_classes = 0);
 
 }  // namespace dtrain

@@ -46,14 +46,23 @@ int64_t cnn_flat_features(const Shape& sample_shape) {
 LayerSize layer_size(std::string name, int64_t weights, int64_t per_weight, int64_t bias) {
   int64_t count = checked_mul(weights, per_weight, name);
   if (__builtin_add_overflow(count, bias, &count)) throw Error(fmt::format("{}: parameter count overflows", name));
-  return {std::move(name), count};
+  return {std::move(name), count, {}};
 }
 
-LayerSize linear_size(int64_t in, int64_t out) { return layer_size(fmt::format("Linear({}, {})", in, out), in, out, out); }
+// The layer at position `index` of the Sequential: its weight and bias as Linear and Conv2d shape them.
+LayerSize with_tensors(LayerSize l, size_t index, Shape weight, int64_t bias) {
+  l.tensors = {{fmt::format("{}.weight", index), std::move(weight)}, {fmt::format("{}.bias", index), {bias}}};
+  return l;
+}
 
-LayerSize conv_size(int64_t in_c, int64_t out_c) {
-  return layer_size(fmt::format("Conv2d({}, {}, kernel={})", in_c, out_c, kKernel), in_c, out_c * kKernel * kKernel,
-                    out_c);
+LayerSize linear_size(int64_t in, int64_t out, size_t index) {
+  return with_tensors(layer_size(fmt::format("Linear({}, {})", in, out), in, out, out), index, {out, in}, out);
+}
+
+LayerSize conv_size(int64_t in_c, int64_t out_c, size_t index) {
+  return with_tensors(layer_size(fmt::format("Conv2d({}, {}, kernel={})", in_c, out_c, kKernel), in_c,
+                                 out_c * kKernel * kKernel, out_c),
+                      index, {out_c, in_c, kKernel, kKernel}, out_c);
 }
 
 // Refuses a model whose training state would exceed `budget` bytes, naming its largest layer.
@@ -121,20 +130,25 @@ std::optional<ModelKind> parse_model_kind(const std::string& name) { return kMod
 std::vector<LayerSize> plan_model(const ModelSpec& spec, const Shape& sample_shape, int num_classes) {
   if (num_classes < 1)
     throw Error(fmt::format("{} needs at least one class, got {}", model_kind_name(spec.kind), num_classes));
+  // The indices are the layers' places in the Sequential that build_mlp and build_cnn make
+  // (activations, pooling and dropout included): they name the parameters.
+  const size_t dropout = spec.dropout > 0.f ? 1 : 0;
   std::vector<LayerSize> layers;
   if (spec.kind == ModelKind::kCnn) {
     const int64_t flat = cnn_flat_features(sample_shape);
-    layers = {conv_size(sample_shape[0], kConv1Out), conv_size(kConv1Out, kConv2Out), linear_size(flat, kFc1),
-              linear_size(kFc1, kFc2), linear_size(kFc2, num_classes)};
+    layers = {conv_size(sample_shape[0], kConv1Out, 0), conv_size(kConv1Out, kConv2Out, 3), linear_size(flat, kFc1, 7),
+              linear_size(kFc1, kFc2, 9 + dropout), linear_size(kFc2, num_classes, 11 + dropout)};
     return layers;
   }
   int64_t width = shape_numel(sample_shape);
+  size_t index = 1;  // after Flatten
   for (int64_t h : spec.hidden) {
     DTRAIN_CHECK(h > 0, "MLP hidden width {} is not positive", h);
-    layers.push_back(linear_size(width, h));
+    layers.push_back(linear_size(width, h, index));
+    index += 2 + dropout;  // Linear, ReLU[, Dropout]
     width = h;
   }
-  layers.push_back(linear_size(width, num_classes));
+  layers.push_back(linear_size(width, num_classes, index));
   return layers;
 }
 

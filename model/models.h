@@ -31,13 +31,21 @@ struct ModelSpec {
 // AdamW keeps two, so the estimate is a floor).
 inline constexpr int64_t kTrainingBytesPerParameter = 12;
 
+// One parameter tensor as the built model names it ("1.weight", as Sequential::parameters()).
+struct ParameterShape {
+  std::string name;
+  Shape shape;
+};
+
 struct LayerSize {
   std::string layer;       // "Linear(784, 256)"
   int64_t parameters = 0;  // weights and bias
+  std::vector<ParameterShape> tensors;  // its weight and bias, named and shaped as built
 };
 
 // The parameterised layers `spec` builds for samples of `sample_shape`, in order, with their
-// parameter counts; computed, nothing allocated. Throws dtrain::Error (one line) when the sample
+// parameter counts and tensors; computed, nothing allocated (a weights file can be checked
+// against it before a model is built). Throws dtrain::Error (one line) when the sample
 // shape does not suit the model (a cnn needs [channels, height, width] of at least 12x12), when
 // num_classes < 1, or when a count overflows.
 std::vector<LayerSize> plan_model(const ModelSpec& spec, const Shape& sample_shape, int num_classes);

@@ -43,6 +43,15 @@ TEST(ResumeConfig, EverySettingThatChangesResultsMustMatch) {
   }
 }
 
+// --classes is part of the model, recorded only when given: checkpoints of runs without it (and
+// of older dtrains) still match a run without it.
+TEST(ResumeConfig, ClassesAreRecordedOnlyWhenGiven) {
+  EXPECT_FALSE(config_of({})["model"].contains("classes"));
+  EXPECT_EQ(config_of({"--classes", "12"})["model"]["classes"], 12);
+  EXPECT_EQ(difference({"--classes", "12"}, {}), "model.classes: checkpoint 12, this run absent");
+  EXPECT_EQ(difference({"--classes", "12"}, {"--classes", "12"}), "(none)");
+}
+
 TEST(ResumeConfig, AutoBucketCapIsASettingOfItsOwn) {
   EXPECT_EQ(difference({"--bucket-cap-mb", "auto"}, {}), "ddp.bucket_cap_bytes: checkpoint \"auto\", this run 26214400");
   EXPECT_EQ(difference({"--bucket-cap-mb", "auto"}, {"--bucket-cap-mb", "auto"}), "(none)");

@@ -75,6 +75,36 @@ TEST(TrainOptions, WrongFlagsAndValuesAreOneLineUsageErrors) {
     EXPECT_EQ(e.find('\n'), std::string::npos) << e;
 }
 
+// Issue 19 item 13: a float flag's whole value is the number ("0.5abc" used to train at 0.5), and a
+// non-finite one is named as such (not "expected a whole number").
+TEST(TrainOptions, FloatFlagsAreParsedStrictly) {
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--lr", "0.5abc"}), "--lr: expected a number, got '0.5abc'");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--lr", "nan"}), "--lr: expected a finite number, got 'nan'");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--lr=inf"}), "--lr: expected a finite number, got 'inf'");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--lr", "1e39"}), "--lr: '1e39' is out of range for a number");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--lr", ""}), "--lr: expected a number, got ''");
+  for (const char* flag : {"--dropout", "--momentum", "--weight-decay", "--adam-eps", "--lr-gamma", "--timeout"}) {
+    EXPECT_EQ(usage_error_of({"--data", "/tmp", flag, "0.1x"}), std::string(flag) + ": expected a number, got '0.1x'");
+    EXPECT_EQ(usage_error_of({"--data", "/tmp", flag, "nan"}), std::string(flag) + ": expected a finite number, got 'nan'");
+  }
+  // Integer flags already refused trailing garbage (cxxopts matches the whole text): kept so.
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--epochs", "2abc"}), "--epochs: expected a number, got '2abc'");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--threads", "nan"}), "--threads: expected a whole number, got 'nan'");
+  const TrainConfig c = parse_train_options({"--data", "/tmp", "--lr", "+5e-1", "--timeout", "1.5", "--lr-gamma", "1"}).config;
+  EXPECT_FLOAT_EQ(c.optimizer.lr, 0.5f);
+  EXPECT_EQ(c.runtime.collective_timeout_s, 1.5);
+  EXPECT_FLOAT_EQ(c.lr_gamma, 1.f);
+}
+
+TEST(TrainOptions, ClassesAreCountedFromTheLabelsUnlessGiven) {
+  EXPECT_EQ(parse_train_options({"--data", "/tmp"}).config.data.classes, 0);
+  EXPECT_EQ(parse_train_options({"--data", "/tmp", "--classes", "12"}).config.data.classes, 12);
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--classes", "-1"}),
+            "--classes: must be in [0, 1000000] (0: from the labels), got -1");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--classes", "1000001"}),
+            "--classes: must be in [0, 1000000] (0: from the labels), got 1000001");
+}
+
 // Sizes that would wrap the trainer's element counts (the issue's heap overflow and Linear
 // overflow) are refused at the flag, before anything is allocated.
 TEST(TrainOptions, SizeFlagsHaveSaneUpperBounds) {

@@ -1,6 +1,13 @@
 // IDX reading: round trips through gzip and raw files, and the one-line errors for bad files.
 #include "data/idx_reader.h"
 
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -8,6 +15,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <fmt/format.h>
 
 #include "core/error.h"
 #include "temp_dir.h"
@@ -250,6 +258,87 @@ TEST(IdxReader, BytesAfterTheGzipStreamAreIgnoredAsZlibDoes) {
   bytes.insert(bytes.end(), {'j', 'u', 'n', 'k', 0, 0, 0, 0});
   write_bytes(path, bytes, false);
   EXPECT_EQ(read_idx(path).data, pattern(64));
+}
+
+// Issue 19 item 8: a FIFO (or any file that is not a regular one) is refused at once; opening a
+// FIFO without a writer used to block forever.
+TEST(IdxReader, FifoIsRefusedNotWaitedOn) {
+  TempDir dir;
+  const std::string fifo = dir.file("fifo-idx1-ubyte");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  EXPECT_EQ(read_error(fifo), fifo + ": not a regular file (a FIFO)");
+  EXPECT_EQ(read_error(dir.path().string()), dir.path().string() + ": not a regular file (a directory)");
+}
+
+// A gzip file of `members` members of `member_bytes` zeros each, the first starting with an IDX
+// header of `dims` (a small file that inflates to members x member_bytes).
+std::string gzip_bomb(const TempDir& dir, const std::vector<uint32_t>& dims, int members, size_t member_bytes) {
+  std::vector<uint8_t> first = idx_bytes(dims, 0);
+  first.resize(member_bytes, 0);
+  write_bytes(dir.file("first.gz"), first, true);
+  write_bytes(dir.file("rest.gz"), std::vector<uint8_t>(member_bytes, 0), true);
+  std::vector<uint8_t> out = file_bytes(dir.file("first.gz")), rest = file_bytes(dir.file("rest.gz"));
+  for (int i = 1; i < members; ++i) out.insert(out.end(), rest.begin(), rest.end());
+  const std::string path = dir.file("bomb-idx3-ubyte.gz");
+  write_bytes(path, out, false);
+  return path;
+}
+
+// Issue 19 item 10: the size a header declares is checked, before anything is allocated, against
+// what the file can hold (deflate inflates at most 1032:1) and the memory available, in one line
+// naming both figures.
+TEST(IdxReader, DeclaredSizeIsBoundedByTheFileAndTheMemory) {
+  TempDir dir;
+  // 784 GB declared in a gzip of ~100 KB that inflates to 100 MB.
+  const std::string bomb = gzip_bomb(dir, {1000000000u, 28, 28}, 100, 1 << 20);
+  const size_t size = std::filesystem::file_size(bomb);
+  EXPECT_EQ(read_error(bomb), fmt::format("{}: the IDX header declares 784000000000 bytes of image data, more than "
+                                          "this {}-byte gzip file can hold (at most {} bytes: deflate expands at "
+                                          "most 1032:1)",
+                                          bomb, size, size * 1032 + 1024));
+  // 50 MB declared and held, but only 10 MB of memory.
+  const std::string fits = gzip_bomb(dir, {50000, 1000}, 50, 1 << 20);
+  const IdxReadLimits small{{10'000'000, "a test's limit"}};
+  try {
+    read_idx(fits, small);
+    ADD_FAILURE() << "read beyond the memory available";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), fits + ": the IDX header declares 50000000 bytes (50.0 MB) of data, more than the "
+                                            "10000000 bytes (10.0 MB) of memory available (a test's limit)");
+  }
+  // A raw file must hold what it declares: a short one is truncated, before any allocation.
+  const std::string raw = dir.file("raw-idx3-ubyte");
+  write_bytes(raw, idx_bytes({1000000000u, 28, 28}, 100), false);
+  EXPECT_EQ(read_error(raw), raw + ": truncated: expected 784000000000 bytes of image data, got 100");
+}
+
+// This process's address space now (VmSize), in bytes.
+size_t address_space_bytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmSize:", 0) == 0) return std::stoull(line.substr(7)) * 1024;
+  return 0;
+}
+
+// Issue 19 item 10: out of memory while reading, within the bounds (here an address-space limit
+// of 256 MiB more than the process has against a 1 GB payload), names the file instead of a bare
+// std::bad_alloc.
+TEST(IdxReaderDeathTest, OutOfMemoryNamesTheFile) {
+  TempDir dir;
+  const std::string bomb = gzip_bomb(dir, {1000000u, 1000}, 1000, 1 << 20);  // 1 GB declared and held
+  auto read_in_little_memory = [&] {
+    rlimit limit{};
+    limit.rlim_cur = limit.rlim_max = address_space_bytes() + (size_t{256} << 20);
+    setrlimit(RLIMIT_AS, &limit);
+    try {
+      read_idx(bomb);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      std::_Exit(3);
+    }
+    std::_Exit(0);
+  };
+  EXPECT_EXIT(read_in_little_memory(), ::testing::ExitedWithCode(3), bomb + ": out of memory while reading it");
 }
 
 TEST(IdxReader, MissingFileNamesIt) {

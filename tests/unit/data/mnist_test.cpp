@@ -126,14 +126,49 @@ TEST(Mnist, ClassesComeFromTheTrainingLabels) {
   TempDir dir;
   write_split(dir, "train", 4, false);
   write_split(dir, "t10k", 3, false);
-  write_idx(dir.file("train-labels-idx1-ubyte"), std::vector<int64_t>{4}, std::vector<uint8_t>{1, 2, 12, 3}, false);
-  EXPECT_EQ(MnistDataset::load(dir.path().string(), Split::kTrain)->num_classes(), 13);
-  EXPECT_EQ(MnistDataset::load(dir.path().string(), Split::kTrain, {}, 2)->num_classes(), 13);  // a limit keeps them
+  // Classes 0 and 4 to 6 have no sample: 3 empty below 7, 4 with samples, so 7 is not "far" (see
+  // LabelFarAboveTheOthersIsAnErrorUnlessTheClassesAreGiven).
+  write_idx(dir.file("train-labels-idx1-ubyte"), std::vector<int64_t>{4}, std::vector<uint8_t>{1, 2, 7, 3}, false);
+  write_idx(dir.file("t10k-labels-idx1-ubyte"), std::vector<int64_t>{3}, std::vector<uint8_t>{0, 1, 3}, false);
+  EXPECT_EQ(MnistDataset::load(dir.path().string(), Split::kTrain)->num_classes(), 8);
+  EXPECT_EQ(MnistDataset::load(dir.path().string(), Split::kTrain, {}, 2)->num_classes(), 8);  // a limit keeps them
   MnistSplits splits = load_mnist_splits(dir.path().string());
-  EXPECT_EQ(splits.train->num_classes(), 13);
-  EXPECT_EQ(splits.test->num_classes(), 13);  // the train split's, though its own labels stop at 7
+  EXPECT_EQ(splits.train->num_classes(), 8);
+  EXPECT_EQ(splits.test->num_classes(), 8);  // the train split's, though its own labels stop at 3
   write_idx(dir.file("train-labels-idx1-ubyte"), std::vector<int64_t>{4}, std::vector<uint8_t>{0, 1, 1, 0}, false);
   EXPECT_EQ(MnistDataset::load(dir.path().string(), Split::kTrain)->num_classes(), 2);
+}
+
+// Issue 19 item 6: a label far above the others (more empty classes between it and the next label
+// than classes with samples) would silently build a model of that many classes.
+TEST(Mnist, LabelFarAboveTheOthersIsAnErrorUnlessTheClassesAreGiven) {
+  TempDir dir;
+  write_split(dir, "train", 4, false);
+  write_split(dir, "t10k", 3, false);
+  write_idx(dir.file("train-labels-idx1-ubyte"), std::vector<int64_t>{4}, std::vector<uint8_t>{1, 2, 12, 3}, false);
+  const std::string far = dir.file("train-labels-idx1-ubyte") +
+                          ": label 12 of sample 2 is far outside the other labels (1 to 3): it would make 13 classes, "
+                          "8 of them empty between it and the rest; give the class count if it is meant";
+  EXPECT_EQ(load_error(dir.path().string(), Split::kTrain), far);
+  EXPECT_EQ(splits_error(dir.path().string()), far);
+  // Told the class count, the labels need only be below it.
+  EXPECT_EQ(MnistDataset::load(dir.path().string(), Split::kTrain, {}, 0, 13)->num_classes(), 13);
+  MnistSplits given = load_mnist_splits(dir.path().string(), {}, 0, 0, 20);
+  EXPECT_EQ(given.train->num_classes(), 20);
+  EXPECT_EQ(given.test->num_classes(), 20);
+  try {
+    load_mnist_splits(dir.path().string(), {}, 0, 0, 12);
+    ADD_FAILURE() << "label 12 accepted among 12 classes";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), dir.file("train-labels-idx1-ubyte") +
+                                         ": label 12 of sample 2 is not one of the 12 classes asked for (0 to 11)");
+  }
+  // Where the gap is no larger than the classes in use, it stands (4 empty below 8, 4 used).
+  write_idx(dir.file("train-labels-idx1-ubyte"), std::vector<int64_t>{4}, std::vector<uint8_t>{1, 2, 8, 3}, false);
+  EXPECT_EQ(load_mnist_splits(dir.path().string()).train->num_classes(), 9);
+  // A single label value, or none far from the rest: as before.
+  write_idx(dir.file("train-labels-idx1-ubyte"), std::vector<int64_t>{4}, std::vector<uint8_t>{5, 5, 5, 5}, false);
+  EXPECT_EQ(MnistDataset::load(dir.path().string(), Split::kTrain)->num_classes(), 6);
 }
 
 TEST(Mnist, TestLabelOutsideTheTrainClassesNamesBothFiles) {

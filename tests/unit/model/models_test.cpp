@@ -37,6 +37,22 @@ int64_t planned_count(const ModelSpec& spec, const Shape& sample, int classes) {
   return n;
 }
 
+// The plan names and shapes every parameter as the built model does, so a weights file can be
+// checked against it before anything is allocated (dtrain eval, issue 19 item 9).
+TEST(Models, PlanNamesAndShapesTheParametersAsBuilt) {
+  for (ModelKind kind : {ModelKind::kMlp, ModelKind::kCnn})
+    for (float dropout : {0.f, 0.25f}) {
+      ModelSpec spec{kind, {32, 16}, dropout};
+      const Shape sample = {1, 28, 28};
+      auto model = build_model(spec, sample, 7, Device::cpu(), 0);
+      std::vector<std::string> built, planned;
+      for (Parameter* p : model->parameters()) built.push_back(p->name + " " + shape_str(p->value.shape()));
+      for (const LayerSize& l : plan_model(spec, sample, 7))
+        for (const ParameterShape& t : l.tensors) planned.push_back(t.name + " " + shape_str(t.shape));
+      EXPECT_EQ(planned, built) << model_kind_name(kind) << " dropout " << dropout;
+    }
+}
+
 TEST(Models, CnnAdaptsToTheImageSize) {
   // 28x28 -> 16x5x5 (LeNet), 32x32 -> 16x6x6, 12x12 (the smallest) -> 16x1x1, 20x16 -> 16x3x2.
   const std::vector<std::pair<Shape, int64_t>> cases = {
