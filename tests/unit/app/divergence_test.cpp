@@ -59,6 +59,18 @@ TEST(LossWatch, ASumReadAtVotesNamesTheRangeSinceTheLastFiniteCheck) {
   EXPECT_FALSE(quiet.check().found);  // nothing recorded since: nothing read
 }
 
+// On one GPU rank every boundary votes: the sum is read once a period, and always when a check
+// must (before a save, at the end), so a NaN never passes a save unread.
+TEST(LossWatch, ASumIsReadOncePerPeriodUnlessACheckMust) {
+  LossWatch watch(Device::cpu(), false, 60'000);
+  watch.record(loss(kNan), {1, 0, 1});
+  EXPECT_FALSE(watch.check(false).found);  // within the period: not read
+  const LossFinding f = watch.check(true);
+  ASSERT_TRUE(f.found);
+  EXPECT_EQ(f.first.step, 1);
+  EXPECT_TRUE(f.exact);
+}
+
 TEST(DivergenceLine, NamesTheEarliestLossTheRanksThatSawOneAndTheCheckpoints) {
   std::vector<LossFinding> ranks(3);
   ranks[1] = {true, true, kNan, {9, 1, 2}, {9, 1, 2}};
