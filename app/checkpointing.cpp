@@ -203,7 +203,7 @@ std::string CheckpointSaver::snapshot(checkpoint::TrainingState state, Module& m
   for (const auto& e : optimizer_state.tensors) snapshot.optimizer.push_back(safetensors::host_copy(e.name, e.value, pool));
   for (const auto& c : optimizer_state.counts) snapshot.optimizer.push_back(safetensors::i64_scalar(c.name, c.value));
   snapshot.optimizer_metadata = {{"optimizer", optimizer_name(optimizer.kind())}};
-  // One pass over host memory next to the copy (0.1 ms for the seed MLP's 1.6 MB).
+  // One pass over the host copy just made: O(state), as the copy itself.
   std::string bad = checkpoint::first_nonfinite_tensor(snapshot.model);
   if (!bad.empty()) bad = fmt::format("{}: {}", checkpoint::kModelFile, bad);
   if (const std::string o = checkpoint::first_nonfinite_tensor(snapshot.optimizer); bad.empty() && !o.empty())

@@ -1,5 +1,6 @@
 #include "app/divergence.h"
 
+#include <chrono>
 #include <cmath>
 #include <vector>
 
@@ -10,7 +11,8 @@
 
 namespace dtrain {
 
-LossWatch::LossWatch(Device device, bool read_every_step) : read_every_step_(read_every_step) {
+LossWatch::LossWatch(Device device, bool read_every_step, double read_period_ms)
+    : read_every_step_(read_every_step), read_period_ms_(read_period_ms), last_read_(std::chrono::steady_clock::now()) {
   if (read_every_step_) return;
   sum_ = Tensor::empty({1}, device);
   fill(sum_, 0.f);
@@ -29,8 +31,11 @@ void LossWatch::record(const Tensor& loss, const StepPlace& at) {
   unchecked_ = true;
 }
 
-LossFinding LossWatch::check() {
+LossFinding LossWatch::check(bool must) {
   if (found_.found || read_every_step_ || !unchecked_) return found_;
+  const auto now = std::chrono::steady_clock::now();
+  if (!must && std::chrono::duration<double, std::milli>(now - last_read_).count() < read_period_ms_) return found_;
+  last_read_ = now;
   const float sum = loss_value(sum_);
   if (!std::isfinite(sum)) {
     found_ = {true, first_unchecked_.step == last_recorded_.step, sum, first_unchecked_, last_recorded_};

@@ -5,8 +5,9 @@
 //   checkpoint written from it replaces (and, with --keep, prunes) the last good ones. So:
 //   - every rank checks its loss at every step (LossWatch): on a CPU the loss is a host float,
 //     read for free; on a GPU reading it would synchronise every step, so the step losses are
-//     summed on the device (a sum stays non-finite once one term is) and the sum is read only
-//     at votes, which then name the range of steps;
+//     summed on the device (a sum stays non-finite once one term is) and the sum is read at
+//     votes at most once a period (on one rank every boundary votes) and always before a save,
+//     naming the range of steps;
 //   - the finding goes into the stop vote (app/preemption.h), so every rank stops at the same
 //     boundary and none is left waiting in a collective; the ranks then exchange what each saw
 //     and rank 0 prints one line (divergence_line());
@@ -22,6 +23,7 @@
 //   parameters in the same step and the loss (or the snapshot check) in the next.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -52,16 +54,20 @@ struct LossFinding {
 // One rank's watch over its step losses (Note [Stopping on non-finite values]).
 class LossWatch {
  public:
-  // `read_every_step`: read each loss as it comes (a CPU loss); else sum them on `device`.
-  LossWatch(Device device, bool read_every_step);
+  // `read_every_step`: read each loss as it comes (a CPU loss); else sum them on `device` and
+  // read the sum at most every `read_period_ms` unless a check must.
+  LossWatch(Device device, bool read_every_step, double read_period_ms = 0);
   // After each micro-batch: its loss (a one-element tensor on the device) and where it ran.
   void record(const Tensor& loss, const StepPlace& at);
   // At a vote: the first non-finite loss seen so far (kept once found). On a device, reads
-  // the sum of the losses recorded since the last check (one float: a synchronisation).
-  LossFinding check();
+  // the sum of the losses recorded since the last read (one float: a synchronisation) when
+  // `must` (before a save, at the end) or a period has passed since the last read.
+  LossFinding check(bool must = true);
 
  private:
   bool read_every_step_;
+  double read_period_ms_;
+  std::chrono::steady_clock::time_point last_read_;
   Tensor sum_;                  // the device-side running sum (when not read every step)
   StepPlace first_unchecked_;   // the first step in sum_
   StepPlace last_recorded_;

@@ -81,8 +81,9 @@ class Trainer {
   // (on a signal or a non-finite value: stop() or diverge() has run).
   bool at_step_boundary(bool epoch_end);
   // Casts this rank's ballot; `snapshot`: rank 0 first takes the checkpoint's snapshot and
-  // checks it (Note [Stopping on non-finite values]).
-  Verdict vote(bool snapshot);
+  // checks it; `must_read`: the losses are read whatever the period (before a save, at the
+  // end; Note [Stopping on non-finite values]).
+  Verdict vote(bool snapshot, bool must_read);
   void write_checkpoint();
   void stop(int signal);
   void diverge();
@@ -135,7 +136,7 @@ Trainer::Trainer(Runtime& runtime, const TrainConfig& c)
           {c.model, data_.train->sample_shape(), data_.train->num_classes(), c.data.normalize})),
       saver_(runtime.control(), c.checkpoints),
       stop_vote_(runtime.control()),
-      loss_watch_(runtime.device(), runtime.device().is_cpu()),
+      loss_watch_(runtime.device(), runtime.device().is_cpu(), kVotePeriodMs),
       sample_log_(runtime.rank()) {
   // Before the first collective whose count or shape a setting decides (DDP's checks, the
   // broadcast, the steps): ranks started with other flags fail here, in one line, not in a hang.
@@ -311,12 +312,12 @@ bool Trainer::at_step_boundary(bool epoch_end) {
   // Every rank reaches the same boundaries, so every rank votes at each (Note [Agreeing to
   // stop]); always where a checkpoint is due and at the end (Note [Stopping on non-finite values]).
   if (!stop_vote_.votes_here(save_due || run_end)) return true;
-  Verdict verdict = vote(save_due);
+  Verdict verdict = vote(save_due, save_due || run_end);
   if (verdict.nonfinite_ranks > 0) return diverge(), false;
   const int signal = run_end ? 0 : verdict.signal;  // the run ends here anyway, with its checkpoint
   if (signal != 0 && can_save && !save_due) {
     // A stop saves where it is: the ranks vote again, on the snapshot this time.
-    if (vote(true).nonfinite_ranks > 0) return diverge(), false;
+    if (vote(true, true).nonfinite_ranks > 0) return diverge(), false;
     write_checkpoint();
   } else if (save_due) {
     write_checkpoint();
@@ -325,12 +326,12 @@ bool Trainer::at_step_boundary(bool epoch_end) {
   return true;
 }
 
-Verdict Trainer::vote(bool snapshot) {
+Verdict Trainer::vote(bool snapshot, bool must_read) {
   if (snapshot) {
     rt_.compute_stream().synchronize();  // the snapshot reads what the last step wrote
     snapshot_problem_ = saver_.snapshot(training_state(), *model_, *optimizer_, architecture_);
   }
-  const bool nonfinite = loss_watch_.check().found || !snapshot_problem_.empty();
+  const bool nonfinite = loss_watch_.check(must_read).found || !snapshot_problem_.empty();
   return stop_vote_.cast({StopSignals::received(), nonfinite});
 }
 

@@ -8,6 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include "../data/temp_dir.h"
+#include "app/checkpointing.h"
+
 namespace dtrain {
 namespace {
 
@@ -56,6 +59,18 @@ TEST(LossWatch, ASumReadAtVotesNamesTheRangeSinceTheLastFiniteCheck) {
   EXPECT_FALSE(quiet.check().found);  // nothing recorded since: nothing read
 }
 
+// On one GPU rank every boundary votes: the sum is read once a period, and always when a check
+// must (before a save, at the end), so a NaN never passes a save unread.
+TEST(LossWatch, ASumIsReadOncePerPeriodUnlessACheckMust) {
+  LossWatch watch(Device::cpu(), false, 60'000);
+  watch.record(loss(kNan), {1, 0, 1});
+  EXPECT_FALSE(watch.check(false).found);  // within the period: not read
+  const LossFinding f = watch.check(true);
+  ASSERT_TRUE(f.found);
+  EXPECT_EQ(f.first.step, 1);
+  EXPECT_TRUE(f.exact);
+}
+
 TEST(DivergenceLine, NamesTheEarliestLossTheRanksThatSawOneAndTheCheckpoints) {
   std::vector<LossFinding> ranks(3);
   ranks[1] = {true, true, kNan, {9, 1, 2}, {9, 1, 2}};
@@ -80,6 +95,35 @@ TEST(DivergenceLine, ANonFiniteSnapshotWithAFiniteLoss) {
             "training diverged: the state to checkpoint is not finite after step 16 (epoch 1, batch 16): "
             "model.safetensors: 1.weight: 200704 non-finite value(s) (first: nan at index 0); no checkpoint written "
             "from it (none in ck yet)");
+}
+
+// NaN weights can give a finite loss: the snapshot a save takes is checked before the vote, and a
+// discarded snapshot writes nothing.
+TEST(CheckpointSaver, TheSnapshotNamesANonFiniteValueAndADiscardedOneWritesNothing) {
+  testing::TempDir tmp;
+  CheckpointSettings k;
+  k.dir = (tmp.path() / "ck").string();
+  k.background = false;
+  CheckpointSaver saver(k, true);
+  ModelSpec spec;
+  spec.hidden = {8};
+  spec.memory_budget_bytes = 1 << 30;
+  std::unique_ptr<Sequential> model = build_model(spec, {1, 28, 28}, 10, Device::cpu(), 0);
+  std::unique_ptr<Optimizer> optimizer = make_optimizer(OptimizerSpec{}, model->parameters());
+  checkpoint::TrainingState state;
+  state.global_step = 1;
+  EXPECT_EQ(saver.snapshot(state, *model, *optimizer, {}), "");
+  saver.write();
+  EXPECT_EQ(saver.last_path(), k.dir + "/step-1");
+  model->parameters()[2]->value.data()[3] = kNan;  // 3.weight: ReLU(NaN) hides it from the loss
+  state.global_step = 2;
+  EXPECT_EQ(saver.snapshot(state, *model, *optimizer, {}),
+            "model.safetensors: 3.weight: 1 non-finite value(s) (first: nan at index 3)");
+  saver.discard();
+  saver.write();  // nothing to write
+  EXPECT_EQ(saver.last_path(), k.dir + "/step-1");
+  EXPECT_FALSE(std::filesystem::exists(k.dir + "/step-2"));
+  EXPECT_EQ(saver.times().blocked_ms.size(), 1u);
 }
 
 }  // namespace
