@@ -32,7 +32,8 @@ PY
 }
 
 # poison FILE TENSOR [STATE_JSON]: TENSOR's values in the safetensors FILE become NaN; with
-# STATE_JSON (the checkpoint's), its size and CRC-32 of FILE are updated to match.
+# STATE_JSON (the checkpoint's), its size and CRC-32 of FILE, and state.json's own checksum, are
+# updated to match.
 poison() {
   python3 - "$@" <<'PY'
 import json, os, struct, sys, zlib
@@ -45,6 +46,11 @@ open(path, "wb").write(data)
 if len(sys.argv) > 3:
     state = json.load(open(sys.argv[3]))
     state["files"][os.path.basename(path)] = {"bytes": len(data), "crc32": "%08x" % zlib.crc32(data)}
+    # state.json's own checksum (checkpoint/training_state.h): zlib's CRC-32 of the compact
+    # dump, keys sorted, without the field itself.
+    state.pop("state_crc32", None)
+    compact = json.dumps(state, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    state["state_crc32"] = "%08x" % zlib.crc32(compact.encode())
     json.dump(state, open(sys.argv[3], "w"))
 PY
 }
