@@ -125,13 +125,17 @@ JobMonitor::Action JobMonitor::poll(Clock::time_point now) {
     stop_sent_ = true;
     return Action::kStopRanks;
   }
+  const int running = static_cast<int>(
+      std::count_if(ranks_.begin(), ranks_.end(), [](const RankState& r) { return !r.reported_exit && !r.closed; }));
   if (!terminate_sent_ && !kill_sent_ && terminate_at_ && now >= *terminate_at_) {
     terminate_sent_ = true;
+    running_when_ended_ = running;
     if (!kill_at_ || *kill_at_ > now + t_.kill_grace) kill_at_ = now + t_.kill_grace;
     return Action::kTerminate;
   }
   if (!kill_sent_ && kill_at_ && now >= *kill_at_) {
     kill_sent_ = true;
+    if (!terminate_sent_) running_when_ended_ = running;
     return Action::kKill;
   }
   return Action::kWait;
@@ -164,12 +168,13 @@ JobOutcome JobMonitor::outcome() const {
     }
     case Cause::kStartTimeout: return {JobOutcome::Kind::kStartTimeout, 124, start_timeout_line_};
     case Cause::kInterrupt: {
-      // The ranks stopped on their own (dtrain train: after its checkpoint) unless they had to be
-      // killed stop_grace later.
-      const std::string how = terminate_sent_ || kill_sent_
-                                  ? fmt::format("passed to all {} rank(s), which had not all stopped {:g} s later: "
-                                                "ended them",
-                                                np_, std::chrono::duration<double>(t_.stop_grace).count())
+      // The ranks stopped on their own (dtrain train: after its checkpoint) unless some were
+      // still running when mpirun was killed stop_grace later (across nodes mpirun itself may
+      // outlive its ranks that long: then only mpirun is killed).
+      const std::string how = running_when_ended_ > 0
+                                  ? fmt::format("passed to all {} rank(s); {} had not stopped {:g} s later: killed",
+                                                np_, running_when_ended_,
+                                                std::chrono::duration<double>(t_.stop_grace).count())
                                   : fmt::format("all {} rank(s) stopped", np_);
       return {JobOutcome::Kind::kInterrupted, 128 + interrupt_signal_,
               fmt::format("interrupted by {}: {}", signal_name(interrupt_signal_), how)};

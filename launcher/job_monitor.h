@@ -98,6 +98,7 @@ class JobMonitor {
   int interrupt_signal_ = 0;  // the first one
   std::optional<Clock::time_point> stop_at_, terminate_at_, kill_at_;  // when to send them
   bool stop_sent_ = false, terminate_sent_ = false, kill_sent_ = false;
+  int running_when_ended_ = 0;  // ranks not yet ended when mpirun had to be signalled
   std::string start_timeout_line_;  // the ranks' states when the bound ran out
   std::optional<int> mpirun_status_;
   Clock::time_point mpirun_exited_at_{};
