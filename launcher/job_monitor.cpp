@@ -28,14 +28,16 @@ namespace dtrain::launcher {
 // MPI 4.1, signalled, stops passing the ranks' output on at once (a rank that prints then blocks
 // in write()), sends them SIGCONT, and SIGTERM and SIGKILL only odls_base_sigkill_timeout (1 s)
 // and twice that later (measured), which with ranks that ignore the signal would take the job past
-// 5 s. So ranks that have not ended stop_grace after the interrupt are SIGKILLed (mpirun's process
-// group, as after a rank failure); a second interrupt: SIGKILL now. Rank supervisors
-// whose mpirun is killed die with it (parent-death signal) and take their programs along within
-// a second, so after mpirun ends the monitor waits up to `drain` for every supervisor's
-// connection to close: then no rank is left when dtrain-launch exits. Worst case from a rank's
-// death to the end: mpirun_grace + drain (4.5 s with the defaults). Measured (tests/launcher):
-// 1.1 s on one node; 2.3-3.5 s across two test-bed nodes, where Open MPI's abort reaches the
-// other node's ranks a second later and mpirun sometimes outlives mpirun_grace.
+// 5 s. So a job still running stop_grace after the interrupt ends as after a rank failure: SIGKILL
+// to mpirun (the line then counts the ranks that had not ended); a second interrupt: SIGKILL now.
+// Rank supervisors whose mpirun is killed die with it (parent-death signal) and take their
+// programs along within a second, so after mpirun ends the monitor waits up to `drain` for every
+// supervisor's connection to close: then no rank is left when dtrain-launch exits. Worst case
+// from a rank's death to the end: mpirun_grace + drain (4.5 s with the defaults). Measured
+// (tests/launcher): 1.1 s on one node; 2.3-3.5 s across two test-bed nodes, where Open MPI's
+// abort reaches the other node's ranks a second later and mpirun sometimes outlives
+// mpirun_grace. From an interrupt: 1.2-1.4 s for dtrain train's stop and save at np 2, 2.6 s
+// across the bed (mpirun outlives its stopped ranks there), 3.6 s when the ranks ignore it.
 
 JobMonitor::JobMonitor(int np, const MonitorTimings& timings, Clock::time_point started)
     : np_(np), t_(timings), started_(started), ranks_(static_cast<size_t>(std::max(np, 0))) {}
