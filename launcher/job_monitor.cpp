@@ -173,11 +173,13 @@ JobOutcome JobMonitor::outcome() const {
       // The ranks stopped on their own (dtrain train: after its checkpoint) unless some were
       // still running when mpirun was killed stop_grace later (across nodes mpirun itself may
       // outlive its ranks that long: then only mpirun is killed).
-      const std::string how = running_when_ended_ > 0
-                                  ? fmt::format("passed to all {} rank(s); {} had not stopped {:g} s later: killed",
-                                                np_, running_when_ended_,
-                                                std::chrono::duration<double>(t_.stop_grace).count())
-                                  : fmt::format("all {} rank(s) stopped", np_);
+      std::string how = fmt::format("all {} rank(s) stopped", np_);
+      if (running_when_ended_ > 0 && interrupts_ > 1)
+        how = fmt::format("passed to all {} rank(s); a second signal killed the {} still running", np_,
+                          running_when_ended_);
+      else if (running_when_ended_ > 0)
+        how = fmt::format("passed to all {} rank(s); {} had not stopped {:g} s later: killed", np_, running_when_ended_,
+                          std::chrono::duration<double>(t_.stop_grace).count());
       return {JobOutcome::Kind::kInterrupted, 128 + interrupt_signal_,
               fmt::format("interrupted by {}: {}", signal_name(interrupt_signal_), how)};
     }

@@ -1,8 +1,9 @@
 // JobMonitor: dtrain-launch's decisions while one mpirun job runs, as a pure state machine fed
 // with what happened (a rank supervisor said hello, reached training, reported its program's
 // exit or went away; the user interrupted; mpirun ended) and asked what to do now (nothing,
-// pass the interrupt to the ranks, SIGTERM mpirun, SIGKILL mpirun, finish) and when to ask again. The outcome names the one cause
-// of a failure. Time is passed in, so every rule is tested without processes or clocks.
+// pass the interrupt to the ranks, SIGTERM mpirun, SIGKILL mpirun, finish) and when to ask
+// again. The outcome names the one cause of a failure. Time is passed in, so every rule is
+// tested without processes or clocks.
 // See Note [Ending a job] in job_monitor.cpp.
 #pragma once
 

@@ -185,6 +185,8 @@ TEST(JobMonitor, ASecondInterruptKillsAtOnce) {
   m.mpirun_exited(130, t0 + 8s);
   EXPECT_EQ(m.outcome().kind, JobOutcome::Kind::kInterrupted);
   EXPECT_EQ(m.outcome().exit_status, 130);
+  EXPECT_EQ(m.outcome().cause,
+            "interrupted by SIGINT: passed to all 2 rank(s); a second signal killed the 2 still running");
 }
 
 TEST(JobMonitor, HangupAndQuitStopTheRanksWithSigterm) {
