@@ -155,8 +155,9 @@ void Reporter::note(const std::string& line) {
 
 void Reporter::trace_written(const std::string& path, size_t spans, double overlap, double allreduce_ns) {
   if (!logs()) return;
-  print(fmt::format("trace: wrote {} ({} spans on rank 0); all-reduce time overlapping backward: {:.1f}% of {:.1f} ms\n",
-                    path, spans, 100.0 * overlap, allreduce_ns / 1e6));
+  print(fmt::format(
+      "trace: wrote {} ({} spans on rank 0); all-reduce time overlapping backward: {:.1f}% of {:.1f} ms\n", path,
+      spans, 100.0 * overlap, allreduce_ns / 1e6));
 }
 
 void Reporter::finish(const TrainResult& r) {

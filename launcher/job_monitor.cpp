@@ -28,14 +28,16 @@ namespace dtrain::launcher {
 // MPI 4.1, signalled, stops passing the ranks' output on at once (a rank that prints then blocks
 // in write()), sends them SIGCONT, and SIGTERM and SIGKILL only odls_base_sigkill_timeout (1 s)
 // and twice that later (measured), which with ranks that ignore the signal would take the job past
-// 5 s. So ranks that have not ended stop_grace after the interrupt are SIGKILLed (mpirun's process
-// group, as after a rank failure); a second interrupt: SIGKILL now. Rank supervisors
-// whose mpirun is killed die with it (parent-death signal) and take their programs along within
-// a second, so after mpirun ends the monitor waits up to `drain` for every supervisor's
-// connection to close: then no rank is left when dtrain-launch exits. Worst case from a rank's
-// death to the end: mpirun_grace + drain (4.5 s with the defaults). Measured (tests/launcher):
-// 1.1 s on one node; 2.3-3.5 s across two test-bed nodes, where Open MPI's abort reaches the
-// other node's ranks a second later and mpirun sometimes outlives mpirun_grace.
+// 5 s. So a job still running stop_grace after the interrupt ends as after a rank failure: SIGKILL
+// to mpirun (the line then counts the ranks that had not ended); a second interrupt: SIGKILL now.
+// Rank supervisors whose mpirun is killed die with it (parent-death signal) and take their
+// programs along within a second, so after mpirun ends the monitor waits up to `drain` for every
+// supervisor's connection to close: then no rank is left when dtrain-launch exits. Worst case
+// from a rank's death to the end: mpirun_grace + drain (4.5 s with the defaults). Measured
+// (tests/launcher): 1.1 s on one node; 2.3-3.5 s across two test-bed nodes, where Open MPI's
+// abort reaches the other node's ranks a second later and mpirun sometimes outlives
+// mpirun_grace. From an interrupt: 1.2-1.4 s for dtrain train's stop and save at np 2, 2.6 s
+// across the bed (mpirun outlives its stopped ranks there), 3.6 s when the ranks ignore it.
 
 JobMonitor::JobMonitor(int np, const MonitorTimings& timings, Clock::time_point started)
     : np_(np), t_(timings), started_(started), ranks_(static_cast<size_t>(std::max(np, 0))) {}
@@ -125,13 +127,17 @@ JobMonitor::Action JobMonitor::poll(Clock::time_point now) {
     stop_sent_ = true;
     return Action::kStopRanks;
   }
+  const int running = static_cast<int>(
+      std::count_if(ranks_.begin(), ranks_.end(), [](const RankState& r) { return !r.reported_exit && !r.closed; }));
   if (!terminate_sent_ && !kill_sent_ && terminate_at_ && now >= *terminate_at_) {
     terminate_sent_ = true;
+    running_when_ended_ = running;
     if (!kill_at_ || *kill_at_ > now + t_.kill_grace) kill_at_ = now + t_.kill_grace;
     return Action::kTerminate;
   }
   if (!kill_sent_ && kill_at_ && now >= *kill_at_) {
     kill_sent_ = true;
+    if (!terminate_sent_) running_when_ended_ = running;
     return Action::kKill;
   }
   return Action::kWait;
@@ -164,13 +170,16 @@ JobOutcome JobMonitor::outcome() const {
     }
     case Cause::kStartTimeout: return {JobOutcome::Kind::kStartTimeout, 124, start_timeout_line_};
     case Cause::kInterrupt: {
-      // The ranks stopped on their own (dtrain train: after its checkpoint) unless they had to be
-      // killed stop_grace later.
-      const std::string how = terminate_sent_ || kill_sent_
-                                  ? fmt::format("passed to all {} rank(s), which had not all stopped {:g} s later: "
-                                                "ended them",
-                                                np_, std::chrono::duration<double>(t_.stop_grace).count())
-                                  : fmt::format("all {} rank(s) stopped", np_);
+      // The ranks stopped on their own (dtrain train: after its checkpoint) unless some were
+      // still running when mpirun was killed stop_grace later (across nodes mpirun itself may
+      // outlive its ranks that long: then only mpirun is killed).
+      std::string how = fmt::format("all {} rank(s) stopped", np_);
+      if (running_when_ended_ > 0 && interrupts_ > 1)
+        how = fmt::format("passed to all {} rank(s); a second signal killed the {} still running", np_,
+                          running_when_ended_);
+      else if (running_when_ended_ > 0)
+        how = fmt::format("passed to all {} rank(s); {} had not stopped {:g} s later: killed", np_, running_when_ended_,
+                          std::chrono::duration<double>(t_.stop_grace).count());
       return {JobOutcome::Kind::kInterrupted, 128 + interrupt_signal_,
               fmt::format("interrupted by {}: {}", signal_name(interrupt_signal_), how)};
     }

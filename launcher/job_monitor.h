@@ -1,8 +1,9 @@
 // JobMonitor: dtrain-launch's decisions while one mpirun job runs, as a pure state machine fed
 // with what happened (a rank supervisor said hello, reached training, reported its program's
 // exit or went away; the user interrupted; mpirun ended) and asked what to do now (nothing,
-// pass the interrupt to the ranks, SIGTERM mpirun, SIGKILL mpirun, finish) and when to ask again. The outcome names the one cause
-// of a failure. Time is passed in, so every rule is tested without processes or clocks.
+// pass the interrupt to the ranks, SIGTERM mpirun, SIGKILL mpirun, finish) and when to ask
+// again. The outcome names the one cause of a failure. Time is passed in, so every rule is
+// tested without processes or clocks.
 // See Note [Ending a job] in job_monitor.cpp.
 #pragma once
 
@@ -98,6 +99,7 @@ class JobMonitor {
   int interrupt_signal_ = 0;  // the first one
   std::optional<Clock::time_point> stop_at_, terminate_at_, kill_at_;  // when to send them
   bool stop_sent_ = false, terminate_sent_ = false, kill_sent_ = false;
+  int running_when_ended_ = 0;  // ranks not yet ended when mpirun had to be signalled
   std::string start_timeout_line_;  // the ranks' states when the bound ran out
   std::optional<int> mpirun_status_;
   Clock::time_point mpirun_exited_at_{};

@@ -91,8 +91,9 @@ JobOutcome JobRun::run() {
     const JobMonitor::Action action = monitor_.poll(Clock::now());
     if (action == JobMonitor::Action::kStopRanks) stop_ranks();
     if (action == JobMonitor::Action::kTerminate && mpirun_running_) kill(mpirun_, SIGTERM);
-    // SIGKILL to the whole group: mpirun and the rank supervisors it started on this node
-    // (their programs die with them; remote ones when their daemons lose mpirun).
+    // SIGKILL to mpirun's process group (Open MPI puts each process it starts in a group of its
+    // own, so this is mpirun: its supervisors follow by their parent-death signal, remote ones
+    // when their daemons lose mpirun, and take their programs along within a second).
     if (action == JobMonitor::Action::kKill && mpirun_running_) kill(-mpirun_, SIGKILL);
     if (action == JobMonitor::Action::kFinish) break;
   }

@@ -161,8 +161,18 @@ TEST(JobMonitor, RanksThatDoNotStopAreKilledAfterTheStopGrace) {
   EXPECT_EQ(m.poll(t0 + 10s), Action::kKill);
   m.mpirun_exited(137, t0 + 10s);
   EXPECT_EQ(m.outcome().exit_status, 130);
-  EXPECT_EQ(m.outcome().cause,
-            "interrupted by SIGINT: passed to all 2 rank(s), which had not all stopped 3 s later: ended them");
+  EXPECT_EQ(m.outcome().cause, "interrupted by SIGINT: passed to all 2 rank(s); 2 had not stopped 3 s later: killed");
+}
+
+TEST(JobMonitor, RanksThatStoppedAreNotBlamedForAnMpirunThatLingers) {
+  JobMonitor m = started(2);
+  m.interrupted(SIGINT, t0 + 7s);
+  EXPECT_EQ(m.poll(t0 + 7s), Action::kStopRanks);
+  m.rank_exit(exit_of(0, How::kSignaled, SIGINT, true), t0 + 7100ms);
+  m.rank_exit(exit_of(1, How::kSignaled, SIGINT, true), t0 + 7100ms);
+  EXPECT_EQ(m.poll(t0 + 10s), Action::kKill);  // mpirun still tearing down across nodes
+  m.mpirun_exited(137, t0 + 10s);
+  EXPECT_EQ(m.outcome().cause, "interrupted by SIGINT: all 2 rank(s) stopped");
 }
 
 TEST(JobMonitor, ASecondInterruptKillsAtOnce) {
@@ -175,6 +185,8 @@ TEST(JobMonitor, ASecondInterruptKillsAtOnce) {
   m.mpirun_exited(130, t0 + 8s);
   EXPECT_EQ(m.outcome().kind, JobOutcome::Kind::kInterrupted);
   EXPECT_EQ(m.outcome().exit_status, 130);
+  EXPECT_EQ(m.outcome().cause,
+            "interrupted by SIGINT: passed to all 2 rank(s); a second signal killed the 2 still running");
 }
 
 TEST(JobMonitor, HangupAndQuitStopTheRanksWithSigterm) {
