@@ -1,11 +1,14 @@
 // The checkpoint directory layout: file names, `step-<N>` and `latest` parsing, which old
 // checkpoints to delete, and the fault-injection setting. Pure functions, tested without files.
+// The lock of Note [One job per directory] is checkpoint/directory_lock.h.
 //
 // Note [Checkpoint layout]
 //   DIR/step-<N>/model.safetensors      parameters under PyTorch state_dict names ("1.weight")
 //   DIR/step-<N>/optimizer.safetensors  optimizer state ("1.weight.momentum_buffer", ...)
-//   DIR/step-<N>/state.json             counters, RNG, config, a size and CRC-32 per file
+//   DIR/step-<N>/state.json             counters, RNG, config, a size and CRC-32 per file, and
+//                                       its own CRC-32 (state_crc32, training_state.h)
 //   DIR/latest                          one line "step-<N>\n": the newest complete checkpoint
+//   DIR/dtrain.lock                     the job using DIR (Note [One job per directory])
 // N is the global optimizer step, unpadded. A save writes DIR/.tmp-step-<N>-<pid>/, fsyncs each
 // file and the directory, renames it to DIR/step-<N>, fsyncs DIR, then replaces `latest` the
 // same way (temporary file, fsync, rename, fsync DIR). A process killed at any instant leaves

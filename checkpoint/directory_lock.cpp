@@ -83,11 +83,13 @@ DirectoryLock::DirectoryLock(const fs::path& dir) : path_(dir / kLockFile) {
   // The holder before us removes the file as it lets go: a lock taken on a file that is no
   // longer at the name protects nothing, so take the one that is (a few rounds at most).
   for (int attempt = 0; attempt < 100; ++attempt) {
-    const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) {
-      if (errno == EROFS || errno == EACCES || errno == EPERM) return;  // unwritable: see the header
-      throw_os_error("cannot open", path_, errno);
+    int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    const bool writable = fd >= 0;
+    if (fd < 0 && (errno == EROFS || errno == EACCES || errno == EPERM)) {
+      fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);  // an existing file locks all the same
+      if (fd < 0) return;  // none, and none can be made: unwritable, see the header
     }
+    if (fd < 0) throw_os_error("cannot open", path_, errno);
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       const int err = errno;
       const std::string record = read_record(fd);
@@ -98,7 +100,7 @@ DirectoryLock::DirectoryLock(const fs::path& dir) : path_(dir / kLockFile) {
     }
     if (same_file(fd, path_)) {
       fd_ = fd;
-      write_record(fd_);
+      if (writable) write_record(fd_);
       remove_leftovers(dir);
       return;
     }

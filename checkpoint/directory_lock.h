@@ -26,8 +26,9 @@ class DirectoryLock {
   // Creates `dir` when missing and takes DIR/dtrain.lock, recording this process in it; then
   // removes the `.tmp-*` entries dead writers left (no live job can own them now). Throws
   // DirectoryInUse "<dir> is in use by another dtrain job (pid 1234 on vm, since ...)" when another
-  // process holds it. A directory where the lock file cannot be created (read-only) is not
-  // locked: no job can write there either, and the first save reports why.
+  // process holds it. A lock file that cannot be opened for writing is locked read-only; a
+  // directory where none exists and none can be created (read-only) is not locked: no job can
+  // write there either, and the first save reports why.
   explicit DirectoryLock(const std::filesystem::path& dir);
   // Removes the lock file and lets go.
   ~DirectoryLock();
