@@ -71,9 +71,12 @@ std::string divergence_line(std::span<const LossFinding> per_rank, const std::st
                        first->first.step, first->first.epoch + 1, first->first.batch, first->last.step);
   }
   if (first) what += fmt::format(" on rank(s) {}", fmt::join(ranks, ", "));
+  // `tensor` names a file of the snapshot ("model.safetensors: ...") or, in a run that saves
+  // nothing, a parameter checked at the end ("parameter 1.weight: ...").
   if (!tensor.empty())
-    what += fmt::format("{}the state to checkpoint is not finite after step {} (epoch {}, batch {}): {}",
-                        first ? "; " : "", step.step, step.epoch + 1, step.batch, tensor);
+    what += fmt::format("{}{} not finite after step {} (epoch {}, batch {}): {}", first ? "; " : "",
+                        tensor.starts_with("parameter ") ? "a parameter is" : "the state to checkpoint is", step.step,
+                        step.epoch + 1, step.batch, tensor);
   return fmt::format("training diverged: {}; {}", what, checkpoints);
 }
 

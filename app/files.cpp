@@ -77,6 +77,8 @@ void check_writable_file(const std::string& flag, const std::string& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) cannot_write(flag, path, "is a directory");
   if (fs::exists(path, ec)) {
+    // A FIFO would block this open until a reader came (and a device is no trace file).
+    if (!fs::is_regular_file(path, ec)) cannot_write(flag, path, "not a regular file");
     const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);  // no O_TRUNC: the file stays as it is
     if (fd < 0) cannot_write(flag, path, std::strerror(errno));
     ::close(fd);

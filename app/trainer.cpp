@@ -22,6 +22,7 @@
 #include "app/root_broadcast.h"
 #include "app/sample_log.h"
 #include "app/trace.h"
+#include "checkpoint/finite.h"
 #include "comm/exchange.h"
 #include "comm/flight_recorder.h"
 #include "comm/mpi_lifecycle.h"
@@ -82,8 +83,9 @@ class Trainer {
   bool at_step_boundary(bool epoch_end);
   // Casts this rank's ballot; `snapshot`: rank 0 first takes the checkpoint's snapshot and
   // checks it; `must_read`: the losses are read whatever the period (before a save, at the
-  // end; Note [Stopping on non-finite values]).
-  Verdict vote(bool snapshot, bool must_read);
+  // end; Note [Stopping on non-finite values]); `check_parameters`: with no snapshot, rank 0
+  // checks the parameters (the end of a run that saves nothing).
+  Verdict vote(bool snapshot, bool must_read, bool check_parameters = false);
   void write_checkpoint();
   void stop(int signal);
   void diverge();
@@ -312,7 +314,9 @@ bool Trainer::at_step_boundary(bool epoch_end) {
   // Every rank reaches the same boundaries, so every rank votes at each (Note [Agreeing to
   // stop]); always where a checkpoint is due and at the end (Note [Stopping on non-finite values]).
   if (!stop_vote_.votes_here(save_due || run_end)) return true;
-  Verdict verdict = vote(save_due, save_due || run_end);
+  // A run that saves nothing has its parameters checked once, at its end: NaN weights can give a
+  // finite loss (ReLU of NaN is 0), and the run must not end with exit 0 on them.
+  Verdict verdict = vote(save_due, save_due || run_end, run_end && !save_due);
   if (verdict.nonfinite_ranks > 0) return diverge(), false;
   const int signal = run_end ? 0 : verdict.signal;  // the run ends here anyway, with its checkpoint
   if (signal != 0 && can_save && !save_due) {
@@ -326,10 +330,16 @@ bool Trainer::at_step_boundary(bool epoch_end) {
   return true;
 }
 
-Verdict Trainer::vote(bool snapshot, bool must_read) {
+Verdict Trainer::vote(bool snapshot, bool must_read, bool check_parameters) {
   if (snapshot) {
     rt_.compute_stream().synchronize();  // the snapshot reads what the last step wrote
     snapshot_problem_ = saver_.snapshot(training_state(), *model_, *optimizer_, architecture_);
+  } else if (check_parameters && rt_.rank() == 0) {  // the replicas are identical: rank 0 speaks for all
+    rt_.compute_stream().synchronize();
+    std::vector<safetensors::HostTensor> copies;
+    for (Parameter* p : model_->parameters()) copies.push_back(safetensors::host_copy(p->name, p->value));
+    if (const std::string bad = checkpoint::first_nonfinite_tensor(copies); !bad.empty())
+      snapshot_problem_ = "parameter " + bad;
   }
   const bool nonfinite = loss_watch_.check(must_read).found || !snapshot_problem_.empty();
   return stop_vote_.cast({StopSignals::received(), nonfinite});
@@ -435,8 +445,19 @@ void check_output_paths(Runtime& runtime, const TrainConfig& c) {
   // The default, the working directory, is left alone: a run started in a read-only folder
   // should not fail for a dump it may never write (and the dump names its own failure).
   const std::string& recorder_dir = c.runtime.flight_recorder_dir;
-  if (c.runtime.flight_recorder_size > 0 && !recorder_dir.empty() && recorder_dir != ".")
+  if (c.runtime.flight_recorder_size <= 0 || recorder_dir.empty() || recorder_dir == ".") return;
+  // Each rank checks its own (nodes need not share it), and all learn every rank's verdict, so
+  // that one rank's problem is one line and every rank stops alike, with no MPI_Abort.
+  std::string mine;
+  try {
     check_writable_dir("--flight-recorder-dir", recorder_dir, false);
+  } catch (const Error& e) {
+    mine = e.what();
+  }
+  const std::vector<std::string> verdicts = allgather_strings(runtime.control(), mine);
+  for (size_t r = 0; r < verdicts.size(); ++r)
+    if (!verdicts[r].empty())
+      throw AgreedError(runtime.size() > 1 ? fmt::format("rank {}: {}", r, verdicts[r]) : verdicts[r]);
 }
 
 }  // namespace

@@ -416,13 +416,15 @@ std::unique_ptr<Source> open_source(const std::string& path, const IdxReadLimits
       const IdxHeader h = read_header(peek, path);
       check_payload_bounds(h, path, true, size, peek.max_bytes(), limits);
       std::optional<std::vector<uint8_t>> whole = decompress_whole(f, size, h.header_bytes + h.payload_bytes);
-      if (whole) {
-        std::fclose(f);
-        return std::make_unique<MemorySource>(std::move(*whole));
-      }
-      auto stream = std::make_unique<GzipSource>(gzip_stream(f, path), path, size);
+      // Each source is made before `f` is closed, so that a failure (out of memory) leaves
+      // `f` open for the handler below to close, once.
+      std::unique_ptr<Source> source;
+      if (whole)
+        source = std::make_unique<MemorySource>(std::move(*whole));
+      else
+        source = std::make_unique<GzipSource>(gzip_stream(f, path), path, size);
       std::fclose(f);
-      return stream;
+      return source;
     } catch (...) {
       std::fclose(f);
       throw;

@@ -129,6 +129,10 @@ JobMonitor::Action JobMonitor::poll(Clock::time_point now) {
   }
   const int running = static_cast<int>(
       std::count_if(ranks_.begin(), ranks_.end(), [](const RankState& r) { return !r.reported_exit && !r.closed; }));
+  // Every rank has stopped after an interrupt, but mpirun lingers (across nodes it may): it gets
+  // kill_grace, not what is left of --stop-timeout, which is the ranks' time to save.
+  if (stop_sent_ && running == 0 && !kill_sent_ && (!kill_at_ || *kill_at_ > now + t_.kill_grace))
+    kill_at_ = now + t_.kill_grace;
   if (!terminate_sent_ && !kill_sent_ && terminate_at_ && now >= *terminate_at_) {
     terminate_sent_ = true;
     running_when_ended_ = running;

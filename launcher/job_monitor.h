@@ -39,8 +39,9 @@ struct MonitorTimings {
   Clock::duration mpirun_grace = std::chrono::milliseconds(3000);
   // After an interrupt has been passed to the ranks: how long they get to stop on their own
   // (dtrain train: the stop vote, rank 0's checkpoint, the exit) before dtrain-launch SIGKILLs
-  // mpirun's process group, so that a job whose ranks ignore the signal still ends within 5 s.
-  Clock::duration stop_grace = std::chrono::milliseconds(2500);
+  // mpirun's process group, so that a job whose ranks ignore the signal still ends
+  // (--stop-timeout; 30 s by default, as Slurm's KillWait: a large model's save takes seconds).
+  Clock::duration stop_grace = std::chrono::seconds(30);
   // After dtrain-launch's own SIGTERM to mpirun (start-up bound, interrupt), before SIGKILL.
   Clock::duration kill_grace = std::chrono::milliseconds(2000);
   // After mpirun ends: how long to wait for supervisors' last reports and for them to be gone

@@ -29,6 +29,9 @@ cxxopts::Options make_options() {
                 "interface names or IPv4 CIDRs, e.g. eth1 or 10.1.0.0/16", cxxopts::value<std::string>())
       ("start-timeout", "seconds within which every rank must reach training, or the job is ended naming the ranks "
                         "that did not (0: no bound)", cxxopts::value<std::string>()->default_value("300"))
+      ("stop-timeout", "seconds the ranks get after Ctrl-C or SIGTERM to stop on their own (dtrain train: at a step "
+                       "boundary, rank 0 saving a checkpoint) before they are killed; a second signal kills at once",
+       cxxopts::value<std::string>()->default_value("30"))
       ("max-restarts", "when the job fails, start it again this many times, adding --resume auto to the program's "
                        "arguments (which must include --checkpoint-dir)", cxxopts::value<std::string>()->default_value("0"))
       ("dry-run", "print the mpirun command (without dtrain-launch's rank supervisors) and exit")
@@ -145,6 +148,7 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& args) {
     check_iface(opts.iface);
   }
   opts.start_timeout_s = parse_seconds(result["start-timeout"].as<std::string>(), "--start-timeout");
+  opts.stop_timeout_s = parse_seconds(result["stop-timeout"].as<std::string>(), "--stop-timeout");
   opts.max_restarts = parse_count(result["max-restarts"].as<std::string>(), "--max-restarts");
   opts.dry_run = result.count("dry-run") > 0;
   opts.mpi_verbose = result.count("mpi-verbose") > 0;

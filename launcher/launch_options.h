@@ -29,6 +29,7 @@ struct LaunchOptions {
   bool mpi_verbose = false;  // keep Open MPI's multi-line abort banners and help messages
   bool help = false;
   std::string mpirun = "mpirun";
+  double stop_timeout_s = 30;    // --stop-timeout: after an interrupt, then the ranks are killed
   double start_timeout_s = 300;  // --start-timeout: every rank must reach training within it; 0: no bound
   int max_restarts = 0;          // --max-restarts: relaunch a failed job this often, with --resume auto
   std::vector<std::string> program;  // everything after `--`

@@ -64,6 +64,8 @@ int run_supervised(const LaunchOptions& opts, const LaunchHost& host) {
 
   JobAttempt attempt;
   attempt.np = opts.np;
+  attempt.timings.stop_grace = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(opts.stop_timeout_s));
   attempt.timings.start_timeout = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(opts.start_timeout_s));
   for (int restarts = 0;; ++restarts) {

@@ -20,11 +20,13 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir "$work/seen"
-# A rank that writes down which signal ended it, and on which node (the bed shares the files).
+# A rank that writes down the first signal it got, and on which node (the bed shares the files).
+# It lingers a little before it exits: the first rank to exit non-zero makes mpirun SIGTERM the
+# others, which must have recorded what dtrain-launch sent them by then.
 cat >"$work/rank.sh" <<'RANK'
 #!/usr/bin/env bash
 seen=$1/rank.$OMPI_COMM_WORLD_RANK
-for s in INT TERM; do trap "echo \"$s \$(hostname)\" >$seen; exit 1" "$s"; done
+for s in INT TERM; do trap "grep -q '^started' $seen && echo \"$s \$(hostname)\" >$seen; sleep 0.5; exit 1" "$s"; done
 echo "started $(hostname)" >"$seen"
 while :; do sleep 0.05; done
 RANK

@@ -138,7 +138,7 @@ case_start_timeout() {
 case_sigint() {
   mkdir -p "$work/pids"
   # Ranks that ignore SIGTERM: only SIGKILL stops them, so the escalation is tested too.
-  start -n 2 -- "$rank_prog" --ignore-sigterm --pid-dir "$work/pids"
+  start -n 2 --stop-timeout 2.5 -- "$rank_prog" --ignore-sigterm --pid-dir "$work/pids"
   wait_for_file "$work/pids/rank.0.pid" && wait_for_file "$work/pids/rank.1.pid" && sleep 0.5
   local t0; t0=$(now_ms)
   kill -INT "$pid"
@@ -151,8 +151,8 @@ case_sigint() {
 
 case_sigterm_ignored() {
   mkdir -p "$work/pids"
-  # dtrain-launch passes SIGTERM to the ranks, which ignore it: after its stop grace it ends them.
-  start -n 2 -- "$rank_prog" --ignore-sigterm --pid-dir "$work/pids"
+  # dtrain-launch passes SIGTERM to the ranks, which ignore it: after --stop-timeout it ends them.
+  start -n 2 --stop-timeout 2.5 -- "$rank_prog" --ignore-sigterm --pid-dir "$work/pids"
   wait_for_file "$work/pids/rank.0.pid" && wait_for_file "$work/pids/rank.1.pid" && sleep 0.5
   local t0; t0=$(now_ms)
   kill -TERM "$pid"

@@ -10,6 +10,7 @@
 
 #include "../data/temp_dir.h"
 #include "app/checkpointing.h"
+#include "comm/self_communicator.h"
 
 namespace dtrain {
 namespace {
@@ -104,7 +105,8 @@ TEST(CheckpointSaver, TheSnapshotNamesANonFiniteValueAndADiscardedOneWritesNothi
   CheckpointSettings k;
   k.dir = (tmp.path() / "ck").string();
   k.background = false;
-  CheckpointSaver saver(k, true);
+  SelfCommunicator control;  // a job of one rank: the writer
+  CheckpointSaver saver(control, k);
   ModelSpec spec;
   spec.hidden = {8};
   spec.memory_budget_bytes = 1 << 30;
