@@ -28,7 +28,7 @@ namespace dtrain::launcher {
 // MPI 4.1, signalled, stops passing the ranks' output on at once (a rank that prints then blocks
 // in write()), sends them SIGCONT, and SIGTERM and SIGKILL only odls_base_sigkill_timeout (1 s)
 // and twice that later (measured), which with ranks that ignore the signal would take the job past
-// 5 s. So a job still running stop_grace after the interrupt ends as after a rank failure: SIGKILL
+// 5 s. So a job still running stop_grace (--stop-timeout) after the interrupt ends as after a rank failure: SIGKILL
 // to mpirun (the line then counts the ranks that had not ended); a second interrupt: SIGKILL now.
 // Rank supervisors whose mpirun is killed die with it (parent-death signal) and take their
 // programs along within a second, so after mpirun ends the monitor waits up to `drain` for every

@@ -37,7 +37,7 @@ watchdog=$!
 status=0
 wait "$launcher" || status=$?
 elapsed=$(($(now_ms) - t0))
-kill "$watchdog" 2>/dev/null
+pkill -P "$watchdog" 2>/dev/null; kill "$watchdog" 2>/dev/null  # its sleep too: it would hold ctest's pipe open
 echo "# exit $status after $elapsed ms; the job's lines:"
 grep -E '^(dtrain-launch|dtrain): ' "$WORK/log" | sed 's/^/#   /'
 signal_number=$(kill -l "$SIGNAL")

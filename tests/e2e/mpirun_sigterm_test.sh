@@ -41,7 +41,7 @@ fi
 status=0
 wait "$mpirun_pid" || status=$?
 elapsed=$(($(now_ms) - t0))
-kill "$watchdog" 2>/dev/null
+pkill -P "$watchdog" 2>/dev/null; kill "$watchdog" 2>/dev/null  # its sleep too: it would hold ctest's pipe open
 echo "# mpirun exited with $status after $elapsed ms; checkpoints: $(ls "$WORK/ckpt" 2>/dev/null | tr '\n' ' ')"
 grep -E '^dtrain' "$WORK/log" | sed 's/^/#   /'
 check "a checkpoint was saved at the stop and latest names it" has_checkpoint "$WORK/ckpt"

@@ -28,7 +28,7 @@ kill "-$SIGNAL" "$victim"
 watchdog=$!
 wait "$launched"
 status=$?
-kill "$watchdog" 2>/dev/null
+pkill -P "$watchdog" 2>/dev/null; kill "$watchdog" 2>/dev/null  # its sleep too: it would hold ctest's pipe open
 signal_number=$(kill -l "$SIGNAL")
 check "every rank stopped and the job exited with $((128 + signal_number)) (got $status)" [ "$status" -eq $((128 + signal_number)) ]
 stopped=$(grep -c "^dtrain: stopped by SIG$SIGNAL at step " "$run.log")

@@ -32,7 +32,7 @@ kill -TERM "$rank"
 watchdog=$!
 status=0
 wait "$rank" || status=$?
-kill "$watchdog" 2>/dev/null
+pkill -P "$watchdog" 2>/dev/null; kill "$watchdog" 2>/dev/null  # its sleep too: it would hold ctest's pipe open
 kill -KILL "$reader" 2>/dev/null; kill -CONT "$reader" 2>/dev/null
 echo "# exit $status; stderr:"
 sed 's/^/#   /' "$WORK/err"
