@@ -175,6 +175,25 @@ TEST(JobMonitor, RanksThatStoppedAreNotBlamedForAnMpirunThatLingers) {
   EXPECT_EQ(m.outcome().cause, "interrupted by SIGINT: all 2 rank(s) stopped");
 }
 
+// --stop-timeout is the ranks' time to save; once all have stopped, a lingering mpirun gets
+// kill_grace, not the rest of it.
+TEST(JobMonitor, ALingeringMpirunIsKilledSoonAfterEveryRankStopped) {
+  MonitorTimings t = timings();
+  t.stop_grace = 60s;
+  JobMonitor m = started(2, t);
+  m.interrupted(SIGINT, t0 + 7s);
+  EXPECT_EQ(m.poll(t0 + 7s), Action::kStopRanks);
+  m.rank_exit(exit_of(0, How::kSignaled, SIGINT, true), t0 + 8s);
+  EXPECT_EQ(m.poll(t0 + 8s), Action::kWait);
+  EXPECT_EQ(m.next_deadline(), t0 + 67s);  // one rank still saving: the whole --stop-timeout
+  m.rank_exit(exit_of(1, How::kSignaled, SIGINT, true), t0 + 9s);
+  EXPECT_EQ(m.poll(t0 + 9s), Action::kWait);
+  EXPECT_EQ(m.next_deadline(), t0 + 11s);
+  EXPECT_EQ(m.poll(t0 + 11s), Action::kKill);
+  m.mpirun_exited(137, t0 + 11s);
+  EXPECT_EQ(m.outcome().cause, "interrupted by SIGINT: all 2 rank(s) stopped");
+}
+
 TEST(JobMonitor, ASecondInterruptKillsAtOnce) {
   JobMonitor m = started(2);
   m.interrupted(SIGINT, t0 + 7s);

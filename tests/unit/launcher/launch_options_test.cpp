@@ -82,6 +82,13 @@ TEST(LaunchOptions, StartTimeoutAndRestarts) {
               HasSubstr("--max-restarts: '-1'"));
 }
 
+// The ranks' time to save after an interrupt: 30 s unless --stop-timeout says otherwise.
+TEST(LaunchOptions, StopTimeout) {
+  EXPECT_EQ(parse_launch_args({"-n", "2", "--", "p"}).stop_timeout_s, 30);
+  EXPECT_EQ(parse_launch_args({"-n", "2", "--stop-timeout", "2.5", "--", "p"}).stop_timeout_s, 2.5);
+  EXPECT_THAT(usage_error({"-n", "2", "--stop-timeout", "5s", "--", "p"}), HasSubstr("--stop-timeout: '5s'"));
+}
+
 TEST(LaunchOptions, RestartsNeedTheProgramToWriteCheckpoints) {
   EXPECT_EQ(usage_error({"-n", "2", "--max-restarts", "2", "--", "dtrain", "train"}),
             "--max-restarts needs checkpoints to resume from: give the program --checkpoint-dir DIR");
