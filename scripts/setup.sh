@@ -68,8 +68,9 @@ case "$mode" in
     export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     cd "$build"
     # The unit and MPI tests: the whole-program scenarios (e2e, launcher supervision, test bed,
-    # PyTorch, the installed package) run in the test job; under ASan they only take longer.
-    exec ctest --output-on-failure -j "$(nproc)" --timeout 600 -E '^(e2e|launcher|multinode|install|torch)_'
+    # PyTorch, the installed package, the container images) run in the test job; under ASan they
+    # only take longer.
+    exec ctest --output-on-failure -j "$(nproc)" --timeout 600 -E '^(e2e|launcher|multinode|install|torch|docker)_'
     ;;
   tsan)
     supp=$PWD/scripts/sanitizers
