@@ -3,8 +3,8 @@
 # Debian 12 base made from Debian's archive (docker/make-base-image.sh; kept as a cache), then the
 # image's default command, the README's main job (dtrain-launch -n 2 -- dtrain train --epochs 1).
 #   image_test.sh SOURCE_DIR
-# Skipped (77) with the reason unless DTRAIN_TEST_DOCKER=1 (a fresh base and image take about
-# 3 + 15 minutes on 2 cores), and where podman cannot run here. DTRAIN_DOCKER_JOBS: parallel
+# Skipped (77) with the reason unless DTRAIN_TEST_DOCKER=1 (measured on a busy 2-core machine:
+# the base 5 minutes, the image 19), and where podman cannot run here. DTRAIN_DOCKER_JOBS: parallel
 # compiles inside the image (default 1: the test shares the machine with the rest of the suite).
 set -uo pipefail
 src=$(realpath "$1")
@@ -12,7 +12,7 @@ skip() { echo "SKIPPED: $1"; exit 77; }
 fail() { echo "not ok - $1"; exit 1; }
 
 [ "${DTRAIN_TEST_DOCKER:-0}" = 1 ] \
-  || skip "builds the CPU image in a fresh Debian 12 (about 15 minutes on 2 cores): DTRAIN_TEST_DOCKER=1 runs it"
+  || skip "builds the CPU image in a fresh Debian 12 (about 20 minutes on 2 cores): DTRAIN_TEST_DOCKER=1 runs it"
 [ "$(id -u)" = 0 ] || skip "runs podman as root (rootless podman needs subordinate uid ranges): not root"
 for tool in podman runc debootstrap; do
   command -v "$tool" >/dev/null \
