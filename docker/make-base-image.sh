@@ -27,6 +27,7 @@ cleanup() {
 }
 trap cleanup EXIT
 # nice: the build machine is often shared, and nothing waits on this but the image build.
+# shellcheck disable=SC2086  # unquoted: an unset mirror is no argument (debootstrap's default)
 nice -n 19 debootstrap --variant=minbase bookworm "$root" ${DTRAIN_DEBIAN_MIRROR:-} >"$root.log" 2>&1 || {
   tail -n 20 "$root.log" >&2
   echo "make-base-image: error: debootstrap failed (full log: $root.log)" >&2
