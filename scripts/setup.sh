@@ -2,7 +2,8 @@
 # One-command set-up for dtrain on Debian 12 (as root, or with sudo available).
 #   bash scripts/setup.sh run    install deps, build Release, run the main job (2-rank training)
 #   bash scripts/setup.sh test   install deps, build (CUDA variant when nvcc is present), run CTest
-#                                (label multinode: a test bed of network namespaces; skipped unless root)
+#                                (label multinode: a test bed of network namespaces; skipped unless root.
+#                                label docker: DTRAIN_TEST_DOCKER=1 also builds the CPU image with podman)
 #   bash scripts/setup.sh sanitize   AddressSanitizer + UBSan build (CPU only, build-asan/) of the
 #                                    unit and MPI tests, run with CTest (leaks in Open MPI suppressed)
 #   bash scripts/setup.sh tsan   ThreadSanitizer build (CPU only, build-tsan/), unit and MPI tests
@@ -14,9 +15,12 @@ cd "$(dirname "$0")/.."
 mode=${1:-}
 case "$mode" in run|test|build|sanitize|tsan) ;; *) echo "usage: bash scripts/setup.sh run|test|build|sanitize|tsan" >&2; exit 2 ;; esac
 
-packages=(cmake g++ make libopenmpi-dev openmpi-bin libcxxopts-dev libfmt-dev libgtest-dev libopenblas-dev
-          zlib1g-dev libdeflate-dev nlohmann-json3-dev libhwloc-dev pkg-config libblis-dev libbenchmark-dev python3-torch python3-matplotlib
-          dataset-fashion-mnist iproute2)
+# One list for this script and the Dockerfiles: scripts/packages.txt. The container engine test's
+# packages (group docker) only when that test is asked for.
+groups=(build data test)
+[ "$mode" = test ] && [ "${DTRAIN_TEST_DOCKER:-0}" = 1 ] && groups+=(docker)
+list=$(sh scripts/packages.sh "${groups[@]}")  # set -e: a broken list stops here
+mapfile -t packages <<<"$list"
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -64,8 +68,9 @@ case "$mode" in
     export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     cd "$build"
     # The unit and MPI tests: the whole-program scenarios (e2e, launcher supervision, test bed,
-    # PyTorch, the installed package) run in the test job; under ASan they only take longer.
-    exec ctest --output-on-failure -j "$(nproc)" --timeout 600 -E '^(e2e|launcher|multinode|install|torch)_'
+    # PyTorch, the installed package, the container images) run in the test job; under ASan they
+    # only take longer.
+    exec ctest --output-on-failure -j "$(nproc)" --timeout 600 -E '^(e2e|launcher|multinode|install|torch|docker)_'
     ;;
   tsan)
     supp=$PWD/scripts/sanitizers
