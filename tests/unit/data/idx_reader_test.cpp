@@ -324,6 +324,11 @@ size_t address_space_bytes() {
 // of 256 MiB more than the process has against a 1 GB payload), names the file instead of a bare
 // std::bad_alloc.
 TEST(IdxReaderDeathTest, OutOfMemoryNamesTheFile) {
+#if defined(__SANITIZE_ADDRESS__)
+  // ASan's allocator ends the process when memory runs out instead of throwing std::bad_alloc
+  // (unless allocator_may_return_null=1), so the failure this test expects cannot happen there.
+  GTEST_SKIP() << "AddressSanitizer's allocator aborts on out of memory instead of throwing std::bad_alloc";
+#endif
   TempDir dir;
   const std::string bomb = gzip_bomb(dir, {1000000u, 1000}, 1000, 1 << 20);  // 1 GB declared and held
   auto read_in_little_memory = [&] {
