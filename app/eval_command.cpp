@@ -8,10 +8,10 @@
 #include <fmt/format.h>
 
 #include "app/checkpointing.h"
-#include "app/root_broadcast.h"
 #include "app/train_options.h"
 #include "core/error.h"
 #include "data/mnist.h"
+#include "train/root_broadcast.h"
 
 namespace dtrain {
 

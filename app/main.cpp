@@ -15,13 +15,13 @@
 #include "app/divergence.h"
 #include "app/eval_command.h"
 #include "app/flight_report.h"
-#include "app/root_broadcast.h"
 #include "app/train_options.h"
 #include "app/trainer.h"
 #include "comm/mpi_lifecycle.h"
 #include "comm/runtime.h"
 #include "core/cpu_blas.h"
 #include "core/error.h"
+#include "train/root_broadcast.h"
 
 namespace {
 
@@ -63,7 +63,7 @@ int fail(const std::string& message, std::unique_ptr<dtrain::Runtime>& runtime, 
   return exit_code;
 }
 
-// An error every rank raised alike (app/root_broadcast.h): printed once, by rank 0, and every
+// An error every rank raised alike (train/root_broadcast.h): printed once, by rank 0, and every
 // rank shuts down normally, so no MPI_Abort is needed.
 int agreed_failure(const dtrain::AgreedError& e, std::unique_ptr<dtrain::Runtime>& runtime) {
   std::fflush(stdout);

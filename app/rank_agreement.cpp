@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "app/root_broadcast.h"
 #include "comm/exchange.h"
+#include "train/root_broadcast.h"
 
 namespace dtrain {
 

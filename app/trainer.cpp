@@ -19,7 +19,6 @@
 #include "app/preemption.h"
 #include "app/rank_agreement.h"
 #include "app/reporter.h"
-#include "app/root_broadcast.h"
 #include "app/sample_log.h"
 #include "app/trace.h"
 #include "checkpoint/finite.h"
@@ -33,6 +32,7 @@
 #include "ddp/join.h"
 #include "model/fingerprint.h"
 #include "model/loss.h"
+#include "train/root_broadcast.h"
 
 namespace dtrain {
 
@@ -107,7 +107,7 @@ class Trainer {
   Reporter reporter_;
   safetensors::Metadata architecture_;
   RunPosition pos_;
-  CheckpointSaver saver_;
+  Checkpointer saver_;
   int64_t last_saved_step_ = -1;
   StopSignals signals_;
   StopVote stop_vote_;
@@ -136,7 +136,7 @@ Trainer::Trainer(Runtime& runtime, const TrainConfig& c)
                                 isatty(STDOUT_FILENO) == 1)),
       architecture_(architecture_metadata(
           {c.model, data_.train->sample_shape(), data_.train->num_classes(), c.data.normalize})),
-      saver_(runtime.control(), c.checkpoints),
+      saver_(runtime.control(), checkpointer_options(c.checkpoints)),
       stop_vote_(runtime.control()),
       loss_watch_(runtime.device(), runtime.device().is_cpu(), kVotePeriodMs),
       sample_log_(runtime.rank()) {
@@ -155,7 +155,7 @@ Trainer::Trainer(Runtime& runtime, const TrainConfig& c)
 // is the run's only line.
 void Trainer::choose_starting_point() {
   const CheckpointSettings& k = c_.checkpoints;
-  const std::optional<Resumed> resumed = restore_checkpoint(rt_.control(), c_, *model_, *optimizer_);
+  const std::optional<ResumedRun> resumed = restore_checkpoint(rt_.control(), c_, *model_, *optimizer_);
   if (!resumed && !k.init_weights.empty()) load_initial_weights(rt_.control(), k.init_weights, *model_);
   reporter_.start(rt_, model_->describe(), c_, data_.train->size(), data_.test->size());
   if (!resumed) {

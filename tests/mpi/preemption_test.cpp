@@ -9,8 +9,8 @@
 #include <gtest/gtest.h>
 
 #include "app/preemption.h"
-#include "app/root_broadcast.h"
 #include "comm/exchange.h"
+#include "train/root_broadcast.h"
 #include "tests/mpi/mpi_test_env.h"
 
 namespace dtrain {

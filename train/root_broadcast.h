@@ -2,7 +2,8 @@
 // alone, so the nodes of a job need not share a filesystem, and broadcast. A failure on rank 0
 // becomes the same AgreedError on every rank, so that all of them stop alike: the CLI prints the
 // line once and every rank exits normally with a non-zero status (no rank is left waiting, and
-// no MPI_Abort is needed).
+// no MPI_Abort is needed). Part of the train layer (train/checkpointer.h saves and restores
+// through it); a library user's program catches AgreedError as the CLI does.
 #pragma once
 
 #include <functional>

@@ -1,4 +1,4 @@
-#include "app/root_broadcast.h"
+#include "train/root_broadcast.h"
 
 #include "comm/exchange.h"
 

@@ -1,0 +1,283 @@
+#include "train/checkpointer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <numeric>
+#include <span>
+
+#include <fmt/format.h>
+
+#include "checkpoint/checkpoint_reader.h"
+#include "checkpoint/checkpoint_writer.h"
+#include "checkpoint/directory_lock.h"
+#include "checkpoint/finite.h"
+#include "train/root_broadcast.h"
+
+namespace dtrain {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+std::string as_string(std::span<const std::byte> bytes) {
+  return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
+}
+
+safetensors::File file_from(const std::string& bytes, const std::string& source) {
+  auto data = std::make_unique<std::byte[]>(bytes.size());
+  std::memcpy(data.get(), bytes.data(), bytes.size());
+  return safetensors::File(std::move(data), bytes.size(), source);
+}
+
+// A NaN or an infinity loaded would poison every step after it, silently (Note [Stopping on
+// non-finite values] in app/divergence.h): refused, naming the file and the tensor.
+void refuse_nonfinite(const safetensors::File& file) {
+  if (const std::string bad = checkpoint::first_nonfinite_tensor(file); !bad.empty())
+    throw Error(fmt::format("{}: {}", file.source(), bad));
+}
+
+void load_parameters(const safetensors::File& file, Module& model) {
+  refuse_nonfinite(file);
+  std::vector<safetensors::NamedTarget> targets;
+  for (Parameter* p : model.parameters()) targets.push_back({p->name, &p->value});
+  safetensors::load_named(file, targets);
+}
+
+OptimizerState optimizer_state_from(const safetensors::File& file) {
+  OptimizerState state;
+  for (const safetensors::TensorInfo& info : file.header().tensors) {
+    if (info.dtype == safetensors::Dtype::kI64)
+      state.counts.push_back({info.name, file.i64_scalar(info.name)});
+    else
+      state.tensors.push_back({info.name, file.to_tensor(info.name)});
+  }
+  return state;
+}
+
+// The caller's RNG state (an object, or nothing) with the model's Dropout counters added.
+json with_dropout_counters(json rng, Module& model) {
+  if (!rng.is_object()) rng = json::object();
+  std::vector<uint64_t> counters;
+  for (uint64_t* c : model.rng_counters()) counters.push_back(*c);
+  rng["dropout_counters"] = counters;
+  return rng;
+}
+
+void restore_rng(const json& rng, Module& model, const std::string& source) {
+  const std::vector<uint64_t*> counters = model.rng_counters();
+  const json* saved = rng.is_object() && rng.contains("dropout_counters") ? &rng["dropout_counters"] : nullptr;
+  bool ok = saved && saved->is_array() && saved->size() == counters.size();
+  for (size_t i = 0; ok && i < counters.size(); ++i) ok = (*saved)[i].is_number_unsigned();
+  if (!ok)
+    throw Error(fmt::format("{}: rng.dropout_counters: expected {} counter(s), one per Dropout layer, got {}", source,
+                            counters.size(), saved ? saved->dump() : "none"));
+  for (size_t i = 0; i < counters.size(); ++i) *counters[i] = (*saved)[i].get<uint64_t>();
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+double mean(const std::vector<double>& v) {
+  return v.empty() ? 0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+}
+
+// Rank 0 reads (`read`: nullopt when there is nothing to resume) and checks the config; every
+// rank loads the same bytes, so that a checkpoint that does not fit fails alike everywhere.
+std::optional<Resumed> restore(Communicator& control,
+                               const std::function<std::optional<checkpoint::LoadedCheckpoint>()>& read,
+                               const json& config, Module& model, Optimizer& optimizer) {
+  const std::vector<std::string> parts = broadcast_from_root(control, [&]() -> std::vector<std::string> {
+    std::optional<checkpoint::LoadedCheckpoint> loaded = read();
+    if (!loaded) return {};
+    if (!config.is_null()) checkpoint::check_config_matches(*loaded, config, {});
+    return {loaded->path.string(), checkpoint::encode_state(loaded->state), as_string(loaded->model.file_bytes()),
+            as_string(loaded->optimizer.file_bytes()), loaded->chosen_because};
+  });
+  if (parts.empty()) return std::nullopt;
+  return agreed([&] {
+    const fs::path dir = parts[0];
+    const std::string state_source = (dir / checkpoint::kStateFile).string();
+    Resumed resumed{checkpoint::decode_state(parts[1], state_source), parts[0], parts[4]};
+    load_parameters(file_from(parts[2], (dir / checkpoint::kModelFile).string()), model);
+    const std::string optimizer_source = (dir / checkpoint::kOptimizerFile).string();
+    const safetensors::File optimizer_file = file_from(parts[3], optimizer_source);
+    refuse_nonfinite(optimizer_file);
+    try {
+      optimizer.import_state(optimizer_state_from(optimizer_file));
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}: {}", optimizer_source, e.what()));
+    }
+    restore_rng(resumed.state.rng, model, state_source);
+    return resumed;
+  });
+}
+
+}  // namespace
+
+Checkpointer::Checkpointer(Communicator& control, CheckpointerOptions options)
+    : control_(control), options_(std::move(options)) {
+  // Every rank joins, so that rank 0 failing to take the lock stops them all alike.
+  broadcast_from_root(control, [&]() -> std::vector<std::string> {
+    if (options_.dir.empty()) return {};
+    try {
+      lock_ = std::make_unique<checkpoint::DirectoryLock>(options_.dir);
+    } catch (const checkpoint::DirectoryInUse& e) {
+      throw Error(fmt::format("{}; {}", e.what(), options_.in_use_hint));
+    }
+    writer_ = std::make_unique<checkpoint::CheckpointWriter>(
+        checkpoint::CheckpointWriterOptions{.dir = options_.dir, .keep = options_.keep});
+    return {};
+  });
+}
+
+Checkpointer::~Checkpointer() = default;
+
+void Checkpointer::save(checkpoint::TrainingState state, Module& model, const Optimizer& optimizer,
+                        const safetensors::Metadata& metadata) {
+  // Rank 0 snapshots and writes; whatever stops it (an earlier save's error, a non-finite value,
+  // a synchronous write's error) is every rank's, and nothing of this step is written.
+  broadcast_from_root(control_, [&]() -> std::vector<std::string> {
+    if (!writer_) return {};
+    const int64_t step = state.global_step;
+    const std::string bad = snapshot(std::move(state), model, optimizer, metadata);
+    if (!bad.empty()) {
+      discard();
+      throw Error(fmt::format("{}: not saved: {}", (fs::path(options_.dir) / checkpoint::step_dir_name(step)).string(),
+                              bad));
+    }
+    write();
+    return {};
+  });
+}
+
+void Checkpointer::finish() {
+  broadcast_from_root(control_, [&]() -> std::vector<std::string> {
+    wait();
+    return {};
+  });
+}
+
+std::optional<Resumed> Checkpointer::restore_latest(Module& model, Optimizer& optimizer, const json& config) {
+  return restore_newest(control_, options_.dir, model, optimizer, config);
+}
+
+std::string Checkpointer::snapshot(checkpoint::TrainingState state, Module& model, const Optimizer& optimizer,
+                                   const safetensors::Metadata& metadata) {
+  pending_.reset();
+  if (!writer_) return "";
+  const auto t0 = Clock::now();
+  // The previous save's buffers return to the pool once written: wait for them rather than
+  // take a second set (and so never queue more than one save).
+  writer_->wait();
+  const auto t1 = Clock::now();
+  checkpoint::HostBufferPool* pool = &writer_->buffers();
+  state.rng = with_dropout_counters(std::move(state.rng), model);
+  pending_ = std::make_unique<checkpoint::CheckpointSnapshot>();
+  checkpoint::CheckpointSnapshot& snapshot = *pending_;
+  snapshot.state = std::move(state);
+  for (Parameter* p : model.parameters()) snapshot.model.push_back(safetensors::host_copy(p->name, p->value, pool));
+  snapshot.model_metadata = metadata;
+  const OptimizerState optimizer_state = optimizer.export_state();
+  for (const auto& e : optimizer_state.tensors) snapshot.optimizer.push_back(safetensors::host_copy(e.name, e.value, pool));
+  for (const auto& c : optimizer_state.counts) snapshot.optimizer.push_back(safetensors::i64_scalar(c.name, c.value));
+  snapshot.optimizer_metadata = {{"optimizer", optimizer_name(optimizer.kind())}};
+  // One pass over the host copy just made: O(state), as the copy itself.
+  std::string bad = checkpoint::first_nonfinite_tensor(snapshot.model);
+  if (!bad.empty()) bad = fmt::format("{}: {}", checkpoint::kModelFile, bad);
+  if (const std::string o = checkpoint::first_nonfinite_tensor(snapshot.optimizer); bad.empty() && !o.empty())
+    bad = fmt::format("{}: {}", checkpoint::kOptimizerFile, o);
+  pending_previous_ms_ = ms_between(t0, t1);
+  pending_snapshot_ms_ = ms_between(t1, Clock::now());
+  return bad;
+}
+
+void Checkpointer::write() {
+  if (!writer_ || !pending_) return;
+  checkpoint::CheckpointSnapshot snapshot = std::move(*pending_);
+  pending_.reset();
+  last_path_ = (fs::path(options_.dir) / checkpoint::step_dir_name(snapshot.state.global_step)).string();
+  const auto t2 = Clock::now();
+  if (options_.background)
+    writer_->save_async(std::move(snapshot));
+  else
+    writer_->save(std::move(snapshot));
+  const auto t3 = Clock::now();
+  // Training waited for the previous save, the snapshot and the write (a vote between the last
+  // two is not the Checkpointer's).
+  times_.previous_ms.push_back(pending_previous_ms_);
+  times_.snapshot_ms.push_back(pending_snapshot_ms_);
+  times_.write_ms.push_back(ms_between(t2, t3));
+  times_.blocked_ms.push_back(pending_previous_ms_ + pending_snapshot_ms_ + ms_between(t2, t3));
+}
+
+void Checkpointer::discard() { pending_.reset(); }
+
+void Checkpointer::wait() {
+  if (writer_) writer_->wait();
+}
+
+bool Checkpointer::writing() const { return writer_ && writer_->writing(); }
+
+void Checkpointer::record_step(double ms, bool while_writing) {
+  if (!writer_) return;
+  (while_writing ? times_.step_ms_while_writing : times_.step_ms_otherwise).push_back(ms);
+}
+
+std::string Checkpointer::summary() const {
+  if (times_.blocked_ms.empty()) return "";
+  return fmt::format(
+      "checkpoint: {} save(s) to {} ({}): training waited {:.1f} ms per save (median; max {:.1f}; medians: {:.1f} "
+      "for the previous save, {:.1f} snapshot, {:.1f} writing); {} step(s) ran while one was written, {:.2f} ms per "
+      "step against {:.2f} ms otherwise (mean)",
+      times_.blocked_ms.size(), options_.dir, options_.background ? "background writer" : "synchronous",
+      median(times_.blocked_ms), *std::max_element(times_.blocked_ms.begin(), times_.blocked_ms.end()),
+      median(times_.previous_ms), median(times_.snapshot_ms), median(times_.write_ms),
+      times_.step_ms_while_writing.size(), mean(times_.step_ms_while_writing), mean(times_.step_ms_otherwise));
+}
+
+std::optional<Resumed> restore_newest(Communicator& control, const std::string& dir, Module& model,
+                                      Optimizer& optimizer, const json& config) {
+  return restore(control, [&] { return checkpoint::read_newest(dir); }, config, model, optimizer);
+}
+
+Resumed restore_from(Communicator& control, const std::string& path, Module& model, Optimizer& optimizer,
+                     const json& config) {
+  return *restore(
+      control, [&] { return std::optional<checkpoint::LoadedCheckpoint>(checkpoint::read_checkpoint(path)); }, config,
+      model, optimizer);
+}
+
+void load_initial_weights(Communicator& control, const std::string& path, Module& model) {
+  const std::vector<std::string> parts = broadcast_from_root(
+      control, [&]() -> std::vector<std::string> { return {as_string(safetensors::read_file(path).file_bytes())}; });
+  agreed([&] { load_parameters(file_from(parts[0], path), model); });
+}
+
+safetensors::File read_weights_on_root(Communicator& control, const std::string& path, std::string* chosen_because) {
+  const std::vector<std::string> parts = broadcast_from_root(control, [&]() -> std::vector<std::string> {
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) {  // a checkpoint, or a checkpoint directory: validated whole
+      checkpoint::LoadedCheckpoint loaded = checkpoint::read_checkpoint(path);
+      return {as_string(loaded.model.file_bytes()), loaded.model.source(), loaded.chosen_because};
+    }
+    safetensors::File file = safetensors::read_file(path);
+    return {as_string(file.file_bytes()), file.source(), ""};
+  });
+  if (chosen_because) *chosen_because = parts[2];
+  return agreed([&] { return file_from(parts[0], parts[1]); });
+}
+
+}  // namespace dtrain

@@ -1,0 +1,156 @@
+// Checkpointing a data-parallel run through the library: a Checkpointer saves a model, its
+// optimizer and a TrainingState (where the run stands, settings a resumed run must share) into
+// a checkpoint directory, atomically and on a background thread (layout and guarantees: Note
+// [Checkpoint layout] in checkpoint/checkpoint_layout.h); restore_*() read one back on every
+// rank from what rank 0 read (train/root_broadcast.h: no shared filesystem needed). Every
+// failure a rank could see alone (a damaged file, a config that differs, a non-finite value, a
+// directory another job holds) is the same AgreedError on every rank: the ranks stop alike.
+//
+//   Checkpointer ckpt(rt->control(), {.dir = "ckpt"});
+//   if (auto resumed = ckpt.restore_latest(model, sgd)) step = resumed->state.global_step;
+//   ...
+//   if (step % 100 == 0) ckpt.save(state, model, sgd);  // returns once the snapshot is taken
+//   ...
+//   ckpt.finish();  // the last save written (or its error, on every rank)
+//
+// `dtrain train` (app/trainer.cpp) uses the parts of save() apart: snapshot(), its own vote
+// (which also carries signals and losses, Note [Stopping on non-finite values]), write().
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/checkpoint_layout.h"
+#include "checkpoint/safetensors.h"
+#include "checkpoint/training_state.h"
+#include "comm/communicator.h"
+#include "model/module.h"
+#include "model/optimizer.h"
+
+namespace dtrain {
+
+namespace checkpoint {
+class CheckpointWriter;
+class DirectoryLock;
+struct CheckpointSnapshot;
+}  // namespace checkpoint
+
+struct CheckpointerOptions {
+  std::string dir;                      // the checkpoint directory; empty: nothing is saved
+  int keep = checkpoint::kDefaultKeep;  // newest checkpoints kept, >= 1
+  bool background = true;               // written on a background thread while training goes on
+  // Ends the line of a directory another job holds: the caller's words for the rule (the CLI
+  // names its flag).
+  std::string in_use_hint = "one job per checkpoint directory";
+};
+
+// How long saving held training up, for a run's closing checkpoint line.
+struct SaveTimes {
+  std::vector<double> blocked_ms;     // per save, in all: the three below
+  std::vector<double> previous_ms;    // waiting for the previous save to be written
+  std::vector<double> snapshot_ms;    // copying parameters and optimizer state to host buffers
+  std::vector<double> write_ms;       // writing, when synchronous
+  std::vector<double> step_ms_while_writing, step_ms_otherwise;  // optimizer-step durations
+};
+
+// What a run resumes from: the state and the checkpoint it came from.
+struct Resumed {
+  checkpoint::TrainingState state;
+  std::string path;            // DIR/step-<N>
+  std::string chosen_because;  // why this checkpoint, when the directory had no `latest` ("" else)
+};
+
+// Saves checkpoints. Only rank 0 (replicas are identical) writes, and from its start to its end
+// it holds the lock of the directory (checkpoint/directory_lock.h), taken before anything reads
+// it.
+class Checkpointer {
+ public:
+  // Collective over `control`: a directory another job holds is the same AgreedError on every
+  // rank ("DIR is in use by another dtrain job (pid P on HOST, since T); <in_use_hint>").
+  Checkpointer(Communicator& control, CheckpointerOptions options);
+  // Waits for a save in flight (an error nobody collected is printed to stderr).
+  ~Checkpointer();
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
+  // Collective: snapshots `model` and `optimizer` with `state` (its global_step names the
+  // checkpoint, step-<N>; training may change the tensors once this returns; on a GPU the caller
+  // has synchronised the compute stream) and writes it, in the background unless the options
+  // say otherwise. `metadata` goes into model.safetensors' __metadata__. Throws AgreedError on
+  // every rank, with nothing written, when the snapshot holds a NaN or an infinity, or when an
+  // earlier save failed.
+  void save(checkpoint::TrainingState state, Module& model, const Optimizer& optimizer,
+            const safetensors::Metadata& metadata = {});
+  // Collective: waits for the save in flight; its error is an AgreedError on every rank.
+  void finish();
+  // Collective: restore_newest() of this directory (nullopt when it holds no checkpoint).
+  std::optional<Resumed> restore_latest(Module& model, Optimizer& optimizer,
+                                               const nlohmann::json& config = nullptr);
+
+  // save()'s parts, each on this rank alone. snapshot() takes the snapshot after the previous
+  // save is written, and returns the snapshot's first tensor holding a NaN or an infinity
+  // ("<file>: <tensor>: <count> non-finite value(s) ..."), "" when all are finite or this rank
+  // does not write; it throws the error of an earlier save. `state.rng` may carry the caller's
+  // RNG state; the Checkpointer adds the model's Dropout counters as "dropout_counters".
+  std::string snapshot(checkpoint::TrainingState state, Module& model, const Optimizer& optimizer,
+                       const safetensors::Metadata& metadata);
+  // Writes the snapshot, on the background thread unless the options say otherwise.
+  void write();
+  // Drops the snapshot unwritten.
+  void discard();
+  // Waits for the save in flight; throws its error.
+  void wait();
+
+  const CheckpointerOptions& options() const { return options_; }
+  // The path of the newest save ("" before the first).
+  const std::string& last_path() const { return last_path_; }
+  // A background save is being written now.
+  bool writing() const;
+  // Records an optimizer step's duration and whether a background save was being written
+  // when it started (the step-time hiccup of the closing line).
+  void record_step(double ms, bool while_writing);
+  const SaveTimes& times() const { return times_; }
+  // "checkpoint: 3 saves, training waited 2.1 ms (median) ..." ("" when nothing was saved).
+  std::string summary() const;
+
+ private:
+  Communicator& control_;
+  CheckpointerOptions options_;
+  std::unique_ptr<checkpoint::DirectoryLock> lock_;         // rank 0 only; outlives writer_
+  std::unique_ptr<checkpoint::CheckpointWriter> writer_;    // rank 0 only
+  std::unique_ptr<checkpoint::CheckpointSnapshot> pending_;  // taken, not yet written
+  double pending_previous_ms_ = 0, pending_snapshot_ms_ = 0;
+  std::string last_path_;
+  SaveTimes times_;
+};
+
+// Restores `model`, `optimizer` and the model's Dropout counters from the newest checkpoint of
+// directory `dir` (the one `latest` names; without it, the newest complete step-<N>), read and
+// validated by rank 0 and broadcast; nullopt when `dir` holds none. `config`, unless null, must
+// equal the checkpoint's state.config (checkpoint::first_config_difference). Every rank throws
+// the same AgreedError (one line naming the file or the field: a config that differs, a damaged
+// or missing file, an unknown format, a non-finite value) when it does not fit. Collective.
+std::optional<Resumed> restore_newest(Communicator& control, const std::string& dir, Module& model,
+                                      Optimizer& optimizer, const nlohmann::json& config = nullptr);
+// The same from `path`: a checkpoint (DIR/step-<N>) or a checkpoint directory, which must hold
+// one.
+Resumed restore_from(Communicator& control, const std::string& path, Module& model, Optimizer& optimizer,
+                     const nlohmann::json& config = nullptr);
+
+// Loads parameters from a safetensors file rank 0 reads: names, dtypes and shapes must match
+// the model's exactly (one line naming the first mismatch, AgreedError on every rank).
+// Collective.
+void load_initial_weights(Communicator& control, const std::string& path, Module& model);
+
+// The model.safetensors of a checkpoint, or `path` itself when it is a file, as rank 0 reads
+// it, on every rank; `chosen_because` (when given) receives why that checkpoint, when the
+// directory had no `latest`. Throws AgreedError. Collective.
+safetensors::File read_weights_on_root(Communicator& control, const std::string& path,
+                                       std::string* chosen_because = nullptr);
+
+}  // namespace dtrain
