@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-// GCC 12 warns (-Wrestrict, a false positive: GCC bug 105329) inside cxxopts' integer parsing
+// GCC 12 warns (-Wrestrict, a false positive of its string inlining) inside cxxopts' integer parsing
 // wherever a command's integer flags are instantiated; with -Werror (CI) that stops the build.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wrestrict"

@@ -90,7 +90,8 @@ TEST(RestartPolicy, PermanentExitStatusesAreNotRetried) {
       {73, "exit status 73 is an output path that cannot be written; a restart would fail the same way"},
   };
   for (const auto& [status, why] : cases) {
-    const JobOutcome o{JobOutcome::Kind::kRankFailed, status, fmt::format("rank 0 on n1 exited with status {}", status)};
+    const JobOutcome o{JobOutcome::Kind::kRankFailed, status,
+                       fmt::format("rank 0 on n1 exited with status {}", status)};
     const RestartDecision d = decide_restart(o, 0, 3);
     EXPECT_FALSE(d.restart) << status;
     EXPECT_EQ(d.line, fmt::format("rank 0 on n1 exited with status {} (not restarted: {})", status, why));
