@@ -1,8 +1,8 @@
 // `dtrain bench allreduce` flags into a BenchAllreduceConfig, each checked once.
-#include <cxxopts.hpp>
 #include <fmt/format.h>
 
 #include "app/bench_allreduce.h"
+#include "core/command_line.h"
 #include "core/error.h"
 
 namespace dtrain {
@@ -115,21 +115,14 @@ const char* bench_path_name(BenchPath path) {
 
 ParsedBenchAllreduce parse_bench_allreduce_options(const std::vector<std::string>& args) {
   cxxopts::Options options = make_options();
-  std::vector<const char*> argv = {"dtrain bench allreduce"};
-  for (const std::string& a : args) argv.push_back(a.c_str());
-  cxxopts::ParseResult r;
-  try {
-    r = options.parse(static_cast<int>(argv.size()), argv.data());
-  } catch (const cxxopts::exceptions::exception& e) {
-    throw UsageError(e.what());
-  }
-  if (!r.unmatched().empty()) throw UsageError(fmt::format("unexpected argument '{}'", r.unmatched().front()));
+  const ParsedFlags flags = parse_flags(options, args);
   ParsedBenchAllreduce out;
-  if (r.count("help")) {
+  if (flags.help) {
     out.help = true;
-    out.help_text = options.help();
+    out.help_text = flags.help_text;
     return out;
   }
+  const cxxopts::ParseResult& r = flags.result;
   read_config(r, out.config);
   return out;
 }

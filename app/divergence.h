@@ -28,12 +28,13 @@
 #include <span>
 #include <string>
 
+#include "core/exit_status.h"
 #include "core/tensor.h"
 
 namespace dtrain {
 
 // The exit status of every rank of a run that stopped on a non-finite value.
-inline constexpr int kDivergedExitStatus = 3;
+inline constexpr int kDivergedExitStatus = kExitDiverged;
 
 // Where a micro-batch ran: the optimizer step it belongs to (from 1, over the whole run), its
 // epoch (from 0) and its batch in the epoch (from 1, as an uninterrupted run counts them).

@@ -4,11 +4,11 @@
 #include <cstdio>
 #include <filesystem>
 
-#include <cxxopts.hpp>
 #include <fmt/format.h>
 
 #include "app/checkpointing.h"
 #include "app/train_options.h"
+#include "core/command_line.h"
 #include "core/error.h"
 #include "data/mnist.h"
 #include "train/root_broadcast.h"
@@ -41,21 +41,14 @@ std::string widths_text(const std::vector<int64_t>& w) { return fmt::format("{}"
 
 ParsedEval parse_eval_options(const std::vector<std::string>& args) {
   cxxopts::Options options = make_eval_options();
-  std::vector<const char*> argv = {"dtrain eval"};
-  for (const std::string& a : args) argv.push_back(a.c_str());
-  cxxopts::ParseResult r;
-  try {
-    r = options.parse(static_cast<int>(argv.size()), argv.data());
-  } catch (const cxxopts::exceptions::exception& e) {
-    throw UsageError(e.what());
-  }
-  if (!r.unmatched().empty()) throw UsageError(fmt::format("unexpected argument '{}'", r.unmatched().front()));
+  const ParsedFlags flags = parse_flags(options, args);
   ParsedEval out;
-  if (r.count("help")) {
+  if (flags.help) {
     out.help = true;
-    out.help_text = options.help();
+    out.help_text = flags.help_text;
     return out;
   }
+  const cxxopts::ParseResult& r = flags.result;
   // The train flags' own parser checks the shared ones, so both commands read them alike.
   std::vector<std::string> shared = {"--data", r["data"].as<std::string>(), "--device", r["device"].as<std::string>(),
                                      "--threads", std::to_string(r["threads"].as<int>())};
@@ -110,24 +103,34 @@ Architecture resolve_architecture(const std::optional<Architecture>& recorded, c
 
 Evaluation run_eval(Runtime& rt, const EvalConfig& c) {
   std::string chosen_because;
-  const safetensors::File weights = read_weights_on_root(rt.control(), c.weights, &chosen_because);
+  // The weights' failures (damaged, or made for another model or data) are the file's, the
+  // data's are the data's: a restart would fail the same way (core/exit_status.h).
+  auto weights_step = [](auto work) { return classify_errors(ErrorKind::kCheckpoint, work); };
+  auto data_step = [](auto work) { return classify_errors(ErrorKind::kData, work); };
+  const safetensors::File weights =
+      weights_step([&] { return read_weights_on_root(rt.control(), c.weights, &chosen_because); });
   if (rt.rank() == 0 && !chosen_because.empty()) fmt::print("weights: {}\n", chosen_because);
   // The data's shape does not depend on normalisation: read it with the default, then again
   // with the architecture's.
-  std::unique_ptr<MnistDataset> test = MnistDataset::load(c.data_dir, Split::kTest, {}, c.test_limit);
-  const Architecture arch = agreed([&] {
-    return resolve_architecture(architecture_from_metadata(weights.metadata(), weights.source()), c.flags,
-                                test->sample_shape(), test->num_classes(), weights.source());
+  std::unique_ptr<MnistDataset> test =
+      data_step([&] { return MnistDataset::load(c.data_dir, Split::kTest, {}, c.test_limit); });
+  const Architecture arch = weights_step([&] {
+    return agreed([&] {
+      return resolve_architecture(architecture_from_metadata(weights.metadata(), weights.source()), c.flags,
+                                  test->sample_shape(), test->num_classes(), weights.source());
+    });
   });
   // The file's shapes against the architecture before the model exists: metadata that claims a
   // model far larger than its tensors fails here, having allocated nothing.
-  agreed([&] { check_weights_fit(weights, arch); });
-  test = MnistDataset::load(c.data_dir, Split::kTest, arch.normalize, c.test_limit);
+  weights_step([&] { agreed([&] { check_weights_fit(weights, arch); }); });
+  test = data_step([&] { return MnistDataset::load(c.data_dir, Split::kTest, arch.normalize, c.test_limit); });
   std::unique_ptr<Sequential> model = build_model(arch.model, arch.input_shape, arch.classes, rt.device(), 0);
-  agreed([&] {
-    std::vector<safetensors::NamedTarget> targets;
-    for (Parameter* p : model->parameters()) targets.push_back({p->name, &p->value});
-    safetensors::load_named(weights, targets);
+  weights_step([&] {
+    agreed([&] {
+      std::vector<safetensors::NamedTarget> targets;
+      for (Parameter* p : model->parameters()) targets.push_back({p->name, &p->value});
+      safetensors::load_named(weights, targets);
+    });
   });
   const Evaluation eval = evaluate(*model, *test, rt.control(), rt.device());
   if (rt.rank() == 0) fmt::print("{}\n", test_set_line(eval, test->size()));

@@ -47,7 +47,7 @@ void write_file_atomically(const std::string& path, const std::string& text) {
 namespace {
 
 [[noreturn]] void cannot_write(const std::string& flag, const std::string& path, const std::string& reason) {
-  throw Error(fmt::format("{}: {}: cannot write there: {}", flag, path, reason));
+  throw Error(fmt::format("{}: {}: cannot write there: {}", flag, path, reason), ErrorKind::kOutput);
 }
 
 // Creates and removes a probe file in `dir`; the OS error when that fails, "" when it works.

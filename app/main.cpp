@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "comm/runtime.h"
 #include "core/cpu_blas.h"
 #include "core/error.h"
+#include "core/exit_status.h"
 #include "train/root_broadcast.h"
 
 namespace {
@@ -39,7 +41,7 @@ bool is_rank_zero_before_init() {
 
 int usage_error(const std::string& message) {
   if (is_rank_zero_before_init()) fmt::print(stderr, "dtrain: error: {}\n", message);
-  return 2;
+  return dtrain::kExitUsage;
 }
 
 // OpenBLAS picks its kernels when it loads, before main(): to use a better one (see
@@ -64,15 +66,18 @@ int fail(const std::string& message, std::unique_ptr<dtrain::Runtime>& runtime, 
 }
 
 // An error every rank raised alike (train/root_broadcast.h): printed once, by rank 0, and every
-// rank shuts down normally, so no MPI_Abort is needed.
+// rank shuts down normally with the same status (the error's kind is agreed too), so no
+// MPI_Abort is needed.
 int agreed_failure(const dtrain::AgreedError& e, std::unique_ptr<dtrain::Runtime>& runtime) {
   std::fflush(stdout);
   if (runtime->rank() == 0) fmt::print(stderr, "dtrain: error: {}\n", e.what());
   runtime.reset();
-  return 1;
+  return dtrain::exit_status(e.kind());
 }
 
 // Runs `work` on a started runtime: the exit status, failures reported (and peers stopped).
+// The one place where a failure becomes an exit status (Note [Exit statuses] in
+// core/exit_status.h): an Error's kind says which.
 template <class Work>
 int with_runtime(int* argc, char*** argv, const dtrain::RuntimeOptions& options, Work work) {
   std::unique_ptr<dtrain::Runtime> runtime;
@@ -82,9 +87,13 @@ int with_runtime(int* argc, char*** argv, const dtrain::RuntimeOptions& options,
     status = work(*runtime);
   } catch (const dtrain::AgreedError& e) {
     if (runtime) return agreed_failure(e, runtime);
-    return fail(e.what(), runtime, 1);
+    return fail(e.what(), runtime, dtrain::exit_status(e.kind()));
+  } catch (const dtrain::Error& e) {
+    return fail(e.what(), runtime, dtrain::exit_status(e.kind()));
+  } catch (const std::bad_alloc&) {
+    return fail("out of memory: an allocation failed", runtime, dtrain::kExitNoMemory);
   } catch (const std::exception& e) {
-    return fail(e.what(), runtime, 1);
+    return fail(e.what(), runtime, dtrain::kExitFailure);
   }
   runtime.reset();
   return status;
@@ -129,19 +138,13 @@ int run_eval(const std::vector<std::string>& args, int* argc, char*** argv) {
 
 int run_bench_allreduce_command(const std::vector<std::string>& args, int* argc, char*** argv) {
   return with_flags(args, dtrain::parse_bench_allreduce_options, [&](const dtrain::ParsedBenchAllreduce& parsed) {
-    std::unique_ptr<dtrain::Runtime> runtime;
-    int64_t wrong = 0;
-    try {
-      runtime = dtrain::init(argc, argv, parsed.config.runtime);
-      wrong = dtrain::run_bench_allreduce(*runtime, parsed.config);
-    } catch (const std::exception& e) {
-      return fail(e.what(), runtime, 1);
-    }
-    // Every rank knows the total, so all leave alike, without an abort.
-    if (wrong > 0 && runtime->rank() == 0)
-      fmt::print(stderr, "dtrain: error: bench allreduce: {} result element(s) differed from the exact sum\n", wrong);
-    runtime.reset();
-    return wrong > 0 ? 1 : 0;
+    return with_runtime(argc, argv, parsed.config.runtime, [&](dtrain::Runtime& runtime) {
+      const int64_t wrong = dtrain::run_bench_allreduce(runtime, parsed.config);
+      // Every rank knows the total, so all leave alike, without an abort.
+      if (wrong > 0 && runtime.rank() == 0)
+        fmt::print(stderr, "dtrain: error: bench allreduce: {} result element(s) differed from the exact sum\n", wrong);
+      return wrong > 0 ? dtrain::kExitFailure : 0;
+    });
   });
 }
 
@@ -162,7 +165,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "-h" || args[0] == "--help") {
     fmt::print(args.empty() ? stderr : stdout, "{}", kUsage);
-    return args.empty() ? 2 : 0;
+    return args.empty() ? dtrain::kExitUsage : 0;
   }
   if (args[0] == "train") return run_train({args.begin() + 1, args.end()}, &argc, &argv);
   if (args[0] == "bench") return run_bench({args.begin() + 1, args.end()}, &argc, &argv);
@@ -173,6 +176,9 @@ int main(int argc, char** argv) {
       return dtrain::run_flight_report(args[1]);
     } catch (const dtrain::UsageError& e) {
       return usage_error(e.what());
+    } catch (const std::exception& e) {  // a folder it may not read, a dump it cannot parse
+      fmt::print(stderr, "dtrain: error: flight-report: {}\n", e.what());
+      return dtrain::kExitFailure;
     }
   }
   return usage_error(fmt::format("unknown command '{}'; expected 'train', 'eval', 'bench' or 'flight-report'", args[0]));

@@ -104,7 +104,7 @@ std::string first_disagreement(const std::vector<std::string>& all) {
 void check_ranks_agree(Communicator& control, const Settings& settings) {
   if (control.size() == 1) return;
   const std::string problem = first_disagreement(allgather_strings(control, encode(settings)));
-  if (!problem.empty()) throw AgreedError(problem);
+  if (!problem.empty()) throw AgreedError(problem, ErrorKind::kUsage);  // the same start fails the same way
 }
 
 }  // namespace dtrain

@@ -25,7 +25,7 @@ std::vector<std::pair<std::string, std::string>> shared_settings(const TrainConf
 std::string first_disagreement(const std::vector<std::string>& all);
 
 // Collective: every rank's settings against every other's; throws AgreedError (the same line on
-// every rank) when they differ.
+// every rank, a usage error) when they differ.
 void check_ranks_agree(Communicator& control, const std::vector<std::pair<std::string, std::string>>& settings);
 
 }  // namespace dtrain

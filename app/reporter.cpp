@@ -37,7 +37,8 @@ Reporter::Reporter(const OutputSettings& output, bool rank_zero, bool progress)
   if (progress && !output_.quiet) progress_ = std::make_unique<ProgressLine>(stdout);
   if (!output_.metrics_path.empty()) {
     metrics_ = std::fopen(output_.metrics_path.c_str(), "w");
-    if (!metrics_) throw Error(fmt::format("{}: cannot create: {}", output_.metrics_path, std::strerror(errno)));
+    if (!metrics_)
+      throw Error(fmt::format("{}: cannot create: {}", output_.metrics_path, std::strerror(errno)), ErrorKind::kOutput);
   }
 }
 

@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <limits>
 
-#include <cxxopts.hpp>
 #include <fmt/format.h>
 
+#include "core/command_line.h"
 #include "core/error.h"
 
 namespace dtrain {
@@ -43,27 +43,6 @@ std::vector<int64_t> parse_widths(const std::string& text) {
     start = end + 1;
   }
   return widths;
-}
-
-// cxxopts names a value that failed to convert ("Argument 'x' failed to parse") but not its
-// flag: find the flag in `args` that carried it, as "--flag value" or "--flag=value".
-std::string bad_value_message(const std::vector<std::string>& args, const std::string& what) {
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a.rfind("--", 0) != 0) continue;
-    const size_t eq = a.find('=');
-    const std::string flag = a.substr(0, eq);
-    const std::string value = eq != std::string::npos ? a.substr(eq + 1) : i + 1 < args.size() ? args[i + 1] : "";
-    for (const std::string& quoted : {"\u2018" + value + "\u2019", "'" + value + "'"})
-      if (what.find(quoted) != std::string::npos) {
-        // A value that reads as a decimal failed, so the flag takes whole numbers.
-        char* end = nullptr;
-        std::strtod(value.c_str(), &end);
-        const bool decimal = !value.empty() && end == value.c_str() + value.size();
-        return fmt::format("{}: expected {}, got '{}'", flag, decimal ? "a whole number" : "a number", value);
-      }
-  }
-  return what;
 }
 
 void require(bool ok, const std::string& message) {
@@ -310,23 +289,14 @@ void read_output(const cxxopts::ParseResult& r, TrainConfig& c) {
 
 ParsedTrain parse_train_options(const std::vector<std::string>& args) {
   cxxopts::Options options = make_train_options();
-  std::vector<const char*> argv = {"dtrain train"};
-  for (const std::string& a : args) argv.push_back(a.c_str());
-  cxxopts::ParseResult r;
-  try {
-    r = options.parse(static_cast<int>(argv.size()), argv.data());
-  } catch (const cxxopts::exceptions::incorrect_argument_type& e) {
-    throw UsageError(bad_value_message(args, e.what()));
-  } catch (const cxxopts::exceptions::exception& e) {
-    throw UsageError(e.what());
-  }
-  if (!r.unmatched().empty()) throw UsageError(fmt::format("unexpected argument '{}'", r.unmatched().front()));
+  const ParsedFlags flags = parse_flags(options, args);
   ParsedTrain out;
-  if (r.count("help")) {
+  if (flags.help) {
     out.help = true;
-    out.help_text = options.help();
+    out.help_text = flags.help_text;
     return out;
   }
+  const cxxopts::ParseResult& r = flags.result;
   for (auto read : {read_data, read_model, read_optimisation, read_distributed, read_device, read_checkpoints, read_output})
     read(r, out.config);
   const TrainConfig& c = out.config;

@@ -123,7 +123,9 @@ class Trainer {
 Trainer::Trainer(Runtime& runtime, const TrainConfig& c)
     : rt_(runtime),
       c_(c),
-      data_(load_mnist_splits(c.data.dir, c.data.normalize, c.data.train_limit, c.data.test_limit, c.data.classes)),
+      data_(classify_errors(ErrorKind::kData, [&] {
+        return load_mnist_splits(c.data.dir, c.data.normalize, c.data.train_limit, c.data.test_limit, c.data.classes);
+      })),
       model_(build_model(model_spec_for_rank(c.model, runtime), data_.train->sample_shape(),
                          data_.train->num_classes(), runtime.device(), c.seed)),
       schedule_{c.lr_schedule, c.optimizer.lr, c.lr_step_size, c.lr_gamma, c.epochs, 0.f},
@@ -155,8 +157,13 @@ Trainer::Trainer(Runtime& runtime, const TrainConfig& c)
 // is the run's only line.
 void Trainer::choose_starting_point() {
   const CheckpointSettings& k = c_.checkpoints;
-  const std::optional<ResumedRun> resumed = restore_checkpoint(rt_.control(), c_, *model_, *optimizer_);
-  if (!resumed && !k.init_weights.empty()) load_initial_weights(rt_.control(), k.init_weights, *model_);
+  // Whatever fails in reading, checking or loading them is about the files (a damaged one, one
+  // made for another model or run): a restart would fail the same way.
+  const std::optional<ResumedRun> resumed = classify_errors(ErrorKind::kCheckpoint, [&] {
+    return restore_checkpoint(rt_.control(), c_, *model_, *optimizer_);
+  });
+  if (!resumed && !k.init_weights.empty())
+    classify_errors(ErrorKind::kCheckpoint, [&] { load_initial_weights(rt_.control(), k.init_weights, *model_); });
   reporter_.start(rt_, model_->describe(), c_, data_.train->size(), data_.test->size());
   if (!resumed) {
     if (k.resume == ResumeMode::kAuto)
@@ -457,7 +464,8 @@ void check_output_paths(Runtime& runtime, const TrainConfig& c) {
   const std::vector<std::string> verdicts = allgather_strings(runtime.control(), mine);
   for (size_t r = 0; r < verdicts.size(); ++r)
     if (!verdicts[r].empty())
-      throw AgreedError(runtime.size() > 1 ? fmt::format("rank {}: {}", r, verdicts[r]) : verdicts[r]);
+      throw AgreedError(runtime.size() > 1 ? fmt::format("rank {}: {}", r, verdicts[r]) : verdicts[r],
+                        ErrorKind::kOutput);
 }
 
 }  // namespace

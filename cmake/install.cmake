@@ -35,7 +35,7 @@ endif()
 # install test (tests/install/custom_model_test.sh) checks that every installed header's
 # includes are installed and that the internal ones are absent.
 set(DTRAIN_PUBLIC_HEADERS
-  core/device.h core/device_select.h core/error.h core/kernels.h core/launch.h core/memory.h core/ops.h
+  core/device.h core/device_select.h core/error.h core/exit_status.h core/kernels.h core/launch.h core/memory.h core/ops.h
   core/stream.h core/tensor.h core/thread_policy.h
   comm/allreduce_algorithm.h comm/communicator.h comm/exchange.h comm/flight_recorder.h comm/runtime.h
   comm/self_communicator.h

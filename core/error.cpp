@@ -1,16 +1,24 @@
 #include "core/error.h"
 
-#include <cstring>
+#include <string_view>
 
 namespace dtrain {
 
-static const char* project_relative(const char* file) {
-  // __FILE__ is absolute in CMake builds; keep the part from the layer folder on.
-  for (const char* layer : {"/core/", "/comm/", "/model/", "/data/", "/checkpoint/", "/ddp/", "/launcher/", "/examples/", "/tests/"}) {
-    if (const char* p = std::strstr(file, layer)) return p + 1;
-  }
+namespace {
+
+// __FILE__ is absolute in CMake builds: keep the part inside the source tree, whatever the folder
+// (DTRAIN_SOURCE_DIR, "<tree>/", is set by the build), so that an error line names `app/x.cpp`
+// rather than where this copy of the sources happens to live. A file outside the tree (a program
+// built against the installed library) keeps its own path.
+std::string_view project_relative(std::string_view file) {
+#ifdef DTRAIN_SOURCE_DIR
+  constexpr std::string_view kSourceDir = DTRAIN_SOURCE_DIR;
+  if (!kSourceDir.empty() && file.starts_with(kSourceDir)) return file.substr(kSourceDir.size());
+#endif
   return file;
 }
+
+}  // namespace
 
 void check_failed(const char* file, int line, const char* what, const std::string& detail) {
   std::string msg = fmt::format("{}:{}: {} failed", project_relative(file), line, what);

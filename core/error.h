@@ -10,19 +10,50 @@
 
 namespace dtrain {
 
+// What a failure was about, so that a program can say whether running it again may help: the
+// command line maps each kind to one exit status (core/exit_status.h, Note [Exit statuses]).
+enum class ErrorKind {
+  kFailure,     // none of the below: a peer, a timeout, a library call, a broken invariant
+  kUsage,       // a flag or setting (the same command line fails the same way)
+  kData,        // the training or test data: missing, unreadable, malformed
+  kCheckpoint,  // a checkpoint or weights file that is damaged or does not match the run
+  kResources,   // the model or data does not fit in memory
+  kOutput,      // an output path that cannot be written
+};
+
 // A runtime failure: bad input, a failed library call, a broken invariant.
 class Error : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit Error(const std::string& what, ErrorKind kind = ErrorKind::kFailure)
+      : std::runtime_error(what), kind_(kind) {}
+  ErrorKind kind() const noexcept { return kind_; }
+  // For a caller that knows what a failure of its callee is about (classify_errors below).
+  void set_kind(ErrorKind kind) noexcept { kind_ = kind; }
+
+ private:
+  ErrorKind kind_;
 };
 
 // A wrong command-line flag or value: the CLI prints it and exits with status 2.
 class UsageError : public Error {
  public:
-  using Error::Error;
+  explicit UsageError(const std::string& what) : Error(what, ErrorKind::kUsage) {}
 };
 
-// Throws Error("<file>:<line>: <what> failed: <detail>"), file trimmed to the project path.
+// Runs `work`; an Error it throws without a kind of its own (kFailure) leaves with `kind`: the
+// caller knows what its callee's failures are about (every failure to read the training data is
+// bad data) where the callee, a general library, does not. The exception keeps its type.
+template <class Work>
+auto classify_errors(ErrorKind kind, Work&& work) -> decltype(work()) {
+  try {
+    return work();
+  } catch (Error& e) {
+    if (e.kind() == ErrorKind::kFailure) e.set_kind(kind);
+    throw;
+  }
+}
+
+// Throws Error("<file>:<line>: <what> failed: <detail>"), file relative to the source tree.
 [[noreturn]] void check_failed(const char* file, int line, const char* what, const std::string& detail);
 
 }  // namespace dtrain

@@ -92,7 +92,8 @@ void* HostAllocator::alloc(size_t bytes) {
   }
   if (!ptr)
     throw Error(fmt::format("out of host memory allocating {} bytes ({} bytes in use by dtrain tensors)", bytes,
-                            stats_.in_use_bytes));
+                            stats_.in_use_bytes),
+                ErrorKind::kResources);
   ++stats_.system_allocs;
   stats_.in_use_bytes += size;
   return hand_out(ptr, bytes, size);

@@ -39,7 +39,8 @@ DataLoader::DataLoader(const Dataset& dataset, int64_t batch_size, bool drop_las
                             "of memory",
                             slots, batch_size, shape_str(sample_shape_),
                             bytes < 0 ? "more than 2^63 bytes" : format_bytes(static_cast<double>(bytes)),
-                            format_bytes(static_cast<double>(memory))));
+                            format_bytes(static_cast<double>(memory))),
+                ErrorKind::kResources);
   Shape batch_shape = {batch_size};
   batch_shape.insert(batch_shape.end(), sample_shape_.begin(), sample_shape_.end());
   slots_.resize(static_cast<size_t>(prefetch) + 1);

@@ -312,7 +312,8 @@ void check_payload_bounds(const IdxHeader& h, const std::string& path, bool gzip
     throw Error(fmt::format("{}: the IDX header declares {} bytes ({}) of {}, more than the {} bytes ({}) of memory "
                             "available ({})",
                             path, h.payload_bytes, format_bytes(double(h.payload_bytes)), h.what, m.bytes,
-                            format_bytes(double(m.bytes)), m.source));
+                            format_bytes(double(m.bytes)), m.source),
+                ErrorKind::kResources);
 }
 
 // Note [Two gzip decoders]
@@ -398,7 +399,7 @@ gzFile gzip_stream(std::FILE* f, const std::string& path) {
   gzFile gz = gzdopen(fd, "rb");
   if (!gz) {
     ::close(fd);
-    throw Error(fmt::format("{}: cannot open: out of memory", path));
+    throw Error(fmt::format("{}: cannot open: out of memory", path), ErrorKind::kResources);
   }
   return gz;
 }
@@ -488,7 +489,7 @@ IdxArray read_idx(const std::string& path, const IdxReadLimits& limits) {
   } catch (const std::bad_alloc&) {
     // Past the bounds yet still out of memory (other allocations, an address-space limit): the
     // file is named, not a bare std::bad_alloc.
-    throw Error(fmt::format("{}: out of memory while reading it", path));
+    throw Error(fmt::format("{}: out of memory while reading it", path), ErrorKind::kResources);
   }
 }
 

@@ -5,8 +5,8 @@
 #include <fstream>
 #include <sstream>
 
-#include <cxxopts.hpp>
 
+#include "core/command_line.h"
 #include "core/error.h"
 #include "launcher/iface.h"
 #include "launcher/restart_policy.h"
@@ -116,21 +116,14 @@ LaunchOptions parse_launch_args(const std::vector<std::string>& args) {
   auto dashdash = std::find(args.begin(), args.end(), "--");
   if (dashdash != args.end()) opts.program.assign(dashdash + 1, args.end());
 
-  std::vector<const char*> argv{"dtrain-launch"};
-  for (auto it = args.begin(); it != dashdash; ++it) argv.push_back(it->c_str());
   cxxopts::Options options = make_options();
-  cxxopts::ParseResult result;
-  try {
-    result = options.parse(static_cast<int>(argv.size()), argv.data());
-  } catch (const cxxopts::exceptions::exception& e) {
-    throw UsageError(e.what());
-  }
-  if (result.count("help")) {
+  const ParsedFlags flags =
+      parse_flags(options, {args.begin(), dashdash}, " (the program to run goes after --)");
+  if (flags.help) {
     opts.help = true;
     return opts;
   }
-  if (!result.unmatched().empty())
-    throw UsageError(fmt::format("unexpected argument '{}' (the program to run goes after --)", result.unmatched()[0]));
+  const cxxopts::ParseResult& result = flags.result;
   if (result.count("np")) opts.np = parse_positive(result["np"].as<std::string>(), "-n");
   if (result.count("hosts") && result.count("hostfile")) throw UsageError("give --hosts or --hostfile, not both");
   if (result.count("hosts")) {

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "core/exit_status.h"
+
 namespace dtrain::launcher {
 
 namespace {
@@ -17,9 +19,11 @@ std::string hopeless(const JobOutcome& o) {
   if (o.kind == JobOutcome::Kind::kInterrupted) return "interrupted";
   if (o.kind == JobOutcome::Kind::kMpirunFailed && o.exit_status == 127) return "mpirun could not be run";
   if (o.kind != JobOutcome::Kind::kRankFailed) return "";
-  if (o.exit_status == 2) return "exit status 2 is a usage error";
-  // dtrain train's kDivergedExitStatus (app/divergence.h): a resumed run would diverge again.
-  if (o.exit_status == 3) return "exit status 3 is a diverged training run (a NaN or an infinity)";
+  // dtrain's permanent failures (Note [Exit statuses] in core/exit_status.h): a bad flag, bad
+  // data, a damaged or mismatched checkpoint, a model that does not fit, an unwritable output, a
+  // diverged run would fail the same way on every restart.
+  if (const std::string name = permanent_failure_name(o.exit_status); !name.empty())
+    return fmt::format("exit status {} is {}; a restart would fail the same way", o.exit_status, name);
   if (o.exit_status == 126 || o.exit_status == 127) return "the program could not be run";
   return "";
 }

@@ -28,9 +28,10 @@ struct RestartDecision {
 
 // After an attempt ended with `outcome` (not a success), `restarts_done` of `max_restarts`
 // restarts having been used: restart (after 1 s, 2 s, 4 s ... at most 30 s) unless none is
-// left, the user interrupted, or the failure cannot go away by retrying (exit status 2, a usage
-// error; 3, dtrain train stopped on a non-finite value; 126 or 127, a program that cannot be
-// run; mpirun itself missing).
+// left, the user interrupted, or the failure cannot go away by retrying (dtrain's permanent exit
+// statuses, core/exit_status.h: 2 a usage error, 3 a diverged run, 65 bad data, 66 a checkpoint,
+// 71 out of memory, 73 an unwritable output; 126 or 127, a program that cannot be run; mpirun
+// itself missing).
 RestartDecision decide_restart(const JobOutcome& outcome, int restarts_done, int max_restarts);
 
 }  // namespace dtrain::launcher

@@ -81,7 +81,8 @@ void check_fits(const std::string& model, const std::vector<LayerSize>& layers, 
   throw Error(fmt::format("{} needs {} to train ({} parameters with their gradients and optimizer state), more than "
                           "{}; its largest layer is {} with {} parameters ({})",
                           model, format_bytes(bytes), total, limit, largest->layer, largest->parameters,
-                          format_bytes(static_cast<double>(largest->parameters) * kTrainingBytesPerParameter)));
+                          format_bytes(static_cast<double>(largest->parameters) * kTrainingBytesPerParameter)),
+              ErrorKind::kResources);
 }
 
 std::unique_ptr<Sequential> build_mlp(const ModelSpec& spec, const Shape& sample_shape, int num_classes,

@@ -1,5 +1,7 @@
 #include "train/root_broadcast.h"
 
+#include <fmt/format.h>
+
 #include "comm/exchange.h"
 
 namespace dtrain {
@@ -7,18 +9,18 @@ namespace dtrain {
 std::vector<std::string> broadcast_from_root(Communicator& comm,
                                              const std::function<std::vector<std::string>()>& produce, int root) {
   std::vector<std::string> parts;
-  std::string error;
+  std::string error;  // "" or the kind (one digit) and the message, so that every rank exits alike
   if (comm.rank() == root) {
     try {
       parts = produce();
     } catch (const Error& e) {
-      error = e.what();
+      error = fmt::format("{}{}", static_cast<int>(e.kind()), e.what());
       parts.clear();
     }
   }
   // The outcome first, so that every rank knows whether parts follow.
-  error = broadcast_string(comm, error.empty() ? "" : "E" + error, root);
-  if (!error.empty()) throw AgreedError(error.substr(1));
+  error = broadcast_string(comm, error, root);
+  if (!error.empty()) throw AgreedError(error.substr(1), static_cast<ErrorKind>(error[0] - '0'));
   uint64_t count = parts.size();
   comm.broadcast(&count, static_cast<int64_t>(sizeof count), DType::kU8, root);
   parts.resize(count);

@@ -15,19 +15,19 @@
 
 namespace dtrain {
 
-// An error every rank raised with the same message at the same point.
+// An error every rank raised with the same message and kind at the same point.
 class AgreedError : public Error {
  public:
   using Error::Error;
 };
 
 // Rank `root` runs `produce`; every rank returns what it produced. An Error thrown by `produce`
-// is thrown on every rank as an AgreedError with its message. A collective.
+// is thrown on every rank as an AgreedError with its message and kind. A collective.
 std::vector<std::string> broadcast_from_root(Communicator& comm,
                                              const std::function<std::vector<std::string>()>& produce, int root = 0);
 
 // Runs `work`, which every rank runs on the same (broadcast) data and so fails alike on every
-// rank; its Error becomes an AgreedError.
+// rank; its Error becomes an AgreedError of the same kind.
 template <class Work>
 auto agreed(Work&& work) -> decltype(work()) {
   try {
@@ -35,7 +35,7 @@ auto agreed(Work&& work) -> decltype(work()) {
   } catch (const AgreedError&) {
     throw;
   } catch (const Error& e) {
-    throw AgreedError(e.what());
+    throw AgreedError(e.what(), e.kind());
   }
 }
 

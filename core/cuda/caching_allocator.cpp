@@ -67,7 +67,8 @@ void* CachingAllocator::alloc(size_t bytes, int device) {
   }
   if (!ptr) {
     throw Error(fmt::format("CUDA out of memory on cuda:{}: allocating {} ({} in use by dtrain tensors)", device,
-                            human_bytes(size), human_bytes(pool.stats.in_use_bytes)));
+                            human_bytes(size), human_bytes(pool.stats.in_use_bytes)),
+                ErrorKind::kResources);
   }
   ++pool.stats.device_mallocs;
   pool.stats.in_use_bytes += size;

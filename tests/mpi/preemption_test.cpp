@@ -122,6 +122,17 @@ TEST(BroadcastFromRoot, EveryRankGetsTheRootsPartsOrItsError) {
     FAIL() << "no error";
   } catch (const AgreedError& e) {
     EXPECT_STREQ(e.what(), "dir/state.json: seed: missing");  // on every rank, not only the root
+    EXPECT_EQ(e.kind(), ErrorKind::kFailure);
+  }
+  // The error's kind travels with it, so that every rank exits with one status.
+  try {
+    broadcast_from_root(comm, []() -> std::vector<std::string> {
+      throw Error("dir/step-5/model.safetensors: CRC-32 mismatch", ErrorKind::kCheckpoint);
+    });
+    FAIL() << "no error";
+  } catch (const AgreedError& e) {
+    EXPECT_STREQ(e.what(), "dir/step-5/model.safetensors: CRC-32 mismatch");
+    EXPECT_EQ(e.kind(), ErrorKind::kCheckpoint);
   }
 }
 

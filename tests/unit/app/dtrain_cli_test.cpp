@@ -111,6 +111,7 @@ TEST(DtrainCli, CorruptDataFileIsOneLineNamingTheFile) {
 
 #include "app/architecture.h"
 #include "checkpoint/safetensors.h"
+#include "core/exit_status.h"
 #include "data/idx_reader.h"
 
 namespace {
@@ -179,7 +180,7 @@ TEST(DtrainCli, LabelFarOutsideTheOthersIsAnErrorUnlessClassesSaysSo) {
   labels[13] = 200;
   write_data_set(dir.path, labels);
   CliRun r = run_dtrain("train --data " + dir.str() + kQuick);
-  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_EQ(r.status, dtrain::kExitBadData) << r.output;
   EXPECT_EQ(lines(r.output), 1) << r.output;
   EXPECT_NE(r.errors.find("dtrain: error: " + (dir.path / "train-labels-idx1-ubyte").string() +
                           ": label 200 of sample 13 is far outside the other labels (0 to 9)"),
@@ -189,7 +190,7 @@ TEST(DtrainCli, LabelFarOutsideTheOthersIsAnErrorUnlessClassesSaysSo) {
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("Linear(256, 201)"), std::string::npos) << r.output;
   r = run_dtrain("train --data " + dir.str() + kQuick + "--classes 12");
-  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_EQ(r.status, dtrain::kExitBadData) << r.output;
   EXPECT_NE(r.errors.find("label 200 of sample 13 is not one of the 12 classes asked for (0 to 11)"), std::string::npos)
       << r.errors;
 }
@@ -205,7 +206,7 @@ TEST(DtrainCli, DataFileThatIsAFifoIsRefusedNotWaitedOn) {
   CliRun r = run_dtrain("train --data " + dir.str() + kQuick, "timeout -s KILL 20 ");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(seconds, 15) << "waited on the FIFO: " << r.output;
-  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_EQ(r.status, dtrain::kExitBadData) << r.output;
   EXPECT_EQ(r.errors, "dtrain: error: " + fifo.string() + ": not a regular file (a FIFO)\n");
 }
 
@@ -234,7 +235,7 @@ TEST(DtrainCli, GzipThatDeclaresMoreThanItCanHoldFailsAtOnce) {
   const auto t0 = std::chrono::steady_clock::now();
   CliRun r = run_dtrain("train --data " + dir.str() + kQuick, "timeout -s KILL 120 ");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_EQ(r.status, dtrain::kExitBadData) << r.output;
   EXPECT_EQ(lines(r.output), 1) << r.output;
   EXPECT_NE(r.errors.find("train-images-idx3-ubyte.gz: the IDX header declares 784000000000 bytes of image data, "
                           "more than this "),
@@ -263,11 +264,11 @@ TEST(DtrainCli, UnreadableDataFolderSaysPermissionDenied) {
   fs::permissions(data / "train-images-idx3-ubyte", fs::perms::none);
   CliRun file = run_dtrain(train, nobody);
   fs::permissions(data / "train-images-idx3-ubyte", fs::perms::owner_read | fs::perms::owner_write);
-  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_EQ(r.status, dtrain::kExitBadData) << r.output;
   EXPECT_EQ(lines(r.output), 1) << r.output;
   EXPECT_NE(r.errors.find((data / "train-images-idx3-ubyte.gz").string() + ": permission denied"), std::string::npos)
       << r.errors;
-  EXPECT_EQ(file.status, 1) << file.output;
+  EXPECT_EQ(file.status, dtrain::kExitBadData) << file.output;
   EXPECT_EQ(file.errors, "dtrain: error: " + (data / "train-images-idx3-ubyte").string() + ": permission denied\n");
 }
 
@@ -284,7 +285,7 @@ TEST(DtrainCli, UnwritableOutputPathsFailAtStart) {
            {"--trace", (file / "trace.json").string()},
            {"--flight-recorder-dir", (dir.path / "no-such-folder").string()}}) {
     CliRun r = run_dtrain(run + flag + " " + path);
-    EXPECT_EQ(r.status, 1) << flag << ": " << r.output;
+    EXPECT_EQ(r.status, dtrain::kExitOutput) << flag << ": " << r.output;
     EXPECT_EQ(lines(r.output), 1) << flag << ": " << r.output;  // nothing trained, nothing logged
     EXPECT_EQ(r.errors.rfind("dtrain: error: " + flag + ": " + path + ": cannot write there: ", 0), 0u) << r.errors;
   }
@@ -316,7 +317,7 @@ TEST(DtrainCli, EvalChecksTheTensorsAgainstTheMetadataBeforeBuilding) {
   const std::string weights = (dir.path / "w.safetensors").string();
   dtrain::safetensors::write_file(weights, refs, metadata);
   CliRun r = run_dtrain("eval --device cpu --threads 1 --weights " + weights + " --data " + dir.str());
-  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_EQ(r.status, dtrain::kExitCheckpoint) << r.output;
   EXPECT_EQ(r.errors, "dtrain: error: " + weights +
                           ": tensor '1.weight' has shape [256, 784], but the architecture (mlp 784-300000-10) needs "
                           "[300000, 784]\n");

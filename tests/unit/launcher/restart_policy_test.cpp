@@ -5,6 +5,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <utility>
+
+#include <fmt/format.h>
+
 namespace dtrain::launcher {
 namespace {
 
@@ -72,6 +76,32 @@ TEST(RestartPolicy, ADivergedRunIsNotRetried) {
   const RestartDecision d = decide_restart(diverged, 0, 5);
   EXPECT_FALSE(d.restart);
   EXPECT_THAT(d.line, ::testing::HasSubstr("(not restarted: exit status 3 is a diverged training run"));
+}
+
+// Each permanent status of dtrain's contract (core/exit_status.h) stops the restarts with one
+// line saying what it is and why a restart would not help.
+TEST(RestartPolicy, PermanentExitStatusesAreNotRetried) {
+  const std::pair<int, const char*> cases[] = {
+      {2, "exit status 2 is a usage error; a restart would fail the same way"},
+      {3, "exit status 3 is a diverged training run (a NaN or an infinity); a restart would fail the same way"},
+      {65, "exit status 65 is bad data; a restart would fail the same way"},
+      {66, "exit status 66 is a corrupt or mismatched checkpoint or weights file; a restart would fail the same way"},
+      {71, "exit status 71 is a model or data set that does not fit in memory; a restart would fail the same way"},
+      {73, "exit status 73 is an output path that cannot be written; a restart would fail the same way"},
+  };
+  for (const auto& [status, why] : cases) {
+    const JobOutcome o{JobOutcome::Kind::kRankFailed, status,
+                       fmt::format("rank 0 on n1 exited with status {}", status)};
+    const RestartDecision d = decide_restart(o, 0, 3);
+    EXPECT_FALSE(d.restart) << status;
+    EXPECT_EQ(d.line, fmt::format("rank 0 on n1 exited with status {} (not restarted: {})", status, why));
+  }
+}
+
+// Failures a restart may fix: a peer that died or stopped, a timeout (1), a rank killed by a
+// signal, and statuses dtrain does not give (another program's).
+TEST(RestartPolicy, OtherExitStatusesAreRetried) {
+  for (int status : {1, 4, 64, 70, 75, 137, 143}) EXPECT_TRUE(decide_restart(failed(status), 0, 3).restart) << status;
 }
 
 TEST(RestartPolicy, StartTimeoutsAndMpirunFailuresAreRetried) {
