@@ -146,7 +146,12 @@ Trainer::Trainer(Runtime& runtime, const TrainConfig& c)
   // broadcast, the steps): ranks started with other flags fail here, in one line, not in a hang.
   check_ranks_agree(runtime.control(), shared_settings(c, data_.train->size(), data_.test->size()));
   model_->set_amp(c.amp);
-  if (runtime.size() > 1) ddp_.emplace(*model_, runtime, c.ddp);
+  if (runtime.size() > 1) {
+    DdpOptions ddp = c.ddp;
+    // Spans and metrics say what the device did (on CPU the times are already the collective's).
+    ddp.device_timing = !c.output.trace_path.empty() || !c.output.metrics_path.empty();
+    ddp_.emplace(*model_, runtime, ddp);
+  }
   if (runtime.size() > 1 && c.data.sampler == SamplerTail::kUneven) join_.emplace(runtime.control());
   optimizer_ = make_optimizer(c.optimizer, model_->parameters());
   choose_starting_point();

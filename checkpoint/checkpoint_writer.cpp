@@ -12,6 +12,7 @@
 #include "checkpoint/durable_file.h"
 #include "checkpoint/finite.h"
 #include "core/error.h"
+#include "core/poison.h"
 
 namespace dtrain::checkpoint {
 namespace fs = std::filesystem;
@@ -85,6 +86,13 @@ void prune(const fs::path& dir, int64_t newest, int keep) {
   }
 }
 
+// Note [A poisoned step is never saved] (core/poison.h): asked before each step that makes a
+// save visible, so a collective that failed or timed out while the save was written stops it.
+void refuse_if_poisoned() {
+  if (const std::string why = process_poison(); !why.empty())
+    throw Error(fmt::format("a collective of this process failed, so its state may be wrong: {}", why));
+}
+
 // The step directory, complete and fsynced under its final name; nothing of it on failure.
 void write_step_directory(const fs::path& dir, const fs::path& target, CheckpointSnapshot& snapshot,
                           FaultBudget& budget) {
@@ -103,6 +111,7 @@ void write_step_directory(const fs::path& dir, const fs::path& target, Checkpoin
         write_tensor_file(temp / kOptimizerFile, snapshot.optimizer, snapshot.optimizer_metadata, budget);
     write_text_file(temp / kStateFile, encode_state(state), budget);
     fsync_directory(temp);
+    refuse_if_poisoned();
     publish(temp, target);
     fsync_directory(dir);
   } catch (...) {
@@ -127,8 +136,10 @@ fs::path write_checkpoint(const CheckpointWriterOptions& options, CheckpointSnap
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) throw_os_error("cannot create directory", dir, ec.value());
+    refuse_if_poisoned();  // before any byte: not even a temporary folder
     FaultBudget budget(options.fault_after_bytes);
     write_step_directory(dir, target, snapshot, budget);
+    refuse_if_poisoned();  // the step folder stays; `latest` keeps naming the one before
     write_latest(dir, snapshot.state.global_step, budget);
     prune(dir, snapshot.state.global_step, options.keep);
   } catch (const Error& e) {

@@ -13,6 +13,7 @@
 #include "comm/communicator.h"
 #include "comm/mpi_check.h"
 #include "comm/watchdog_policy.h"
+#include "core/poison.h"
 #include "core/temp_files.h"
 
 namespace dtrain {
@@ -239,6 +240,8 @@ void CollectiveWatchdog::run() {
 }
 
 void CollectiveWatchdog::fail_now(int64_t seq, const std::string& differs) {
+  // First: no save of this process may become visible from here on (core/poison.h).
+  poison_process(fmt::format("collective #{}: {}", seq, differs));
   const std::string where = dump(fmt::format("collective #{}: {}", seq, differs));
   const std::string line = fmt::format("dtrain: rank {}: {}; flight recorder: {}\n", rank_, differs, where);
   std::fflush(stdout);
@@ -248,6 +251,8 @@ void CollectiveWatchdog::fail_now(int64_t seq, const std::string& differs) {
 }
 
 void CollectiveWatchdog::time_out(int64_t seq, double waited_s) {
+  // First, as fail_now: a background save in flight is not committed after this.
+  poison_process(fmt::format("collective #{} timed out after {:.1f} s", seq, waited_s));
   CollectiveRecord rec;
   for (const CollectiveRecord& r : recorder_.snapshot())
     if (r.seq == seq) rec = r;

@@ -30,6 +30,14 @@ class Work {
   virtual int64_t started_ns() const { return started_ns_.load(std::memory_order_acquire); }
   virtual int64_t finished_ns() const { return finished_ns_.load(std::memory_order_acquire); }
 
+  // Note [Device-timed collectives]: on a GPU, wait() returns before the collective ran (it
+  // only orders the compute stream after it), so host times say nothing of it. A device-timed
+  // Work (NCCL) records timing events on the communication stream around the collective;
+  // wait_for_device_times() blocks the host until the collective finished on the device and
+  // then makes started_ns()/finished_ns() the device's start and end, on the steady clock.
+  virtual bool device_timed() const { return false; }
+  virtual void wait_for_device_times() {}
+
  protected:
   std::atomic<int64_t> started_ns_{0}, finished_ns_{0};
 };

@@ -24,18 +24,13 @@ namespace {
 
 // NCCL cannot run two ranks of one communicator on one GPU (it fails or hangs at init). Ranks
 // compare "host/PCI bus id", so a shared GPU is one clear error on every rank; ranks that each
-// see one GPU through their own CUDA_VISIBLE_DEVICES pass.
+// see one GPU through their own CUDA_VISIBLE_DEVICES pass (Note [Per-task visible GPUs]).
 void check_one_rank_per_gpu(Device device, Communicator& control) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   const std::string mine = fmt::format("{}/{}", host, gpu_backend().pci_bus_id(device.index));
-  const std::vector<std::string> all = allgather_strings(control, mine);
-  for (int r = 0; r < control.size(); ++r) {
-    if (r != control.rank() && all[static_cast<size_t>(r)] == mine)
-      throw Error(fmt::format("ranks {} and {} share GPU {}; NCCL needs one GPU per rank (run at most as many ranks "
-                              "per node as GPUs)",
-                              std::min(r, control.rank()), std::max(r, control.rank()), mine));
-  }
+  if (std::string error = shared_gpu_error(allgather_strings(control, mine), control.rank()); !error.empty())
+    throw Error(error);
 }
 
 // The NCCL communicator lives in the GPU backend library (Note [Loaded on use]).

@@ -56,22 +56,28 @@ inline WatchdogVerdict watchdog_decide(std::span<const WatchdogPending> pending,
   return v;
 }
 
-// The one line the watchdog prints before it takes the process down, e.g.
-//   "dtrain: rank 3: NCCL allreduce #42 timed out after 600.0s"
-//   "dtrain: rank 3: NCCL allreduce #42 failed: unhandled system error"
-inline std::string watchdog_message(int rank, const WatchdogVerdict& v) {
+// What failed, without the rank's prefix (an error thrown with it is prefixed once where it is
+// printed), e.g. "NCCL allreduce #42 failed: unhandled system error"; "" for kNone.
+inline std::string watchdog_failure_text(const WatchdogVerdict& v) {
   std::string what = v.op.empty() ? "communicator" : (v.seq > 0 ? fmt::format("{} #{}", v.op, v.seq) : v.op);
   switch (v.action) {
     case WatchdogAction::kTimeout:
-      return fmt::format(
-          "dtrain: rank {}: NCCL {} timed out after {:.1f}s (a peer may have died or issued different collectives)",
-          rank, what, v.waited_s);
+      return fmt::format("NCCL {} timed out after {:.1f}s (a peer may have died or issued different collectives)",
+                         what, v.waited_s);
     case WatchdogAction::kFail:
-      return fmt::format("dtrain: rank {}: NCCL {} failed: {}", rank, what, v.error);
+      return fmt::format("NCCL {} failed: {}", what, v.error);
     case WatchdogAction::kNone:
       break;
   }
   return {};
+}
+
+// The one line the watchdog prints before it takes the process down, e.g.
+//   "dtrain: rank 3: NCCL allreduce #42 timed out after 600.0s"
+//   "dtrain: rank 3: NCCL allreduce #42 failed: unhandled system error"
+inline std::string watchdog_message(int rank, const WatchdogVerdict& v) {
+  const std::string text = watchdog_failure_text(v);
+  return text.empty() ? text : fmt::format("dtrain: rank {}: {}", rank, text);
 }
 
 }  // namespace dtrain

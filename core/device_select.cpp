@@ -1,6 +1,7 @@
 // Device requests and per-rank device selection (see device_select.h).
 #include "core/device_select.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 
@@ -82,6 +83,13 @@ DeviceChoice choose_device(const DeviceRequest& request, int local_rank, int loc
     throw Error(inv.cuda_build ? fmt::format("device {}: no CUDA device visible ({})", what, no_gpu_detail(inv))
                                : fmt::format("device {}: {}", what, no_gpu_detail(inv)));
   }
+  // Note [Per-task visible GPUs]: the ranks check afterwards that each saw a different device.
+  const bool one_visible = inv.count == 1 && (request.kind != Kind::kCudaIndex || request.index == 0);
+  if (one_visible && local_size > 1 && !allow_gpu_sharing) {
+    DeviceChoice choice = cuda_choice(0, local_rank, local_size, inv);
+    choice.log_line.insert(choice.log_line.size() - 1, "; one visible GPU per rank");
+    return choice;
+  }
   if (request.kind == Kind::kCudaIndex) {
     if (request.index >= inv.count) {
       throw Error(fmt::format("device {}: only {} CUDA device{} visible (CUDA_VISIBLE_DEVICES={})", what, inv.count,
@@ -102,6 +110,17 @@ DeviceChoice choose_device(const DeviceRequest& request, int local_rank, int loc
                             local_size, inv.count, inv.count == 1 ? "" : "s", inv.visible_env, inv.count));
   }
   return cuda_choice(local_rank % inv.count, local_rank, local_size, inv);
+}
+
+std::string shared_gpu_error(const std::vector<std::string>& ids, int rank) {
+  const std::string& mine = ids.at(static_cast<size_t>(rank));
+  for (size_t r = 0; r < ids.size(); ++r) {
+    if (static_cast<int>(r) != rank && ids[r] == mine)
+      return fmt::format("ranks {} and {} share GPU {}; NCCL needs one GPU per rank (run at most as many ranks per "
+                         "node as GPUs)",
+                         std::min(static_cast<int>(r), rank), std::max(static_cast<int>(r), rank), mine);
+  }
+  return "";
 }
 
 DeviceChoice select_device(const DeviceRequest& request, int local_rank, int local_size, bool allow_gpu_sharing) {

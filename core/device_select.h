@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/device.h"
 
@@ -46,8 +47,22 @@ DeviceInventory probe_devices();
 //   cuda     -> logical device local_rank; more local ranks than devices is an error unless
 //               allow_gpu_sharing, which maps local_rank % count
 //   cuda:N   -> device N for every local rank (several local ranks need allow_gpu_sharing)
+// Except: a rank that sees exactly one device takes it (cuda, auto, cuda:0) whatever its local
+// rank. Note [Per-task visible GPUs].
 DeviceChoice choose_device(const DeviceRequest& request, int local_rank, int local_size, bool allow_gpu_sharing,
                            const DeviceInventory& inventory);
+
+// Note [Per-task visible GPUs]: under Slurm's --gpus-per-task (or a CUDA_VISIBLE_DEVICES set
+// per rank) every rank sees one device, logical 0, and local ranks 1, 2, ... have no device of
+// their number. From its own inventory a rank cannot tell that case (each sees a different GPU:
+// fine) from ranks that all see the same one (sharing: NCCL fails or hangs at init). So
+// choose_device takes the one visible device, and the ranks then compare "host/PCI bus id"
+// (shared_gpu_error, on what comm/runtime.cpp exchanges): the same GPU on two ranks stays an
+// error, flag or not, since NCCL needs one GPU per rank.
+
+// `ids[r]` is rank r's "host/PCI bus id": one line naming the first two ranks (lowest first)
+// that share a GPU, from `rank`'s side ("" when `rank` shares its GPU with no one). Pure.
+std::string shared_gpu_error(const std::vector<std::string>& ids, int rank);
 
 // probe_devices() + choose_device() + pinning the process to the device, its PCI bus id
 // appended to the log line.

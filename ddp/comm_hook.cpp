@@ -31,14 +31,17 @@ class UnpackWork final : public Work {
       launch(bucket_.device(), bucket_.numel(), kernels::UnpackBF16{bucket_.data(), src});
     else
       launch(bucket_.device(), bucket_.numel(), kernels::UnpackFP16{bucket_.data(), src});
-    started_ns_.store(inner_->started_ns());
-    finished_ns_.store(inner_->finished_ns());
     done_ = true;
   }
   bool test() override {
     if (!done_ && inner_->test()) wait();  // the data is there: unpack (never blocks)
     return done_;
   }
+  // The 16-bit all-reduce's times (the unpack is compute).
+  int64_t started_ns() const override { return inner_->started_ns(); }
+  int64_t finished_ns() const override { return inner_->finished_ns(); }
+  bool device_timed() const override { return inner_->device_timed(); }
+  void wait_for_device_times() override { inner_->wait_for_device_times(); }
 
  private:
   WorkHandle inner_;

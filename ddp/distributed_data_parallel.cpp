@@ -124,6 +124,7 @@ void DistributedDataParallel::backward(const Tensor& grad_output) {
   // A trial step's cost includes the all-reduces, which on a GPU finish after wait() returns.
   if (tuner_) compute_.synchronize();
   timing_ = {start, end, steady_now_ns(), reducer_->last_timings()};
+  read_device_times();
   after_synced_backward(timing_.synced_ns - timing_.start_ns);
 }
 
@@ -139,7 +140,18 @@ void DistributedDataParallel::join_backward() {
   reducer_->finalize_backward();
   if (tuner_) compute_.synchronize();
   timing_ = {start, start, steady_now_ns(), reducer_->last_timings()};
+  read_device_times();
   after_synced_backward(timing_.synced_ns - timing_.start_ns);
+}
+
+void DistributedDataParallel::read_device_times() {
+  for (BucketTiming& b : timing_.buckets) {
+    WorkHandle work = std::exchange(b.device_work, nullptr);
+    if (!work || !options_.device_timing) continue;
+    work->wait_for_device_times();
+    b.started_ns = work->started_ns();
+    b.finished_ns = work->finished_ns();
+  }
 }
 
 void DistributedDataParallel::use_layout(const BucketLayout& layout) {

@@ -40,6 +40,10 @@ struct DdpOptions {
   // Test hook: the time a trial step is taken to have cost, from (candidate index, the measured
   // ms); unset, the measured time. Lets a test give ranks different fastest candidates.
   std::function<double(size_t, double)> autotune_step_ms;
+  // last_backward()'s all-reduce times from the device where the communicator times on it
+  // (NCCL: Note [Device-timed collectives] in comm/communicator.h). The host then waits for a
+  // step's all-reduces before it queues the optimizer step; for --trace and --metrics.
+  bool device_timing = false;
 };
 
 // The last synced backward, in steady_now_ns(): backward from start to end, then the wait for
@@ -108,6 +112,8 @@ class DistributedDataParallel {
   // After every synced backward (join's too, so all ranks take the same steps): the rebuild
   // after the first, then the tuner's trials. Collective over the control communicator.
   void after_synced_backward(int64_t backward_ns);
+  // DdpOptions::device_timing: timing_'s device-timed all-reduces get the device's times.
+  void read_device_times();
   void use_layout(const BucketLayout& layout);
   void finish_tuning();
 

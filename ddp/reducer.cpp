@@ -206,7 +206,7 @@ void Reducer::finalize_backward() {
     b.work = nullptr;
     const int64_t start = work->started_ns() ? work->started_ns() : b.launched_ns;
     const int64_t end = work->finished_ns() ? work->finished_ns() : steady_now_ns();
-    timings_.push_back({b.index, b.buffer.nbytes(), b.launched_ns, start, end});
+    timings_.push_back({b.index, b.buffer.nbytes(), b.launched_ns, start, end, work->device_timed() ? work : nullptr});
   }
   std::fill(used_since_sync_.begin(), used_since_sync_.end(), false);
   ++stats_.synced_backwards;

@@ -49,6 +49,9 @@ struct BucketTiming {
   size_t bucket = 0;
   size_t bytes = 0;
   int64_t launched_ns = 0, started_ns = 0, finished_ns = 0;
+  // A device-timed collective (Note [Device-timed collectives] in comm/communicator.h): its
+  // times are known once it ran; DistributedDataParallel reads them when asked to.
+  WorkHandle device_work = nullptr;
 };
 
 // What the reducer did, for tests and traces (instrumentation, not timing).

@@ -114,6 +114,29 @@ std::vector<uint32_t> addresses_for_ranks(std::string_view spec, const std::vect
   return chosen;
 }
 
+std::string nccl_socket_ifname(std::string_view spec, const std::vector<NetInterface>& interfaces) {
+  std::vector<std::string> names;
+  bool resolved = true;
+  auto add = [&](std::string_view name) {
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.emplace_back(name);
+  };
+  for_each_item(spec, [&](std::string_view item) {
+    const std::optional<Cidr> cidr = parse_cidr(item);
+    if (!cidr) return add(item);
+    bool found = false;
+    for (const NetInterface& i : interfaces) {
+      if (!contains(*cidr, i.ipv4)) continue;
+      add(i.name);
+      found = true;
+    }
+    resolved = resolved && found;
+  });
+  if (!resolved || names.empty()) return "";
+  std::string value = "=";
+  for (const std::string& name : names) value += (value.size() > 1 ? "," : "") + name;
+  return value;
+}
+
 std::string ipv4_text(uint32_t address) {
   return fmt::format("{}.{}.{}.{}", address >> 24, (address >> 16) & 255, (address >> 8) & 255, address & 255);
 }

@@ -1,4 +1,4 @@
-// --iface: which network Open MPI's TCP messages and out-of-band traffic use, as interface
+// --iface: which network Open MPI's TCP messages and out-of-band traffic (and NCCL's sockets) use, as interface
 // names or IPv4 CIDRs (Open MPI's btl_tcp_if_include / oob_tcp_if_include syntax), checked for
 // form and against this node's interfaces. Open MPI itself only warns about a value that
 // matches nothing and then uses every interface, so a typo would go unnoticed.
@@ -32,6 +32,13 @@ std::string unmatched_iface(std::string_view spec, const std::vector<NetInterfac
 // non-loopback address (loopback last, for the ranks on this node, when there is none other).
 std::vector<uint32_t> addresses_for_ranks(std::string_view spec, const std::vector<NetInterface>& interfaces,
                                           bool single_node);
+
+// NCCL_SOCKET_IFNAME for the ranks (NCCL's bootstrap and socket transport pick their own
+// interface otherwise, not the one --iface chose for MPI): "=eth1,ib0", exact names in NCCL's
+// '=' form, each CIDR replaced by the names of `interfaces` holding an address in it. "" when a
+// CIDR cannot be resolved (no interface of `interfaces` in it, e.g. they are unknown): NCCL then
+// picks as it would without --iface, rather than be handed a subset of what was asked.
+std::string nccl_socket_ifname(std::string_view spec, const std::vector<NetInterface>& interfaces);
 
 // "1.2.3.4" for an IPv4 address in host byte order.
 std::string ipv4_text(uint32_t address);

@@ -144,6 +144,12 @@ std::vector<std::string> build_mpirun_argv(const LaunchOptions& opts, const Laun
   if (!host.env.contains("DTRAIN_STDOUT_IS_TTY"))
     argv.insert(argv.end(), {"-x", fmt::format("DTRAIN_STDOUT_IS_TTY={}", host.stdout_is_tty ? 1 : 0)});
 
+  // NCCL's bootstrap and sockets on the same network (a user's own NCCL_SOCKET_IFNAME wins).
+  if (!opts.iface.empty() && !host.env.contains("NCCL_SOCKET_IFNAME")) {
+    if (const std::string ifname = nccl_socket_ifname(opts.iface, host.interfaces); !ifname.empty())
+      argv.insert(argv.end(), {"-x", "NCCL_SOCKET_IFNAME=" + ifname});
+  }
+
   for (const std::string& setting : opts.rank_env) argv.insert(argv.end(), {"-x", setting});
 
   argv.insert(argv.end(), opts.rank_supervisor.begin(), opts.rank_supervisor.end());

@@ -11,6 +11,7 @@
 #include "comm/nccl/nccl_check.h"
 #include "comm/nccl/nccl_watchdog.h"
 #include "core/cuda/cuda_backend.h"
+#include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_stream.h"
 #include "core/error.h"
 
@@ -44,6 +45,46 @@ void check_device_buffer(const void* ptr, int64_t count, const char* op, const c
   DTRAIN_CHECK(cuda::is_device_pointer(ptr), "NCCL {}: {} buffer {} is not GPU memory", op, which, ptr);
 }
 
+// Note [Device-timed collectives] (comm/communicator.h): CUDA events time the collective on the
+// device; an anchor event, recorded on an idle stream while the host reads the steady clock,
+// places them on that clock (cudaEventElapsedTime works across streams of one device). The
+// anchor is renewed every kAnchorRenewal so the float milliseconds stay precise (a float keeps
+// ~1 us over 10 s).
+constexpr int64_t kAnchorRenewalNs = 10'000'000'000;
+
+cuda::EventHandle timing_event() {
+  cudaEvent_t e = nullptr;
+  CUDA_CHECK(cudaEventCreate(&e));  // default flags: timing enabled
+  return cuda::EventHandle(e);
+}
+
+struct ClockAnchor {
+  cuda::EventHandle event;
+  int64_t host_ns = 0;  // steady_now_ns() when the device passed `event`
+};
+
+std::shared_ptr<const ClockAnchor> make_clock_anchor(cudaStream_t idle) {
+  auto anchor = std::make_shared<ClockAnchor>();
+  anchor->event = timing_event();
+  const int64_t before = steady_now_ns();
+  CUDA_CHECK(cudaEventRecord(anchor->event.get(), idle));
+  CUDA_CHECK(cudaEventSynchronize(anchor->event.get()));  // an idle stream: microseconds
+  anchor->host_ns = before + (steady_now_ns() - before) / 2;
+  return anchor;
+}
+
+// The events around one collective on the communication stream.
+struct DeviceSpan {
+  std::shared_ptr<const ClockAnchor> anchor;
+  cuda::EventHandle start, end;
+
+  int64_t at_ns(cudaEvent_t event) const {
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, anchor->event.get(), event));
+    return anchor->host_ns + static_cast<int64_t>(static_cast<double>(ms) * 1e6);
+  }
+};
+
 class NcclWork final : public Work {
  public:
   // `finished` is shared with the watchdog's completion callback, so that callback never owns
@@ -55,8 +96,6 @@ class NcclWork final : public Work {
         finished_(std::move(finished)) {
     started_ns_.store(steady_now_ns(), std::memory_order_release);
   }
-
-  int64_t finished_ns() const override { return finished_->load(std::memory_order_acquire); }
 
   void wait() override {
     watchdog_->throw_if_failed();
@@ -75,6 +114,20 @@ class NcclWork final : public Work {
     return finished;
   }
 
+  bool device_timed() const override { return span_ != nullptr; }
+  void wait_for_device_times() override {
+    if (!span_ || device_times_known_) return;
+    watchdog_->throw_if_failed();
+    CUDA_CHECK(cudaEventSynchronize(span_->end.get()));  // a hang here is the watchdog's to end
+    started_ns_.store(span_->at_ns(span_->start.get()), std::memory_order_release);
+    device_finished_ns_ = span_->at_ns(span_->end.get());
+    device_times_known_ = true;
+  }
+  int64_t finished_ns() const override {
+    return device_times_known_ ? device_finished_ns_ : finished_->load(std::memory_order_acquire);
+  }
+  void set_device_span(std::unique_ptr<DeviceSpan> span) { span_ = std::move(span); }
+
   void mark_finished() { mark(*finished_); }
   static void mark(std::atomic<int64_t>& finished) {
     int64_t expected = 0;
@@ -87,6 +140,9 @@ class NcclWork final : public Work {
   std::shared_ptr<NcclWatchdog> watchdog_;
   bool host_blocking_;
   std::shared_ptr<std::atomic<int64_t>> finished_;
+  std::unique_ptr<DeviceSpan> span_;  // null: not device-timed
+  bool device_times_known_ = false;   // wait_for_device_times() ran (on the caller's thread)
+  int64_t device_finished_ns_ = 0;
 };
 
 }  // namespace
@@ -96,6 +152,8 @@ struct NcclCommunicator::Impl {
   ncclComm_t comm = nullptr;
   Stream* compute = nullptr;  // the device's compute stream (lives as long as the process)
   std::unique_ptr<cuda::CudaStream> comm_stream;
+  std::unique_ptr<cuda::CudaStream> anchor_stream;  // idle but for clock anchors
+  std::shared_ptr<const ClockAnchor> anchor;
   std::shared_ptr<NcclWatchdog> watchdog;
   void* barrier_buf = nullptr;  // one float on the device, the barrier's all-reduce operand
   std::mutex issue_mutex;       // NCCL needs every rank's collectives in one order: one issuer
@@ -113,8 +171,16 @@ struct NcclCommunicator::Impl {
     const int64_t seq = next_seq++;
     // Watched from before the call: a first collective can block the host while NCCL connects.
     const int64_t key = watchdog->begin(seq, op);
+    auto span = std::make_unique<DeviceSpan>();
     try {
+      if (!anchor || steady_now_ns() - anchor->host_ns > kAnchorRenewalNs)
+        anchor = make_clock_anchor(anchor_stream->handle());
+      span->anchor = anchor;
+      span->start = timing_event();
+      span->end = timing_event();
+      CUDA_CHECK(cudaEventRecord(span->start.get(), comm_stream->handle()));
       issue(comm_stream->handle());
+      CUDA_CHECK(cudaEventRecord(span->end.get(), comm_stream->handle()));
     } catch (...) {
       watchdog->end(key);
       throw;
@@ -122,6 +188,7 @@ struct NcclCommunicator::Impl {
     std::shared_ptr<Event> done = comm_stream->record();
     auto finished = std::make_shared<std::atomic<int64_t>>(0);
     auto work = std::make_shared<NcclWork>(done, *compute, watchdog, host_blocking, finished);
+    work->set_device_span(std::move(span));
     watchdog->set_done(key, std::move(done), [finished] { NcclWork::mark(*finished); });
     return work;
   }
@@ -139,6 +206,7 @@ NcclCommunicator::NcclCommunicator(Communicator& bootstrap, Device device, NcclO
   cuda::set_device(device.index);
   s.compute = &cuda::compute_stream(device.index);
   s.comm_stream = std::make_unique<cuda::CudaStream>(device.index);
+  s.anchor_stream = std::make_unique<cuda::CudaStream>(device.index);
   s.watchdog = std::make_shared<NcclWatchdog>(s.rank, device.index, options.timeout, options.poll_interval);
 
   // Rank 0 makes the id; the bootstrap communicator carries its bytes.

@@ -1,7 +1,6 @@
 // NcclWatchdog (see nccl_watchdog.h).
 #include "comm/nccl/nccl_watchdog.h"
 
-#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -10,6 +9,7 @@
 
 #include "comm/nccl/nccl_check.h"
 #include "core/error.h"
+#include "core/poison.h"
 
 namespace dtrain {
 
@@ -37,8 +37,8 @@ void NcclWatchdog::attach(ncclComm_t comm) {
 void NcclWatchdog::detach() {
   std::unique_lock lock(mutex_);
   if (!failure_.empty()) {
-    // The watchdog is aborting this communicator and ending the process: destroying the
-    // communicator now would race ncclCommAbort. Wait for the exit.
+    // The watchdog is ending the process: destroying the communicator now would wait on the
+    // collective that failed. Wait for the exit.
     lock.unlock();
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   }
@@ -126,30 +126,18 @@ void NcclWatchdog::run() {
 }
 
 void NcclWatchdog::fire(const WatchdogVerdict& verdict) {
-  const std::string line = watchdog_message(rank_, verdict);
-  ncclComm_t comm = nullptr;
+  // First: from here on no save of this process may become visible (core/poison.h).
+  const std::string text = watchdog_failure_text(verdict);
+  poison_process(text);
   {
     std::lock_guard lock(mutex_);
-    failure_ = line;
-    comm = comm_;
+    failure_ = text;
   }
+  const std::string line = watchdog_message(rank_, verdict);
+  std::fflush(stdout);
   std::fprintf(stderr, "%s\n", line.c_str());
   std::fflush(stderr);
-  if (comm) {
-    // ncclCommAbort stops this rank's NCCL kernels and proxy threads. A wedged device can hang
-    // it too, so it gets a few seconds on its own thread and the exit happens regardless.
-    auto aborted = std::make_shared<std::atomic<bool>>(false);
-    std::thread([comm, aborted] {
-      (void)ncclCommAbort(comm);
-      aborted->store(true);
-    }).detach();
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!aborted->load() && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-  }
-  std::fflush(stdout);
-  std::fflush(stderr);
+  // No ncclCommAbort (nccl_watchdog.h): the exit ends this rank's kernels and proxy threads.
   std::_Exit(kExitCode);  // no destructors: other threads may be blocked inside NCCL or CUDA
 }
 

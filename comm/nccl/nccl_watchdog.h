@@ -1,9 +1,16 @@
 // NcclWatchdog: hang safety for NCCL. A thread polls, every few milliseconds, the completion
 // events of the collectives in flight and ncclCommGetAsyncError; when one has been in flight
 // longer than the timeout, or NCCL reports an error, it prints one line naming rank,
-// collective and sequence number, aborts the communicator (ncclCommAbort, bounded) and exits
-// the process non-zero. The launcher then takes the job down, so no peer waits forever on
-// a rank that is gone. The decision itself is comm/watchdog_policy.h.
+// collective and sequence number and exits the process non-zero. The launcher then takes the
+// job down, so no peer waits forever on a rank that is gone. The decision itself is
+// comm/watchdog_policy.h.
+//
+// Before anything else it marks the process poisoned (Note [A poisoned step is never saved] in
+// core/poison.h). It does not call ncclCommAbort: that makes the running and queued kernels
+// return early with partial sums while the compute stream carries on (results a checkpoint
+// could pick up), and NCCL forbids aborting a blocking communicator while another thread (the
+// main one, in ncclAllReduce or ncclGroupEnd) is inside a NCCL call. Ending the process ends
+// its kernels and proxy threads with it.
 #pragma once
 
 #include <chrono>
@@ -44,7 +51,8 @@ class NcclWatchdog {
   void set_done(int64_t key, std::shared_ptr<Event> done, std::function<void()> on_complete = {});
   void end(int64_t key);
 
-  // Empty, or the line the watchdog printed (the process is then on its way out).
+  // Empty, or what failed (the line the watchdog printed, less its "dtrain: rank N: "; the
+  // process is then on its way out).
   std::string failure() const;
   void throw_if_failed() const;
 

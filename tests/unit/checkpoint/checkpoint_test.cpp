@@ -18,6 +18,7 @@
 #include "checkpoint/directory_lock.h"
 #include "checkpoint/durable_file.h"
 #include "core/error.h"
+#include "core/poison.h"
 #include "synthetic.h"
 
 namespace dtrain::checkpoint {
@@ -136,6 +137,41 @@ TEST(Checkpoint, FailedSaveLeavesNoStepDirectoryAndOldCheckpointsIntact) {
         << e.what();
   }
   EXPECT_EQ(fingerprint(tmp.path()), before);
+}
+
+// Note [A poisoned step is never saved]: once a watchdog marked a collective of this process as
+// failed, no save becomes visible: no step folder, `latest` unchanged, one line saying why.
+TEST(Checkpoint, NothingIsSavedOnceACollectiveOfTheProcessFailed) {
+  TempDir tmp;
+  save(tmp.path(), 10);
+  const auto before = fingerprint(tmp.path());
+  poison_process("NCCL allreduce #42 timed out after 600.0s");
+  const std::string expected = "checkpoint " + (tmp.path() / "step-20").string() +
+                               " not saved: a collective of this process failed, so its state may be wrong: NCCL "
+                               "allreduce #42 timed out after 600.0s";
+  try {
+    save(tmp.path(), 20);
+    ADD_FAILURE() << "the save should be refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.what(), expected);
+  }
+  EXPECT_EQ(fingerprint(tmp.path()), before);
+  // The background writer alike (the first reason is kept).
+  poison_process("a later reason");
+  {
+    CheckpointWriter writer({.dir = tmp.path(), .keep = 2, .fault_after_bytes = std::nullopt});
+    writer.save_async(synthetic_snapshot(20));
+    try {
+      writer.wait();
+      ADD_FAILURE() << "the background save should be refused";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.what(), expected);
+    }
+  }
+  EXPECT_EQ(fingerprint(tmp.path()), before);
+  clear_process_poison_for_tests();
+  save(tmp.path(), 20);
+  expect_synthetic(read_checkpoint(tmp.path()), 20);
 }
 
 // Bytes of one save of synthetic_snapshot(step): step directory files, then `latest`.

@@ -52,6 +52,14 @@ TEST(NcclWatchdogPolicy, AnAsyncErrorWithNothingPendingBlamesTheCommunicator) {
   EXPECT_EQ(watchdog_message(0, v), "dtrain: rank 0: NCCL communicator failed: unhandled system error");
 }
 
+// The failure text is thrown to the main thread, which prefixes it once: it has no prefix of
+// its own (it used to print "dtrain: rank 0: dtrain: rank 0: NCCL ...").
+TEST(NcclWatchdogPolicy, TheFailureTextCarriesNoRankPrefix) {
+  WatchdogVerdict v = watchdog_decide({}, t0, 10min, "unhandled system error");
+  EXPECT_EQ(watchdog_failure_text(v), "NCCL communicator failed: unhandled system error");
+  EXPECT_EQ(watchdog_message(4, v), "dtrain: rank 4: " + watchdog_failure_text(v));
+}
+
 TEST(NcclWatchdogPolicy, SetUpPhasesAreNamedWithoutASequenceNumber) {
   std::vector<WatchdogPending> pending = {{0, "init", t0}};
   WatchdogVerdict v = watchdog_decide(pending, t0 + 61s, 60s, "");

@@ -129,6 +129,34 @@ TEST(DeviceSelect, ExplicitIndexIsCheckedAgainstVisibleDevices) {
   EXPECT_EQ(choose_device("cuda:0", 1, 2, true, gpus(2)).device, Device::cuda(0));
 }
 
+// Note [Per-task visible GPUs]: srun --gpus-per-task shows every rank one GPU, its logical 0.
+TEST(DeviceSelect, OneVisibleGpuPerRankNeedsNoSharingFlag) {
+  for (const char* request : {"cuda", "auto", "cuda:0"}) {
+    for (int r = 0; r < 4; ++r) {
+      const DeviceChoice c = choose_device(request, r, 4, false, gpus(1, std::to_string(r)));
+      EXPECT_EQ(c.device, Device::cuda(0)) << request << " local rank " << r;
+      EXPECT_EQ(c.log_line, fmt::format("using cuda:0 (local rank {} of 4; CUDA_VISIBLE_DEVICES={}; one visible GPU "
+                                        "per rank)",
+                                        r, r));
+    }
+  }
+  // A device the rank does not see is still an error.
+  EXPECT_EQ(error_of("cuda:1", 1, 2, false, gpus(1, "1")), "device cuda:1: only 1 CUDA device visible (CUDA_VISIBLE_DEVICES=1)");
+}
+
+// Whether they see different GPUs is the ranks' exchange of "host/PCI bus id" to decide.
+TEST(DeviceSelect, RanksThatShareOneGpuAreNamed) {
+  const std::vector<std::string> per_task = {"n1/0000:3b:00.0", "n1/0000:5e:00.0", "n2/0000:3b:00.0"};
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(shared_gpu_error(per_task, r), "") << r;
+  const std::vector<std::string> shared = {"n1/0000:3b:00.0", "n1/0000:5e:00.0", "n1/0000:3b:00.0"};
+  EXPECT_EQ(shared_gpu_error(shared, 2),
+            "ranks 0 and 2 share GPU n1/0000:3b:00.0; NCCL needs one GPU per rank (run at most as many ranks per node "
+            "as GPUs)");
+  EXPECT_EQ(shared_gpu_error(shared, 0), shared_gpu_error(shared, 2));
+  EXPECT_EQ(shared_gpu_error(shared, 1), "");
+  EXPECT_EQ(shared_gpu_error({"n1/0000:3b:00.0"}, 0), "");
+}
+
 TEST(DeviceSelect, SelectOnThisMachineAgreesWithTheInventory) {
   // Whatever this machine has: auto never fails, and picks CUDA exactly when devices are visible.
   const DeviceInventory inv = probe_devices();

@@ -48,6 +48,17 @@ TEST(Iface, RanksReachTheLauncherOnTheChosenNetwork) {
   EXPECT_EQ(ipv4_text(0xc6120002u), "198.18.0.2");
 }
 
+TEST(Iface, NcclGetsExactNamesWithCidrsResolvedOnThisNode) {
+  EXPECT_EQ(nccl_socket_ifname("eth0", kNode), "=eth0");
+  EXPECT_EQ(nccl_socket_ifname("eth0", {}), "=eth0");  // names need no lookup
+  EXPECT_EQ(nccl_socket_ifname("10.0.0.0/8", kNode), "=ib0");
+  EXPECT_EQ(nccl_socket_ifname("0.0.0.0/0", kNode), "=lo,eth0,ib0");
+  EXPECT_EQ(nccl_socket_ifname("ib0,10.1.0.0/16,eth0", kNode), "=ib0,eth0");
+  // A subnet no interface is known in: NCCL is left to choose, not given half the list.
+  EXPECT_EQ(nccl_socket_ifname("10.1.0.0/16", {}), "");
+  EXPECT_EQ(nccl_socket_ifname("eth0,172.16.0.0/12", kNode), "");
+}
+
 TEST(Iface, DescribesInterfacesForMessages) {
   EXPECT_EQ(describe_interfaces(kNode), "lo 127.0.0.1/8, eth0 198.18.0.2/24, ib0 10.1.2.3/16");
   EXPECT_EQ(describe_interfaces({}), "none with an IPv4 address");

@@ -159,6 +159,29 @@ TEST(MpirunCommand, IfaceThisNodeIsNotOnIsAUsageError) {
   EXPECT_THAT(resolve_error(opts({"-n", "2", "--iface", "eth0,ib0", "--", "p"}), host), HasSubstr("'ib0'"));
 }
 
+// NCCL's bootstrap picks its own interface otherwise: on a multi-homed node, maybe one the
+// other nodes cannot reach.
+TEST(MpirunCommand, IfaceAlsoPicksNcclsNetworkWithCidrsResolvedToNames) {
+  LaunchHost host = machine(2);
+  host.interfaces = {{"lo", 0x7f000001, 8}, {"eth0", 0xc6120001, 24}, {"ib0", 0x0a010203, 16}};
+  const std::vector<std::string> by_name = {"--hosts", "a:1,b:1", "--iface", "ib0", "--", "p"};
+  EXPECT_EQ(command(by_name, host),
+            "mpirun -np 2 --host a:1,b:1 --map-by slot:PE=2 --bind-to core --mca orte_execute_quiet 1 "
+            "--mca btl_tcp_if_include ib0 --mca oob_tcp_if_include ib0 -x OPENBLAS_NUM_THREADS=2 "
+            "-x DTRAIN_STDOUT_IS_TTY=0 -x NCCL_SOCKET_IFNAME==ib0 p");
+  // MPI takes the subnet; NCCL takes names: the interface holding an address in it.
+  EXPECT_THAT(command({"--hosts", "a:1,b:1", "--iface", "198.18.0.0/24", "--", "p"}, host),
+              HasSubstr("--mca oob_tcp_if_include 198.18.0.0/24 -x OPENBLAS_NUM_THREADS=2 -x DTRAIN_STDOUT_IS_TTY=0 "
+                        "-x NCCL_SOCKET_IFNAME==eth0 p"));
+  EXPECT_THAT(command({"--hosts", "a:1,b:1", "--iface", "10.1.0.0/16,eth0", "--", "p"}, host),
+              HasSubstr("-x NCCL_SOCKET_IFNAME==ib0,eth0 p"));
+  // The user's own setting is forwarded, not overridden.
+  host.env = {{"NCCL_SOCKET_IFNAME", "^docker"}};
+  EXPECT_THAT(command(by_name, host), HasSubstr("-x NCCL_SOCKET_IFNAME -x OPENBLAS"));
+  EXPECT_THAT(command(by_name, host), Not(HasSubstr("NCCL_SOCKET_IFNAME=")));
+  EXPECT_THAT(command({"-n", "2", "--", "p"}, machine(2)), Not(HasSubstr("NCCL_SOCKET_IFNAME")));
+}
+
 TEST(MpirunCommand, OneHostIsASingleNode) {
   EXPECT_THAT(command({"-n", "4", "--hosts", "localhost:4", "--", "p"}, machine(2)), HasSubstr("--oversubscribe"));
 }
