@@ -1,14 +1,17 @@
 // NcclCommunicator: the Communicator over NCCL for GPU buffers. Built collectively from an
 // existing (MPI) communicator that carries the NCCL unique id; collectives run on a dedicated
-// communication stream, ordered after the compute stream's work by events (no host sync),
-// and a watchdog thread turns a hung or failed collective into a one-line error and a
-// non-zero exit instead of a hang (comm/nccl/nccl_watchdog.h). No NCCL headers here.
+// communication stream, ordered after the compute stream's work by events (no host sync), each
+// is recorded in the flight recorder the caller passes, and a watchdog thread turns a hung or failed collective into a
+// one-line error and a non-zero exit instead of a hang (comm/nccl/nccl_watchdog.h). Built into
+// the NCCL plugin (comm/nccl/nccl_plugin.h). No NCCL headers here.
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
+#include "comm/collective_log.h"
 #include "comm/communicator.h"
 #include "core/device.h"
 
@@ -19,11 +22,15 @@ struct NcclOptions {
   std::chrono::milliseconds timeout = std::chrono::minutes(10);
   // How often the watchdog looks at in-flight collectives and NCCL's asynchronous errors.
   std::chrono::milliseconds poll_interval = std::chrono::milliseconds(5);
+  // The device's compute stream (required): collectives are ordered after it and Work::wait()
+  // orders it after them. Passed in rather than looked up (no global compute_stream()).
+  Stream* compute = nullptr;
+  // Where each collective is recorded (enqueued and started when issued, finished when its
+  // event completes); null records nothing. Must outlive the communicator.
+  CollectiveLog* log = nullptr;
+  // Writes that log when the watchdog fails the run (the reason in, the file out); may be empty.
+  std::function<std::string(const std::string& reason)> dump_log;
 };
-
-// The entry point the GPU backend library exports for it (comm/runtime.cpp opens it by name):
-//   extern "C" Communicator* <kNcclFactorySymbol>(Communicator& bootstrap, Device, const NcclOptions&)
-inline constexpr const char* kNcclFactorySymbol = "dtrain_make_nccl_communicator_v1";
 
 class NcclCommunicator final : public Communicator {
  public:

@@ -125,15 +125,23 @@ void NcclWatchdog::run() {
   }
 }
 
+void NcclWatchdog::set_dump(std::function<std::string(const std::string& reason)> dump) {
+  std::lock_guard lock(mutex_);
+  dump_ = std::move(dump);
+}
+
 void NcclWatchdog::fire(const WatchdogVerdict& verdict) {
   const std::string line = watchdog_message(rank_, verdict);
   ncclComm_t comm = nullptr;
+  std::function<std::string(const std::string&)> dump;
   {
     std::lock_guard lock(mutex_);
     failure_ = line;
     comm = comm_;
+    dump = dump_;
   }
-  std::fprintf(stderr, "%s\n", line.c_str());
+  const std::string where = dump ? dump(line) : std::string();
+  std::fprintf(stderr, "%s%s\n", line.c_str(), where.empty() ? "" : ("; flight recorder: " + where).c_str());
   std::fflush(stderr);
   if (comm) {
     // ncclCommAbort stops this rank's NCCL kernels and proxy threads. A wedged device can hang

@@ -39,6 +39,7 @@ class Nccl : public ::testing::Test {
     DeviceChoice choice = select_device(DeviceRequest::cuda(), world.local_rank(), world.local_size(), false);
     NcclOptions options;
     options.timeout = std::chrono::seconds(120);
+    options.compute = &compute_stream(choice.device);
     nccl_ = new NcclCommunicator(world, choice.device, options);
   }
   static void TearDownTestSuite() {
