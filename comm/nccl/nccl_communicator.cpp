@@ -103,15 +103,14 @@ struct NcclCommunicator::Impl {
   int64_t next_seq = 1;
   int exceptions_at_construction = std::uncaught_exceptions();
 
-  // Orders a collective after the compute stream's queued work, issues it on the comm stream,
-  // records it in the flight recorder and hands its completion to the watchdog. `issue` makes
-  // the NCCL call.
+  // Issues a collective on the comm stream (the caller ordered that stream after the buffer's
+  // producer: Note [Ordering a collective after its producer]), records it in the flight
+  // recorder and hands its completion to the watchdog. `issue` makes the NCCL call.
   template <class Issue>
   WorkHandle enqueue(const char* op, DType dtype, int64_t count, bool host_blocking, Issue&& issue) {
     std::lock_guard lock(issue_mutex);
     watchdog->throw_if_failed();
     (void)cuda::current_device();  // a thread new to CUDA (a DDP comm thread) moves to our device
-    comm_stream->wait(*compute->record());
     const int64_t seq = next_seq++;
     // Recorded like MPI's collectives (comm/collective_log.h): started when issued to the GPU,
     // finished when its event completes; one the watchdog times out stays "started".

@@ -1,7 +1,8 @@
 // NcclCommunicator: the Communicator over NCCL for GPU buffers. Built collectively from an
 // existing (MPI) communicator that carries the NCCL unique id; collectives run on a dedicated
-// communication stream, ordered after the compute stream's work by events (no host sync), each
-// is recorded in the flight recorder the caller passes, and a watchdog thread turns a hung or failed collective into a
+// communication stream (callers order it after the work that wrote a buffer: Note [Ordering a
+// collective after its producer] in comm/communicator.h), each is recorded in the flight
+// recorder the caller passes, and a watchdog thread turns a hung or failed collective into a
 // one-line error and a non-zero exit instead of a hang (comm/nccl/nccl_watchdog.h). Built into
 // the NCCL plugin (comm/nccl/nccl_plugin.h). No NCCL headers here.
 #pragma once
@@ -22,8 +23,8 @@ struct NcclOptions {
   std::chrono::milliseconds timeout = std::chrono::minutes(10);
   // How often the watchdog looks at in-flight collectives and NCCL's asynchronous errors.
   std::chrono::milliseconds poll_interval = std::chrono::milliseconds(5);
-  // The device's compute stream (required): collectives are ordered after it and Work::wait()
-  // orders it after them. Passed in rather than looked up (no global compute_stream()).
+  // The device's compute stream (required): Work::wait() orders it after the collective. Passed
+  // in rather than looked up, so the stream a caller computes on is the one it names.
   Stream* compute = nullptr;
   // Where each collective is recorded (enqueued and started when issued, finished when its
   // event completes); null records nothing. Must outlive the communicator.
@@ -48,9 +49,10 @@ class NcclCommunicator final : public Communicator {
   std::string backend() const override { return "nccl"; }
   Stream& stream() override;  // the communication stream
 
-  // Buffers must be device memory on this communicator's device. Each call orders itself
-  // after the work already queued on the compute stream; Work::wait() orders the compute
-  // stream after the collective (no host block), except barrier's, which blocks the host.
+  // Buffers must be device memory on this communicator's device. A collective reads its buffer
+  // when the communication stream reaches it: callers order that stream after the kernels that
+  // wrote it (allreduce_after, comm/communicator.h). Work::wait() orders the compute stream
+  // after the collective (no host block), except barrier's, which blocks the host.
   WorkHandle allreduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) override;
   WorkHandle broadcast_async(void* buf, int64_t count, DType dtype, int root) override;
   WorkHandle allgather_async(const void* send, void* recv, int64_t count_per_rank, DType dtype) override;

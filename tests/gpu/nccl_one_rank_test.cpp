@@ -40,7 +40,7 @@ TEST_F(NcclOneRank, AllreduceThroughThePluginIsInTheFlightRecorderDump) {
   Tensor t = Tensor::from_vector(std::vector<float>(n, 1.5f), {n}, gpu());
   {
     ScopedCollectiveDetail detail("bucket 0");
-    nccl->allreduce_async(t.raw(), n, DType::kF32, ReduceOp::kSum)->wait();
+    allreduce_after(compute_stream(gpu()), *nccl, t.raw(), n, DType::kF32, ReduceOp::kSum)->wait();
   }
   EXPECT_EQ(t.to_vector(), std::vector<float>(n, 1.5f));  // one rank: the sum is the value
   // The watchdog thread marks it completed when its event completes: give it a moment.
