@@ -36,8 +36,8 @@ GpuBackend& load_gpu_backend() {
   return *plugin->backend;
 }
 
-// comm is what every program that can run on a GPU links (dtrain::init lives here), so loading
-// it is enough to give core its loader; nothing is opened until a run asks for the backend.
+// Loading comm gives core its loader (installing it opens nothing: that waits until a run asks
+// for the backend); dtrain::init() installs it again, explicitly.
 [[maybe_unused]] const bool g_installed = (install_gpu_backend_loader(), true);
 
 }  // namespace

@@ -16,7 +16,9 @@ namespace dtrain {
 // expects Y". Loading the same path again returns the same struct.
 const void* open_plugin(const std::string& path, const char* entry, uint32_t expected_version);
 
-// Installs the CUDA backend's loader into core (done when libdtrain_comm is loaded; idempotent).
+// Installs the CUDA backend's loader into core; idempotent. dtrain::init() calls it, and so does
+// libdtrain_comm when it is loaded; a program that uses CUDA tensors without dtrain::init() and
+// without any other call into comm (its linker may then drop libdtrain_comm) calls it first.
 void install_gpu_backend_loader();
 
 }  // namespace dtrain

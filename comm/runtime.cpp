@@ -51,6 +51,7 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, De
 }  // namespace
 
 std::unique_ptr<Runtime> init(int* argc, char*** argv, const RuntimeOptions& options) {
+  install_gpu_backend_loader();  // core opens no plugin itself (Note [GPU plugins without a cycle])
   std::unique_ptr<Runtime> rt(new Runtime);
   rt->topology_ = probe_cpu_topology();
   if (started_by_launcher(process_env)) {

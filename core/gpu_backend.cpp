@@ -57,7 +57,8 @@ GpuBackend& gpu_backend() {
     }
     const GpuBackendLoader loader = g_loader.load(std::memory_order_acquire);
     if (!loader) {
-      error = fmt::format("no loader for the CUDA backend {} (it is installed by libdtrain_comm: link dtrain_comm)",
+      error = fmt::format("no loader for the CUDA backend {} (libdtrain_comm installs it: call dtrain::init() or "
+                          "dtrain::install_gpu_backend_loader())",
                           path);
       return;
     }

@@ -93,8 +93,9 @@ bool gpu_backend_available();
 bool gpu_driver_present();
 
 // The registration point (Note [GPU plugins without a cycle]). The loader opens the plugin and
-// returns its backend, or throws Error naming the library and why. comm installs it when it is
-// loaded; a program without comm has no loader, and asking for the backend says so.
+// returns its backend, or throws Error naming the library and why. comm installs it
+// (install_gpu_backend_loader in comm/gpu_plugins.h, called by dtrain::init and when
+// libdtrain_comm is loaded); a program without it has no loader, and asking for the backend says so.
 using GpuBackendLoader = GpuBackend& (*)();
 void set_gpu_backend_loader(GpuBackendLoader loader);
 // The backend, loaded on first use (once; a failure is remembered and thrown again).

@@ -35,7 +35,8 @@ struct RecordingStream : Stream {
     return e;
   }
   void wait(const Event& e) override {
-    g_log.push_back(fmt::format("{}.wait({})", name, static_cast<const LoggedEvent&>(e).id));
+    const auto* logged = dynamic_cast<const LoggedEvent*>(&e);  // else another stream's (a global one's)
+    g_log.push_back(logged ? fmt::format("{}.wait({})", name, logged->id) : name + ".wait(an unlogged event)");
   }
   void synchronize() override {}
 };
