@@ -83,9 +83,16 @@ std::optional<std::string> first_disagreement(const std::vector<Dump>& dumps) {
 
 }  // namespace
 
+namespace {
+
+// The report lines for the dumps of one communicator.
+std::vector<std::string> report_lines(std::vector<Dump> dumps);
+
+}  // namespace
+
 std::string flight_report(const std::vector<std::string>& texts) {
-  std::vector<Dump> dumps;
-  int world = 0;
+  // Each communicator (MPI, NCCL) numbers its collectives on its own: one section each.
+  std::map<std::string, std::vector<Dump>> by_communicator;
   for (const std::string& text : texts) {
     const json j = json::parse(text);
     Dump d;
@@ -96,9 +103,22 @@ std::string flight_report(const std::vector<std::string>& texts) {
     d.dumped_ns = j.value("dumped_ns", int64_t{0});
     if (j.contains("unresponsive_ranks")) d.unresponsive = j.at("unresponsive_ranks").get<std::vector<int>>();
     for (const json& r : j.at("records")) d.records[r.at("seq").get<int64_t>()] = r;
-    world = std::max(world, d.world_size);
-    dumps.push_back(std::move(d));
+    by_communicator[j.value("communicator", "mpi")].push_back(std::move(d));
   }
+  const bool only_mpi = by_communicator.size() == 1 && by_communicator.begin()->first == "mpi";
+  std::string out;
+  for (auto& [communicator, dumps] : by_communicator) {
+    if (!only_mpi) out += fmt::format("{} collectives:\n", communicator);
+    for (const std::string& line : report_lines(std::move(dumps))) out += (only_mpi ? "" : "  ") + line + "\n";
+  }
+  return out;
+}
+
+namespace {
+
+std::vector<std::string> report_lines(std::vector<Dump> dumps) {
+  int world = 0;
+  for (const Dump& d : dumps) world = std::max(world, d.world_size);
   std::sort(dumps.begin(), dumps.end(), [](const Dump& a, const Dump& b) { return a.rank < b.rank; });
   std::vector<std::string> lines;
   std::vector<int> missing;
@@ -132,10 +152,10 @@ std::string flight_report(const std::vector<std::string>& texts) {
   std::sort(behind.begin(), behind.end());
   behind.erase(std::unique(behind.begin(), behind.end()), behind.end());
   if (!behind.empty()) lines.push_back(fmt::format("behind or missing: rank(s) {}", fmt::join(behind, ",")));
-  std::string out;
-  for (const std::string& line : lines) out += line + "\n";
-  return out;
+  return lines;
 }
+
+}  // namespace
 
 int run_flight_report(const std::string& dir) {
   namespace fs = std::filesystem;

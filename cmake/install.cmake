@@ -23,9 +23,10 @@ install(TARGETS ${DTRAIN_LIBRARIES} EXPORT dtrainTargets
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} ${CMAKE_INSTALL_INCLUDEDIR}/dtrain)
 install(TARGETS dtrain dtrain-launch RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 if(TARGET dtrain_cuda)
-  # Opened at run time from beside libdtrain_core (Note [Loaded on use]); nothing links it.
-  set_target_properties(dtrain_cuda PROPERTIES INSTALL_RPATH "$ORIGIN")
-  install(TARGETS dtrain_cuda LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  # Plugins opened at run time from beside libdtrain_core (Note [GPU plugins without a cycle]);
+  # nothing links them.
+  set_target_properties(dtrain_cuda dtrain_nccl PROPERTIES INSTALL_RPATH "$ORIGIN")
+  install(TARGETS dtrain_cuda dtrain_nccl LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 endif()
 
 # The public API: what a program of its own includes, and every header those include. The rest

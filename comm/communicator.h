@@ -59,7 +59,8 @@ class Communicator {
   virtual std::string backend() const = 0;  // "mpi", "nccl" or "self"
   // The backend and how it moves data, for logs: "mpi (shared-memory all-reduce)".
   virtual std::string describe() const { return backend(); }
-  // The stream the collectives run on; callers make it wait on the compute stream first.
+  // The stream the collectives run on; callers order it after a buffer's producer first
+  // (Note [Ordering a collective after its producer]).
   virtual Stream& stream() = 0;
 
   // Asynchronous collectives: they return at once; buffers must stay alive until wait().
@@ -93,5 +94,20 @@ class Communicator {
   void allreduce(Tensor& t, ReduceOp op) { allreduce(t.raw(), t.numel(), t.dtype(), op); }
   void broadcast(Tensor& t, int root) { broadcast(t.raw(), t.numel(), t.dtype(), root); }
 };
+
+// Note [Ordering a collective after its producer]: a collective reads its buffer when the
+// communicator's stream gets to it. On a GPU the kernels that wrote the buffer run on another
+// stream (the compute stream), so nothing makes the collective wait for them unless it is said:
+// an event recorded on the producer's stream after those kernels, and the communicator's stream
+// waits on it (no host block; on CPU both calls are no-ops, since CPU work is done when queued).
+// allreduce_after is the one place that is said for a bucket's all-reduce: every comm hook,
+// plain or compressed, issues through it, after its own kernels (the 16-bit pack) are queued;
+// the reducer and the backends do no ordering of their own. Work::wait() orders the other way.
+inline void order_after(Stream& producer, Communicator& comm) { comm.stream().wait(*producer.record()); }
+inline WorkHandle allreduce_after(Stream& producer, Communicator& comm, void* buf, int64_t count, DType dtype,
+                                  ReduceOp op) {
+  order_after(producer, comm);
+  return comm.allreduce_async(buf, count, dtype, op);
+}
 
 }  // namespace dtrain

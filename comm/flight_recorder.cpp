@@ -35,7 +35,8 @@ const char* collective_state_name(CollectiveState state) {
   return "?";
 }
 
-FlightRecorder::FlightRecorder(size_t capacity) : capacity_(capacity == 0 ? 1 : capacity) {
+FlightRecorder::FlightRecorder(size_t capacity, std::string communicator)
+    : capacity_(capacity == 0 ? 1 : capacity), communicator_(std::move(communicator)) {
   ring_.reserve(capacity_);
 }
 
@@ -111,20 +112,23 @@ std::string FlightRecorder::to_json(int rank, int size, const std::string& reaso
                        {"started_ns", r.started_ns},
                        {"completed_ns", r.completed_ns}});
   }
-  const nlohmann::json doc = {{"format", "dtrain-flight-recorder-1"}, {"rank", rank}, {"world_size", size},
+  const nlohmann::json doc = {{"format", "dtrain-flight-recorder-1"}, {"communicator", communicator_},
+                              {"rank", rank}, {"world_size", size},
                               {"host", host}, {"pid", static_cast<int64_t>(getpid())}, {"reason", reason},
                               {"unresponsive_ranks", unresponsive}, {"dumped_ns", now}, {"records", records}};
   return doc.dump(1);
 }
 
-std::string FlightRecorder::dump_path(const std::string& dir, int rank) {
-  return (std::filesystem::path(dir.empty() ? "." : dir) / fmt::format("flight_recorder_rank{}.json", rank)).string();
+std::string FlightRecorder::dump_path(const std::string& dir, int rank, const std::string& communicator) {
+  const std::string name = communicator == "mpi" ? fmt::format("flight_recorder_rank{}.json", rank)
+                                                 : fmt::format("flight_recorder_rank{}_{}.json", rank, communicator);
+  return (std::filesystem::path(dir.empty() ? "." : dir) / name).string();
 }
 
 std::string FlightRecorder::dump(const std::string& dir, int rank, int size, const std::string& reason,
                                  const std::vector<int>& unresponsive, std::string& error) const {
   namespace fs = std::filesystem;
-  const fs::path path = dump_path(dir, rank);
+  const fs::path path = dump_path(dir, rank, communicator_);
   // A dump cut short (the rank killed mid-write) leaves its temporary: the next dump removes it.
   remove_stale_temporaries(path.string());
   const fs::path tmp = temporary_path(path.string());

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/collective_log.h"
 #include "core/tensor.h"
 
 namespace dtrain {
@@ -31,14 +32,17 @@ struct CollectiveRecord {
   int64_t enqueued_ns = 0, started_ns = 0, completed_ns = 0;  // steady clock; 0 until then
 };
 
-class FlightRecorder {
+class FlightRecorder final : public CollectiveLog {
  public:
-  explicit FlightRecorder(size_t capacity = 2000);
+  // `communicator` names whose collectives these are ("mpi", "nccl"): each has its own sequence
+  // numbers, dump file and section of the flight report.
+  explicit FlightRecorder(size_t capacity = 2000, std::string communicator = "mpi");
+  const std::string& communicator() const { return communicator_; }
 
   // The next record, enqueued now; returns its sequence number.
-  int64_t enqueue(const char* kind, DType dtype, int64_t count);
-  void started(int64_t seq);
-  void finished(int64_t seq, bool ok);
+  int64_t enqueue(const char* kind, DType dtype, int64_t count) override;
+  void started(int64_t seq) override;
+  void finished(int64_t seq, bool ok) override;
 
   // The records still in the ring, oldest first.
   std::vector<CollectiveRecord> snapshot() const;
@@ -47,8 +51,9 @@ class FlightRecorder {
   // The dump file's JSON text: rank, world size, host, why it was written, the records.
   // `unresponsive`: ranks this one saw stopped or frozen (flight-report names them).
   std::string to_json(int rank, int size, const std::string& reason, const std::vector<int>& unresponsive = {}) const;
-  // DIR/flight_recorder_rank<R>.json (DIR "" is the current directory).
-  static std::string dump_path(const std::string& dir, int rank);
+  // DIR/flight_recorder_rank<R>.json for "mpi", DIR/flight_recorder_rank<R>_<communicator>.json
+  // for the others (DIR "" is the current directory).
+  static std::string dump_path(const std::string& dir, int rank, const std::string& communicator = "mpi");
   // Writes to_json() to dump_path() atomically (a temporary file renamed), first removing the
   // temporaries of dead writers (core/temp_files.h); returns the path, or "" with `error` set.
   std::string dump(const std::string& dir, int rank, int size, const std::string& reason,
@@ -60,6 +65,7 @@ class FlightRecorder {
   mutable std::mutex mu_;
   std::vector<CollectiveRecord> ring_;
   size_t capacity_;
+  std::string communicator_;
   int64_t next_seq_ = 1;
 };
 

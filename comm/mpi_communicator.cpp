@@ -67,22 +67,24 @@ WorkHandle MpiCommunicator::submit(const char* kind, DType dtype, int64_t count,
     const int64_t seq = unrecorded_seq_.fetch_add(1, std::memory_order_relaxed) + 1;
     return queue_.submit([seq, body = std::move(body)] { body(seq); });
   }
-  const int64_t seq = recorder_.enqueue(kind, dtype, count);
+  // Recorded like the NCCL communicator's collectives (comm/collective_log.h).
+  const LoggedCollective record(&recorder_, kind, dtype, count);
+  const int64_t seq = record.seq();
   const int code = ProgressBoard::kind_code(kind);
-  return queue_.submit([this, seq, code, dtype, count, body = std::move(body)] {
-    recorder_.started(seq);
+  return queue_.submit([this, record, seq, code, dtype, count, body = std::move(body)] {
+    record.started();
     if (board_) board_->started(seq, code, count, dtype);
     watchdog_->begin(seq);
     try {
       body(seq);
     } catch (const std::exception& e) {
       watchdog_->end();
-      recorder_.finished(seq, false);
+      record.finished(false);
       watchdog_->dump(fmt::format("collective #{} failed: {}", seq, e.what()));
       throw;
     }
     watchdog_->end();
-    recorder_.finished(seq, true);
+    record.finished(true);
     if (board_) board_->completed(seq);
   });
 }

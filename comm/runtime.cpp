@@ -8,12 +8,14 @@
 #include <fmt/format.h>
 
 #include "comm/exchange.h"
+#include "comm/flight_recorder.h"
+#include "comm/gpu_plugins.h"
 #include "comm/local_topology.h"
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_lifecycle.h"
 #include "comm/self_communicator.h"
 #include "comm/world_communicator.h"
-#include "comm/nccl/nccl_communicator.h"
+#include "comm/nccl/nccl_plugin.h"
 #include "core/error.h"
 #include "core/gpu_backend.h"
 #include "core/ops.h"
@@ -33,16 +35,18 @@ void check_one_rank_per_gpu(Device device, Communicator& control) {
     throw Error(error);
 }
 
-// The NCCL communicator lives in the GPU backend library (Note [Loaded on use]).
+// The NCCL communicator lives in its plugin (Note [GPU plugins without a cycle] in
+// core/gpu_backend.h), opened here, by the layer that uses it.
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, Device device, const NcclOptions& options) {
-  using Factory = Communicator* (*)(Communicator&, Device, const NcclOptions&);
-  auto factory = reinterpret_cast<Factory>(gpu_backend_symbol(kNcclFactorySymbol));
-  return std::unique_ptr<Communicator>(factory(bootstrap, device, options));
+  const auto* plugin = static_cast<const NcclPlugin*>(
+      open_plugin(gpu_plugin_path(kNcclPluginLibrary), kNcclPluginEntryPoint, kNcclPluginApiVersion));
+  return std::unique_ptr<Communicator>(plugin->make_communicator(bootstrap, device, options));
 }
 
 }  // namespace
 
 std::unique_ptr<Runtime> init(int* argc, char*** argv, const RuntimeOptions& options) {
+  install_gpu_backend_loader();  // core opens no plugin itself (Note [GPU plugins without a cycle])
   std::unique_ptr<Runtime> rt(new Runtime);
   rt->topology_ = probe_cpu_topology();
   if (started_by_launcher(process_env)) {
@@ -89,6 +93,19 @@ void Runtime::start_gradient_communicator(const RuntimeOptions& options) {
   // No deadline (0) is a deadline no collective reaches.
   const double timeout_s = options.collective_timeout_s > 0 ? options.collective_timeout_s : 1e9;
   nccl.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  nccl.compute = &compute_stream();
+  if (options.flight_recorder_size > 0) {
+    // NCCL's collectives in a recorder of their own (their own sequence numbers), dumped to
+    // flight_recorder_rank<R>_nccl.json when the NCCL watchdog fails the run.
+    gradients_log_ = std::make_unique<FlightRecorder>(options.flight_recorder_size, "nccl");
+    nccl.log = gradients_log_.get();
+    nccl.dump_log = [log = gradients_log_.get(), dir = options.flight_recorder_dir, rank = rank(),
+                     size = size()](const std::string& reason) {
+      std::string error;
+      const std::string path = log->dump(dir, rank, size, reason, {}, error);
+      return path.empty() ? error : path;
+    };
+  }
   gradients_ = make_nccl_communicator(*control_, device_, nccl);
 }
 

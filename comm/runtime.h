@@ -10,6 +10,7 @@
 
 #include "comm/allreduce_algorithm.h"
 #include "comm/communicator.h"
+#include "comm/flight_recorder.h"
 #include "core/device_select.h"
 #include "core/thread_policy.h"
 
@@ -43,6 +44,9 @@ class Runtime {
   Communicator& control() { return *control_; }
   // The communicator for gradients and parameters in device memory.
   Communicator& gradients() { return gradients_ ? *gradients_ : *control_; }
+  // The flight recorder of the gradient communicator when it is NCCL (null otherwise: MPI's
+  // collectives are in the control communicator's).
+  const FlightRecorder* gradients_flight_recorder() const { return gradients_log_.get(); }
   Device device() const { return device_; }
   Stream& compute_stream() { return dtrain::compute_stream(device_); }
   int cpu_threads() const { return cpu_threads_; }
@@ -58,6 +62,7 @@ class Runtime {
   void start_gradient_communicator(const RuntimeOptions& options);
 
   std::unique_ptr<Communicator> control_;
+  std::unique_ptr<FlightRecorder> gradients_log_;  // NCCL's collectives; declared first: outlives gradients_
   std::unique_ptr<Communicator> gradients_;  // only when it differs from control_
   Device device_;
   std::string device_note_;

@@ -1,8 +1,10 @@
-// Finding and opening the GPU backend library (see gpu_backend.h, Note [Loaded on use]).
+// The GPU backend's registration point (see gpu_backend.h, Note [GPU plugins without a cycle]):
+// core finds the plugin's path and calls the loader comm installed; it never opens a library.
 #include "core/gpu_backend.h"
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
@@ -16,56 +18,23 @@ namespace dtrain {
 
 namespace {
 
-constexpr const char* kLibraryName = "libdtrain_cuda.so";
-constexpr const char* kEntryPoint = "dtrain_gpu_backend_v1";
-
-// The backend library: DTRAIN_CUDA_BACKEND, else libdtrain_cuda.so in this library's folder
-// (the build tree and installs put every dtrain library in one folder).
-std::filesystem::path library_path() {
-  if (const char* env = std::getenv("DTRAIN_CUDA_BACKEND"); env && *env) return env;
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&gpu_backend_available), &info) == 0 || !info.dli_fname) return kLibraryName;
-  return std::filesystem::path(info.dli_fname).parent_path() / kLibraryName;
-}
-
-struct Loaded {
-  void* handle = nullptr;
-  GpuBackend* backend = nullptr;
-};
-
-const Loaded& load() {
-  static Loaded loaded;
-  static std::once_flag once;
-  static std::string error;
-  std::call_once(once, [] {
-    const std::filesystem::path path = library_path();
-    std::error_code ec;
-    if (!std::filesystem::exists(path, ec)) {
-      error = fmt::format("this dtrain was built without its CUDA backend ({} not found)", path.string());
-      return;
-    }
-    loaded.handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!loaded.handle) {
-      error = fmt::format("cannot load the CUDA backend {}: {}", path.string(), dlerror());
-      return;
-    }
-    using Entry = GpuBackend* (*)();
-    auto entry = reinterpret_cast<Entry>(dlsym(loaded.handle, kEntryPoint));
-    if (!entry) {
-      error = fmt::format("{} has no {} (a library of another dtrain version?)", path.string(), kEntryPoint);
-      return;
-    }
-    loaded.backend = entry();
-  });
-  if (!loaded.backend) throw Error(error);
-  return loaded;
-}
+// A plain pointer, constant-initialised: comm's static initialiser may set it before any of
+// core's dynamic initialisers would have run.
+std::atomic<GpuBackendLoader> g_loader{nullptr};
 
 }  // namespace
 
+std::string gpu_plugin_path(const char* library) {
+  if (std::string_view(library) == kGpuBackendLibrary)
+    if (const char* env = std::getenv("DTRAIN_CUDA_BACKEND"); env && *env) return env;
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&gpu_backend_available), &info) == 0 || !info.dli_fname) return library;
+  return (std::filesystem::path(info.dli_fname).parent_path() / library).string();
+}
+
 bool gpu_backend_available() {
   std::error_code ec;
-  return std::filesystem::exists(library_path(), ec);
+  return std::filesystem::exists(gpu_plugin_path(kGpuBackendLibrary), ec);
 }
 
 bool gpu_driver_present() {
@@ -73,16 +42,38 @@ bool gpu_driver_present() {
   return std::filesystem::exists("/dev/nvidiactl", ec) || std::filesystem::exists("/proc/driver/nvidia", ec);
 }
 
-GpuBackend& gpu_backend() { return *load().backend; }
+void set_gpu_backend_loader(GpuBackendLoader loader) { g_loader.store(loader, std::memory_order_release); }
+
+GpuBackend& gpu_backend() {
+  static GpuBackend* backend = nullptr;
+  static std::string error;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const std::string path = gpu_plugin_path(kGpuBackendLibrary);
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) {
+      error = fmt::format("this dtrain was built without its CUDA backend ({} not found)", path);
+      return;
+    }
+    const GpuBackendLoader loader = g_loader.load(std::memory_order_acquire);
+    if (!loader) {
+      error = fmt::format("no loader for the CUDA backend {} (libdtrain_comm installs it: call dtrain::init() or "
+                          "dtrain::install_gpu_backend_loader())",
+                          path);
+      return;
+    }
+    try {
+      backend = &loader();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  if (!backend) throw Error(error);
+  return *backend;
+}
 
 void launch_on_gpu(const std::type_info& kernel, int64_t n, const void* functor) {
   gpu_backend().launch(kernel, n, functor);
-}
-
-void* gpu_backend_symbol(const char* name) {
-  void* symbol = dlsym(load().handle, name);
-  if (!symbol) throw Error(fmt::format("the CUDA backend has no symbol {}", name));
-  return symbol;
 }
 
 }  // namespace dtrain

@@ -1,11 +1,22 @@
-// GpuBackend: everything the rest of dtrain asks of a GPU runtime, as one interface. Its CUDA
-// implementation is the shared library libdtrain_cuda.so (core/cuda, model/cuda, comm/nccl),
-// opened with dlopen the first time a run uses CUDA.
+// GpuBackend: everything the rest of dtrain asks of a GPU runtime, as one interface, and the
+// registration point through which core reaches it. Its CUDA implementation is the plugin
+// libdtrain_cuda.so (core/cuda, model/cuda), opened the first time a run uses CUDA.
 //
 // Note [Loaded on use]: linking cudart, cuBLAS and NCCL into every binary cost a CPU rank of the
 // seed job 236 MiB peak RSS (the libraries' relocations and initialisers), of which the CPU
 // work needs under 90. Now one binary serves both: a CPU run, or an automatic device choice on
 // a machine with no NVIDIA driver, never opens the library; a CUDA run opens it once.
+//
+// Note [GPU plugins without a cycle]: core is the base every plugin links; it never opens a
+// plugin itself (a plugin that links core, opened by core, would be the cycle core -> cuda ->
+// core). It keeps a registration point instead: the first gpu_backend() call asks the loader
+// that comm installed (comm/gpu_plugins.h, ggml's registry: base, plugins, loader) to open
+// libdtrain_cuda.so. The run-time graph, NEEDED and dlopen edges together:
+//   comm -> core;  comm --dlopen--> cuda -> core, cudart, cublas
+//   comm --dlopen--> nccl -> cuda, core, libnccl   (comm/nccl/nccl_plugin.h)
+// Each plugin exports one C function returning a struct whose first field is its API version;
+// the loader refuses a library of another version with one line naming both (ggml's
+// GGML_BACKEND_API_VERSION). tests/install/library_graph_test.sh checks the graph has no cycle.
 //
 // Kernels stay device-generic functors (core/launch.h): launch() hands a CUDA launch to the
 // backend with the functor's type, and the library runs the instantiation it registered for
@@ -59,17 +70,35 @@ class GpuBackend {
   virtual void launch(const std::type_info& kernel, int64_t n, const void* functor) = 0;
 };
 
-// Whether this build has a GPU backend: libdtrain_cuda.so beside libdtrain_core.so (or the path
-// in DTRAIN_CUDA_BACKEND). Does not open it.
+// The CUDA plugin's entry point and what it returns. Bump the version whenever GpuBackend or this
+// struct changes: a plugin from another build is then refused instead of calling through a
+// vtable of another layout.
+inline constexpr uint32_t kGpuBackendApiVersion = 2;
+inline constexpr const char* kGpuBackendLibrary = "libdtrain_cuda.so";
+inline constexpr const char* kGpuBackendEntryPoint = "dtrain_cuda_backend_init";
+struct GpuBackendPlugin {
+  uint32_t api_version;  // first, so a loader can read it whatever the rest's layout
+  GpuBackend* backend;
+};
+//   extern "C" const GpuBackendPlugin* dtrain_cuda_backend_init(void);
+
+// Where a dtrain plugin is: DTRAIN_CUDA_BACKEND for libdtrain_cuda.so, else `library` in the
+// folder of libdtrain_core.so (the build tree and installs put every dtrain library in one folder).
+std::string gpu_plugin_path(const char* library);
+// Whether this build has a GPU backend (libdtrain_cuda.so where gpu_plugin_path says). Does not
+// open it.
 bool gpu_backend_available();
 // Whether an NVIDIA driver is installed (/dev/nvidiactl or /proc/driver/nvidia): without one
 // there is no device to count, so an automatic device choice need not open the backend.
 bool gpu_driver_present();
-// The backend, opened on first use. Throws Error naming the library and dlerror() when it
-// cannot be opened, or saying the build has none.
+
+// The registration point (Note [GPU plugins without a cycle]). The loader opens the plugin and
+// returns its backend, or throws Error naming the library and why. comm installs it
+// (install_gpu_backend_loader in comm/gpu_plugins.h, called by dtrain::init and when
+// libdtrain_comm is loaded); a program without it has no loader, and asking for the backend says so.
+using GpuBackendLoader = GpuBackend& (*)();
+void set_gpu_backend_loader(GpuBackendLoader loader);
+// The backend, loaded on first use (once; a failure is remembered and thrown again).
 GpuBackend& gpu_backend();
-// A symbol of the backend library (comm/ finds its NCCL communicator factory this way); opens
-// the library; throws Error when the symbol is missing.
-void* gpu_backend_symbol(const char* name);
 
 }  // namespace dtrain

@@ -12,8 +12,8 @@ namespace {
 
 class AllreduceHook final : public CommHook {
  public:
-  WorkHandle run(GradBucket& bucket, Communicator& comm) override {
-    return comm.allreduce_async(bucket.buffer.raw(), bucket.buffer.numel(), DType::kF32, ReduceOp::kSum);
+  WorkHandle run(GradBucket& bucket, Communicator& comm, Stream& producer) override {
+    return allreduce_after(producer, comm, bucket.buffer.raw(), bucket.buffer.numel(), DType::kF32, ReduceOp::kSum);
   }
   std::string name() const override { return "allreduce"; }
 };
@@ -54,7 +54,7 @@ class CompressHook final : public CommHook {
   explicit CompressHook(DType wire) : wire_dtype_(wire) {
     DTRAIN_CHECK(wire == DType::kBF16 || wire == DType::kF16, "compression to {}", dtype_name(wire));
   }
-  WorkHandle run(GradBucket& bucket, Communicator& comm) override {
+  WorkHandle run(GradBucket& bucket, Communicator& comm, Stream& producer) override {
     Tensor& wire = wire_buffers_[bucket.index];  // one 16-bit buffer per bucket, reused every step
     ensure_tensor(wire, bucket.buffer.shape(), bucket.buffer.device(), wire_dtype_);
     // The bucket is already divided by the world size (Note [Averaging folded into backward]),
@@ -63,9 +63,8 @@ class CompressHook final : public CommHook {
       launch(wire.device(), wire.numel(), kernels::PackBF16{wire.data_as<uint16_t>(), bucket.buffer.data(), 1.f});
     else
       launch(wire.device(), wire.numel(), kernels::PackFP16{wire.data_as<uint16_t>(), bucket.buffer.data(), 1.f});
-    // The pack ran on the compute stream; the caller already ordered the comm stream after it.
-    comm.stream().wait(*compute_stream(wire.device()).record());
-    WorkHandle inner = comm.allreduce_async(wire.raw(), wire.numel(), wire_dtype_, ReduceOp::kSum);
+    // The pack is queued on the producer (compute) stream: the all-reduce is ordered after it.
+    WorkHandle inner = allreduce_after(producer, comm, wire.raw(), wire.numel(), wire_dtype_, ReduceOp::kSum);
     return std::make_shared<UnpackWork>(std::move(inner), wire, bucket.buffer);
   }
   std::string name() const override { return wire_dtype_ == DType::kBF16 ? "bf16" : "fp16"; }

@@ -22,9 +22,11 @@ namespace dtrain {
 class CommHook {
  public:
   virtual ~CommHook() = default;
-  // Starts the reduction of `bucket.buffer` (pre-divided, see the Note); after the returned
-  // work's wait() the buffer holds the average over ranks.
-  virtual WorkHandle run(GradBucket& bucket, Communicator& comm) = 0;
+  // Starts the reduction of `bucket.buffer` (pre-divided, see the Note), which `producer` (the
+  // compute stream) wrote; after the returned work's wait() the buffer holds the average over
+  // ranks. Every all-reduce goes through allreduce_after(producer, ...) (Note [Ordering a
+  // collective after its producer] in comm/communicator.h).
+  virtual WorkHandle run(GradBucket& bucket, Communicator& comm, Stream& producer) = 0;
   virtual std::string name() const = 0;
   // The buckets were regrouped (Note [Rebuilding buckets]): drop per-bucket state. Nothing is
   // in flight when it is called.

@@ -91,6 +91,7 @@ DistributedDataParallel::DistributedDataParallel(Module& module, Communicator& g
     : module_(module), comm_(gradients), control_(control), compute_(compute), options_(std::move(options)) {
   verify_same_model_on_all_ranks(module_, control);
   std::vector<WorkHandle> pending;
+  order_after(compute_, comm_);  // the initialisation kernels wrote the parameters (comm/communicator.h)
   for (Parameter* p : module_.parameters())
     pending.push_back(comm_.broadcast_async(p->value.raw(), p->value.numel(), p->value.dtype(), 0));
   for (Tensor* b : module_.buffers()) pending.push_back(comm_.broadcast_async(b->raw(), b->numel(), b->dtype(), 0));

@@ -159,11 +159,9 @@ void Reducer::launch_ready_buckets() {
 }
 
 void Reducer::launch(GradBucket& bucket) {
-  // Note [Stream ordering]
-  comm_.stream().wait(*compute_.record());
   bucket.launched_ns = steady_now_ns();
   ScopedCollectiveDetail detail(fmt::format("bucket {}", bucket.index));  // the flight recorder's label
-  bucket.work = hook_->run(bucket, comm_);
+  bucket.work = hook_->run(bucket, comm_, compute_);  // Note [Stream ordering]
 }
 
 void Reducer::finalize_backward() {

@@ -5,9 +5,11 @@
 // lower-numbered bucket has been launched, so every rank issues the same collectives in the
 // same order whatever order its gradients arrive in.
 //
-// Note [Stream ordering]: launching a bucket records an event on the compute stream and makes
-// the communication stream wait on it before the all-reduce; finalize() makes the compute
-// stream wait on each all-reduce. On CUDA no host thread blocks inside backward; on CPU the
+// Note [Stream ordering]: launching a bucket hands the hook the compute stream, and the hook's
+// all-reduce is ordered after it there (an event recorded on the compute stream, the
+// communication stream waits on it: Note [Ordering a collective after its producer] in
+// comm/communicator.h, the one place that is done); finalize() makes the compute stream wait on
+// each all-reduce (Work::wait). On CUDA no host thread blocks inside backward; on CPU the
 // events are complete when recorded and MPI's wait blocks until the comm thread is done.
 //
 // Note [Rebuilding buckets]: the first plan assumes gradients arrive in reverse parameter order,

@@ -150,7 +150,8 @@ class NcclWork final : public Work {
 struct NcclCommunicator::Impl {
   int rank = 0, size = 0, local_rank = 0, local_size = 0, device = 0;
   ncclComm_t comm = nullptr;
-  Stream* compute = nullptr;  // the device's compute stream (lives as long as the process)
+  Stream* compute = nullptr;  // the caller's compute stream (NcclOptions::compute)
+  CollectiveLog* log = nullptr;  // the flight recorder (NcclOptions::log), or null
   std::unique_ptr<cuda::CudaStream> comm_stream;
   std::unique_ptr<cuda::CudaStream> anchor_stream;  // idle but for clock anchors
   std::shared_ptr<const ClockAnchor> anchor;
@@ -160,18 +161,22 @@ struct NcclCommunicator::Impl {
   int64_t next_seq = 1;
   int exceptions_at_construction = std::uncaught_exceptions();
 
-  // Orders a collective after the compute stream's queued work, issues it on the comm stream
-  // and hands its completion to the watchdog. `issue` makes the NCCL call.
+  // Issues a collective on the comm stream (the caller ordered that stream after the buffer's
+  // producer: Note [Ordering a collective after its producer]), records it in the flight
+  // recorder and hands its completion to the watchdog. `issue` makes the NCCL call.
   template <class Issue>
-  WorkHandle enqueue(const char* op, bool host_blocking, Issue&& issue) {
+  WorkHandle enqueue(const char* op, DType dtype, int64_t count, bool host_blocking, Issue&& issue) {
     std::lock_guard lock(issue_mutex);
     watchdog->throw_if_failed();
     (void)cuda::current_device();  // a thread new to CUDA (a DDP comm thread) moves to our device
-    comm_stream->wait(*compute->record());
     const int64_t seq = next_seq++;
+    // Recorded like MPI's collectives (comm/collective_log.h): started when issued to the GPU,
+    // finished when its event completes; one the watchdog times out stays "started".
+    const LoggedCollective record(log, op, dtype, count);
     // Watched from before the call: a first collective can block the host while NCCL connects.
     const int64_t key = watchdog->begin(seq, op);
     auto span = std::make_unique<DeviceSpan>();
+    record.started();
     try {
       if (!anchor || steady_now_ns() - anchor->host_ns > kAnchorRenewalNs)
         anchor = make_clock_anchor(anchor_stream->handle());
@@ -183,13 +188,17 @@ struct NcclCommunicator::Impl {
       CUDA_CHECK(cudaEventRecord(span->end.get(), comm_stream->handle()));
     } catch (...) {
       watchdog->end(key);
+      record.finished(false);
       throw;
     }
     std::shared_ptr<Event> done = comm_stream->record();
     auto finished = std::make_shared<std::atomic<int64_t>>(0);
     auto work = std::make_shared<NcclWork>(done, *compute, watchdog, host_blocking, finished);
     work->set_device_span(std::move(span));
-    watchdog->set_done(key, std::move(done), [finished] { NcclWork::mark(*finished); });
+    watchdog->set_done(key, std::move(done), [finished, record] {
+      NcclWork::mark(*finished);
+      record.finished(true);
+    });
     return work;
   }
 };
@@ -197,6 +206,8 @@ struct NcclCommunicator::Impl {
 NcclCommunicator::NcclCommunicator(Communicator& bootstrap, Device device, NcclOptions options)
     : impl_(std::make_unique<Impl>()) {
   DTRAIN_CHECK(device.is_cuda(), "the NCCL communicator needs a CUDA device, got {}", device.str());
+  DTRAIN_CHECK(options.compute != nullptr && options.compute->device() == device,
+               "the NCCL communicator needs the compute stream of {}", device.str());
   Impl& s = *impl_;
   s.rank = bootstrap.rank();
   s.size = bootstrap.size();
@@ -204,10 +215,12 @@ NcclCommunicator::NcclCommunicator(Communicator& bootstrap, Device device, NcclO
   s.local_size = bootstrap.local_size();
   s.device = device.index;
   cuda::set_device(device.index);
-  s.compute = &cuda::compute_stream(device.index);
+  s.compute = options.compute;
+  s.log = options.log;
   s.comm_stream = std::make_unique<cuda::CudaStream>(device.index);
   s.anchor_stream = std::make_unique<cuda::CudaStream>(device.index);
   s.watchdog = std::make_shared<NcclWatchdog>(s.rank, device.index, options.timeout, options.poll_interval);
+  if (options.dump_log) s.watchdog->set_dump(options.dump_log);
 
   // Rank 0 makes the id; the bootstrap communicator carries its bytes.
   ncclUniqueId id{};
@@ -261,7 +274,7 @@ WorkHandle NcclCommunicator::allreduce_async(void* buf, int64_t count, DType dty
   const ncclDataType_t type = nccl_type(dtype);
   const ncclRedOp_t red = nccl_op(op);
   ncclComm_t comm = impl_->comm;
-  return impl_->enqueue("allreduce", false, [&](cudaStream_t stream) {
+  return impl_->enqueue("allreduce", dtype, count, false, [&](cudaStream_t stream) {
     NCCL_CHECK(ncclAllReduce(buf, buf, static_cast<size_t>(count), type, red, comm, stream));
   });
 }
@@ -271,7 +284,7 @@ WorkHandle NcclCommunicator::broadcast_async(void* buf, int64_t count, DType dty
   DTRAIN_CHECK(root >= 0 && root < impl_->size, "NCCL broadcast from root {} in a world of {}", root, impl_->size);
   const ncclDataType_t type = nccl_type(dtype);
   ncclComm_t comm = impl_->comm;
-  return impl_->enqueue("broadcast", false, [&](cudaStream_t stream) {
+  return impl_->enqueue("broadcast", dtype, count, false, [&](cudaStream_t stream) {
     NCCL_CHECK(ncclBroadcast(buf, buf, static_cast<size_t>(count), type, root, comm, stream));
   });
 }
@@ -281,7 +294,7 @@ WorkHandle NcclCommunicator::allgather_async(const void* send, void* recv, int64
   check_device_buffer(recv, count_per_rank, "allgather", "receive");
   const ncclDataType_t type = nccl_type(dtype);
   ncclComm_t comm = impl_->comm;
-  return impl_->enqueue("allgather", false, [&](cudaStream_t stream) {
+  return impl_->enqueue("allgather", dtype, count_per_rank, false, [&](cudaStream_t stream) {
     NCCL_CHECK(ncclAllGather(send, recv, static_cast<size_t>(count_per_rank), type, comm, stream));
   });
 }
@@ -289,15 +302,9 @@ WorkHandle NcclCommunicator::allgather_async(const void* send, void* recv, int64
 WorkHandle NcclCommunicator::barrier_async() {
   void* buf = impl_->barrier_buf;
   ncclComm_t comm = impl_->comm;
-  return impl_->enqueue("barrier", true, [&](cudaStream_t stream) {
+  return impl_->enqueue("barrier", DType::kF32, 1, true, [&](cudaStream_t stream) {
     NCCL_CHECK(ncclAllReduce(buf, buf, 1, ncclFloat32, ncclSum, comm, stream));
   });
 }
 
 }  // namespace dtrain
-
-extern "C" dtrain::Communicator* dtrain_make_nccl_communicator_v1(dtrain::Communicator& bootstrap,
-                                                                   dtrain::Device device,
-                                                                   const dtrain::NcclOptions& options) {
-  return new dtrain::NcclCommunicator(bootstrap, device, options);
-}

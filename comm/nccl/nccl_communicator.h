@@ -1,14 +1,18 @@
 // NcclCommunicator: the Communicator over NCCL for GPU buffers. Built collectively from an
 // existing (MPI) communicator that carries the NCCL unique id; collectives run on a dedicated
-// communication stream, ordered after the compute stream's work by events (no host sync),
-// and a watchdog thread turns a hung or failed collective into a one-line error and a
-// non-zero exit instead of a hang (comm/nccl/nccl_watchdog.h). No NCCL headers here.
+// communication stream (callers order it after the work that wrote a buffer: Note [Ordering a
+// collective after its producer] in comm/communicator.h), each is recorded in the flight
+// recorder the caller passes, and a watchdog thread turns a hung or failed collective into a
+// one-line error and a non-zero exit instead of a hang (comm/nccl/nccl_watchdog.h). Built into
+// the NCCL plugin (comm/nccl/nccl_plugin.h). No NCCL headers here.
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
+#include "comm/collective_log.h"
 #include "comm/communicator.h"
 #include "core/device.h"
 
@@ -19,11 +23,15 @@ struct NcclOptions {
   std::chrono::milliseconds timeout = std::chrono::minutes(10);
   // How often the watchdog looks at in-flight collectives and NCCL's asynchronous errors.
   std::chrono::milliseconds poll_interval = std::chrono::milliseconds(5);
+  // The device's compute stream (required): Work::wait() orders it after the collective. Passed
+  // in rather than looked up, so the stream a caller computes on is the one it names.
+  Stream* compute = nullptr;
+  // Where each collective is recorded (enqueued and started when issued, finished when its
+  // event completes); null records nothing. Must outlive the communicator.
+  CollectiveLog* log = nullptr;
+  // Writes that log when the watchdog fails the run (the reason in, the file out); may be empty.
+  std::function<std::string(const std::string& reason)> dump_log;
 };
-
-// The entry point the GPU backend library exports for it (comm/runtime.cpp opens it by name):
-//   extern "C" Communicator* <kNcclFactorySymbol>(Communicator& bootstrap, Device, const NcclOptions&)
-inline constexpr const char* kNcclFactorySymbol = "dtrain_make_nccl_communicator_v1";
 
 class NcclCommunicator final : public Communicator {
  public:
@@ -41,9 +49,10 @@ class NcclCommunicator final : public Communicator {
   std::string backend() const override { return "nccl"; }
   Stream& stream() override;  // the communication stream
 
-  // Buffers must be device memory on this communicator's device. Each call orders itself
-  // after the work already queued on the compute stream; Work::wait() orders the compute
-  // stream after the collective (no host block), except barrier's, which blocks the host.
+  // Buffers must be device memory on this communicator's device. A collective reads its buffer
+  // when the communication stream reaches it: callers order that stream after the kernels that
+  // wrote it (allreduce_after, comm/communicator.h). Work::wait() orders the compute stream
+  // after the collective (no host block), except barrier's, which blocks the host.
   WorkHandle allreduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) override;
   WorkHandle broadcast_async(void* buf, int64_t count, DType dtype, int root) override;
   WorkHandle allgather_async(const void* send, void* recv, int64_t count_per_rank, DType dtype) override;

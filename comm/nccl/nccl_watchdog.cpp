@@ -125,17 +125,25 @@ void NcclWatchdog::run() {
   }
 }
 
+void NcclWatchdog::set_dump(std::function<std::string(const std::string& reason)> dump) {
+  std::lock_guard lock(mutex_);
+  dump_ = std::move(dump);
+}
+
 void NcclWatchdog::fire(const WatchdogVerdict& verdict) {
   // First: from here on no save of this process may become visible (core/poison.h).
   const std::string text = watchdog_failure_text(verdict);
   poison_process(text);
+  std::function<std::string(const std::string&)> dump;
   {
     std::lock_guard lock(mutex_);
     failure_ = text;
+    dump = dump_;
   }
   const std::string line = watchdog_message(rank_, verdict);
+  const std::string where = dump ? dump(line) : std::string();
   std::fflush(stdout);
-  std::fprintf(stderr, "%s\n", line.c_str());
+  std::fprintf(stderr, "%s%s\n", line.c_str(), where.empty() ? "" : ("; flight recorder: " + where).c_str());
   std::fflush(stderr);
   // No ncclCommAbort (nccl_watchdog.h): the exit ends this rank's kernels and proxy threads.
   std::_Exit(kExitCode);  // no destructors: other threads may be blocked inside NCCL or CUDA

@@ -51,6 +51,10 @@ class NcclWatchdog {
   void set_done(int64_t key, std::shared_ptr<Event> done, std::function<void()> on_complete = {});
   void end(int64_t key);
 
+  // Writes the flight recorder when the watchdog fires (the reason in, where it went out): the
+  // line then names the dump, as the MPI watchdog's does.
+  void set_dump(std::function<std::string(const std::string& reason)> dump);
+
   // Empty, or what failed (the line the watchdog printed, less its "dtrain: rank N: "; the
   // process is then on its way out).
   std::string failure() const;
@@ -78,6 +82,7 @@ class NcclWatchdog {
   int64_t next_key_ = 0;
   std::map<int64_t, Entry> entries_;
   std::string failure_;
+  std::function<std::string(const std::string& reason)> dump_;
   std::thread thread_;  // last: starts after every member above exists
 };
 

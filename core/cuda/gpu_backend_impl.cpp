@@ -1,6 +1,6 @@
 // The GpuBackend (core/gpu_backend.h) of this library: each call forwards to the CUDA runtime
-// functions of cuda_backend.h. dtrain_gpu_backend_v1() is what core/gpu_backend.cpp looks up
-// after opening the library.
+// functions of cuda_backend.h. dtrain_cuda_backend_init() is the plugin's one entry point, which
+// comm's loader (comm/gpu_plugins.cpp) calls after opening the library and checks the version of.
 #include "core/cuda/cuda_backend.h"
 #include "core/cuda/kernel_registry.h"
 #include "core/gpu_backend.h"
@@ -51,7 +51,8 @@ class CudaGpuBackend final : public GpuBackend {
 
 }  // namespace dtrain::cuda
 
-extern "C" dtrain::GpuBackend* dtrain_gpu_backend_v1() {
+extern "C" const dtrain::GpuBackendPlugin* dtrain_cuda_backend_init() {
   static dtrain::cuda::CudaGpuBackend backend;
-  return &backend;
+  static const dtrain::GpuBackendPlugin plugin{dtrain::kGpuBackendApiVersion, &backend};
+  return &plugin;
 }

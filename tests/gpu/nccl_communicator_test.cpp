@@ -39,6 +39,7 @@ class Nccl : public ::testing::Test {
     DeviceChoice choice = select_device(DeviceRequest::cuda(), world.local_rank(), world.local_size(), false);
     NcclOptions options;
     options.timeout = std::chrono::seconds(120);
+    options.compute = &compute_stream(choice.device);
     nccl_ = new NcclCommunicator(world, choice.device, options);
   }
   static void TearDownTestSuite() {
@@ -128,12 +129,13 @@ TEST_F(Nccl, AllreduceInSixteenBitAndIntegerTypes) {
 }
 
 TEST_F(Nccl, CollectiveSeesKernelsQueuedBeforeItAndComputeSeesItsResult) {
-  // No host sync anywhere: fill -> allreduce must order on the comm stream after the fill,
-  // and scale must order on the compute stream after the allreduce (Work::wait).
+  // No host sync anywhere: fill -> allreduce must order on the comm stream after the fill
+  // (allreduce_after: Note [Ordering a collective after its producer]), and scale must order
+  // on the compute stream after the allreduce (Work::wait).
   const int n = 1 << 20;
   Tensor t = Tensor::empty({n}, gpu());
   fill(t, static_cast<float>(rank() + 1));
-  WorkHandle work = nccl().allreduce_async(t.raw(), n, DType::kF32, ReduceOp::kSum);
+  WorkHandle work = allreduce_after(compute_stream(gpu()), nccl(), t.raw(), n, DType::kF32, ReduceOp::kSum);
   work->wait();
   scale(t, 2.0f);
   const float want = 2.0f * static_cast<float>(size() * (size() + 1) / 2);

@@ -11,6 +11,7 @@
 #include "comm/runtime.h"
 #include "comm/nccl/nccl_communicator.h"
 #include "core/cuda/cuda_backend.h"
+#include "core/stream.h"
 #include "core/device_select.h"
 #include "core/tensor.h"
 
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
     dtrain::DeviceChoice choice = dtrain::select_device(dtrain::DeviceRequest::cuda(), world.local_rank(), world.local_size(), false);
     dtrain::NcclOptions options;
     options.timeout = std::chrono::seconds(5);
+    options.compute = &dtrain::compute_stream(choice.device);
     dtrain::NcclCommunicator nccl(world, choice.device, options);
     dtrain::Tensor t = dtrain::Tensor::zeros({1024}, choice.device);
     if (world.rank() == 0) {

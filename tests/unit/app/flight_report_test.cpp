@@ -6,6 +6,15 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "../data/temp_dir.h"
+#include "comm/collective_log.h"
+#include "comm/flight_recorder.h"
+
 namespace dtrain {
 namespace {
 
@@ -53,6 +62,64 @@ TEST(FlightReport, ARankSeenNotRespondingIsBehind) {
   const std::string report = flight_report({dump(0, 2, {record(3, "allreduce", 10, "started")}, {1}),
                                             dump(1, 2, {record(3, "allreduce", 10, "started")})});
   EXPECT_NE(report.find("behind or missing: rank(s) 1\n"), std::string::npos) << report;
+}
+
+// Issue 20: NCCL's collectives were never recorded. The NCCL communicator (a plugin that does not
+// link comm) records through comm/collective_log.h's LoggedCollective into a FlightRecorder of
+// its own, "nccl": enqueued and started when issued, finished from the watchdog's thread when
+// the event completes. Here that helper is driven as the NCCL communicator drives it, dumped
+// beside an MPI recorder's dump, and flight-report gives each communicator its own section.
+TEST(FlightReport, NcclCollectivesRecordedThroughTheSharedHelperAreReportedInTheirOwnSection) {
+  dtrain::testing::TempDir tmp;
+  FlightRecorder nccl(16, "nccl");
+  FlightRecorder mpi(16);
+  {
+    ScopedCollectiveDetail detail("bucket 0");
+    const LoggedCollective done(&nccl, "allreduce", DType::kF32, 1024);
+    done.started();
+    std::thread watchdog([done] { done.finished(true); });  // the completion callback's thread
+    watchdog.join();
+  }
+  const LoggedCollective hung(&nccl, "allreduce", DType::kBF16, 512);
+  hung.started();  // the event never completes: the watchdog times it out
+  const LoggedCollective unrecorded(nullptr, "allreduce", DType::kF32, 8);  // no recorder: nothing
+  unrecorded.started();
+  unrecorded.finished(true);
+  const LoggedCollective control(&mpi, "allreduce", DType::kF32, 2);
+  control.started();
+  control.finished(true);
+
+  std::string error;
+  const std::string dir = tmp.path().string();
+  const std::string nccl_path = nccl.dump(dir, 0, 1, "NCCL allreduce #2 timed out", {}, error);
+  ASSERT_EQ(nccl_path, FlightRecorder::dump_path(dir, 0, "nccl")) << error;
+  EXPECT_EQ(std::filesystem::path(nccl_path).filename(), "flight_recorder_rank0_nccl.json");
+  const std::string mpi_path = mpi.dump(dir, 0, 1, "NCCL allreduce #2 timed out", {}, error);
+  ASSERT_EQ(std::filesystem::path(mpi_path).filename(), "flight_recorder_rank0.json") << error;
+
+  std::vector<std::string> texts;
+  for (const std::string& path : {mpi_path, nccl_path}) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    texts.push_back(text.str());
+  }
+  const json records = json::parse(texts[1]).at("records");
+  ASSERT_EQ(records.size(), 2u) << texts[1];
+  EXPECT_EQ(records[0].at("state"), "completed");
+  EXPECT_EQ(records[0].at("label"), "bucket 0");
+  EXPECT_GT(records[0].at("completed_ns").get<int64_t>(), 0);
+  EXPECT_EQ(records[1].at("state"), "started");
+  EXPECT_EQ(records[1].at("dtype"), "bfloat16");
+  EXPECT_EQ(json::parse(texts[1]).at("communicator"), "nccl");
+
+  const std::string report = flight_report(texts);
+  EXPECT_EQ(report.find("mpi collectives:\n  1 of 1 rank(s) wrote a dump\n"), 0u) << report;
+  EXPECT_NE(report.find("nccl collectives:\n  1 of 1 rank(s) wrote a dump\n"
+                        "  first collective not completed on every rank: #2 allreduce of 512 bfloat16\n"
+                        "    rank 0 ("),
+            std::string::npos)
+      << report;
 }
 
 }  // namespace

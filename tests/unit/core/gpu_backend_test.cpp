@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "comm/gpu_plugins.h"
 #include "core/device_select.h"
 
 namespace dtrain {
@@ -23,6 +24,7 @@ bool mapped(const std::string& library) {
 TEST(GpuBackend, CpuRunsNeverOpenIt) {
   if (!gpu_backend_available()) GTEST_SKIP() << "CPU-only build: no libdtrain_cuda.so";
   ASSERT_FALSE(mapped("libdtrain_cuda.so")) << "loaded before anything asked for it";
+  install_gpu_backend_loader();  // as dtrain::init() does: installing the loader opens nothing
   EXPECT_EQ(select_device(DeviceRequest::cpu(), 0, 1, false).device, Device::cpu());
   if (!gpu_driver_present()) {
     // Without a driver there is nothing to count: auto decides for the CPU without opening it.
@@ -38,6 +40,7 @@ TEST(GpuBackend, CpuRunsNeverOpenIt) {
 
 TEST(GpuBackend, OpensOnFirstUseAndCountsDevices) {
   if (!gpu_backend_available()) GTEST_SKIP() << "CPU-only build: no libdtrain_cuda.so";
+  install_gpu_backend_loader();  // as dtrain::init() does: core opens no plugin itself
   GpuBackend& backend = gpu_backend();
   const int count = backend.device_count();  // never throws; 0 without a driver or device
   EXPECT_GE(count, 0);

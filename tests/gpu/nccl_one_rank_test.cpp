@@ -1,0 +1,74 @@
+// NCCL on one GPU through its plugin, the way the Runtime reaches it (Note [GPU plugins without
+// a cycle] in core/gpu_backend.h): open_plugin checks the version, make_communicator builds a
+// one-rank communicator over a SelfCommunicator, and its all-reduce is recorded in the flight
+// recorder it was given and dumped where `dtrain flight-report` reads it (issue 20: NCCL's
+// collectives were never recorded). Skips, saying why, without a GPU.
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "app/flight_report.h"
+#include "comm/flight_recorder.h"
+#include "comm/gpu_plugins.h"
+#include "comm/nccl/nccl_plugin.h"
+#include "comm/self_communicator.h"
+#include "core/gpu_backend.h"
+#include "tests/gpu/gpu_test.h"
+
+namespace dtrain {
+namespace {
+
+using NcclOneRank = testing::GpuTest;
+
+TEST_F(NcclOneRank, AllreduceThroughThePluginIsInTheFlightRecorderDump) {
+  const auto* plugin = static_cast<const NcclPlugin*>(
+      open_plugin(gpu_plugin_path(kNcclPluginLibrary), kNcclPluginEntryPoint, kNcclPluginApiVersion));
+  SelfCommunicator bootstrap;
+  FlightRecorder log(16, "nccl");
+  NcclOptions options;
+  options.timeout = std::chrono::seconds(60);
+  options.compute = &compute_stream(gpu());
+  options.log = &log;
+  std::unique_ptr<Communicator> nccl(plugin->make_communicator(bootstrap, gpu(), options));
+  ASSERT_EQ(nccl->backend(), "nccl");
+
+  const int n = 1000;
+  Tensor t = Tensor::from_vector(std::vector<float>(n, 1.5f), {n}, gpu());
+  {
+    ScopedCollectiveDetail detail("bucket 0");
+    allreduce_after(compute_stream(gpu()), *nccl, t.raw(), n, DType::kF32, ReduceOp::kSum)->wait();
+  }
+  EXPECT_EQ(t.to_vector(), std::vector<float>(n, 1.5f));  // one rank: the sum is the value
+  // The watchdog thread marks it completed when its event completes: give it a moment.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (log.snapshot().at(0).state != CollectiveState::kCompleted && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+
+  const std::string dir = ::testing::TempDir();
+  std::string error;
+  const std::string path = log.dump(dir, 0, 1, "test", {}, error);
+  ASSERT_EQ(path, FlightRecorder::dump_path(dir, 0, "nccl")) << error;
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json dump = nlohmann::json::parse(text.str());
+  EXPECT_EQ(dump.at("communicator"), "nccl");
+  ASSERT_EQ(dump.at("records").size(), 1u) << text.str();
+  const nlohmann::json& r = dump.at("records")[0];
+  EXPECT_EQ(r.at("seq"), 1);
+  EXPECT_EQ(r.at("kind"), "allreduce");
+  EXPECT_EQ(r.at("dtype"), "float32");
+  EXPECT_EQ(r.at("count"), n);
+  EXPECT_EQ(r.at("label"), "bucket 0");
+  EXPECT_EQ(r.at("state"), "completed");
+  const std::string report = flight_report({text.str()});
+  EXPECT_NE(report.find("nccl collectives:"), std::string::npos) << report;
+  std::printf("%s\n%s", text.str().c_str(), report.c_str());  // the dump and the report, for the record
+}
+
+}  // namespace
+}  // namespace dtrain
