@@ -46,7 +46,11 @@ namespace dtrain {
 // CpuWorkers, whose idle threads sleep on a condition variable, each block a single-threaded
 // call of the library the whole product's shape picks. A product too small to pay for a
 // wake-up stays on the calling thread. Every element of C is one library call's sum over the
-// whole k, so a run is bitwise repeatable at a given thread count.
+// whole k, so a run is bitwise repeatable at a given thread count. What two threads gain
+// (2-core VM, best of 1000 calls): 1.8-1.9x on the forward products (64 x 256 x 784 272 -> 145
+// us, 64 x 2048 x 784 2303 -> 1282 us), nothing on the weight gradients' k = 64 products
+// (256 x 784 245 -> 259 us, 2048 x 784 2288 -> 2190 us), which read and write all of C for
+// 128 FLOPs per element: memory-bound here, as the optimizer's pass over the weights is.
 namespace {
 
 std::unique_ptr<CpuWorkers>& cpu_workers() {

@@ -44,10 +44,11 @@ struct GemmSplit {
   std::pair<int64_t, int64_t> range(int i) const;
 };
 
-// Below this many FLOPs (2mnk) per thread, waking another thread costs more than it saves:
-// a worker wakes in tens of microseconds, and 4 MFLOP take ~40 us on one core at 100 GFLOP/s.
-// So the MLP's 64 x 10 x 256 output layer stays on one thread, its 64 x 256 x 784 layer splits.
-constexpr double kGemmMinFlopsPerThread = 4e6;
+// Below this many FLOPs (2mnk) per thread, waking another thread costs more than it saves.
+// Measured (2-core AMD EPYC VM, nice -20, best of 1000 calls; 1 thread -> 2): 64 x 128 x 784
+// (12.8 MFLOP) 137 -> 143 us, 64 x 256 x 784 (25.7) 272 -> 145 us, 64 x 2048 x 784 2303 -> 1282.
+// So the MLP's 64 x 256 x 784 layer splits and its 64 x 10 x 256 output layer does not.
+constexpr double kGemmMinFlopsPerThread = 8e6;
 constexpr int64_t kGemmSplitAlign = 16;  // blocks are whole multiples of the kernels' tiles
 
 // The pure decision: at most `threads` parts, none smaller than kGemmMinFlopsPerThread or

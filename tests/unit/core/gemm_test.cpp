@@ -66,10 +66,10 @@ TEST(Gemm, SplitAcrossThreadsMatchesNaiveLoop) {
   ASSERT_EQ(set_cpu_threads(3), 3);
   for (bool ta : {false, true})
     for (bool tb : {false, true})
-      for (auto [m, n, k] : {std::tuple{130, 97, 400},  // rows, OpenBLAS
-                             std::tuple{40, 200, 700},  // columns, OpenBLAS
-                             std::tuple{16, 2000, 150},  // columns, BLIS (a side of 16)
-                             std::tuple{1000, 30, 200}}) {  // rows, BLIS
+      for (auto [m, n, k] : {std::tuple{130, 97, 1300},  // rows, OpenBLAS
+                             std::tuple{40, 200, 2100},  // columns, OpenBLAS
+                             std::tuple{16, 2000, 800},  // columns, BLIS (a side of 16)
+                             std::tuple{1000, 30, 900}}) {  // rows, BLIS
         ASSERT_GT(plan_gemm_split(m, n, k, 3).parts, 1) << m << "x" << n << "x" << k;
         expect_gemm_matches_naive(ta, tb, m, n, k);
       }

@@ -75,11 +75,12 @@ TEST(GemmSplit, EveryPartGetsEnoughWork) {
 }
 
 TEST(GemmSplit, RoundingToTheAlignmentMayLeaveFewerParts) {
-  // 40 rows over 3 threads: blocks of 16 -> 16, 16, 8.
-  const GemmSplit s = plan_gemm_split(48, 40, 4000, 3);
+  // 40 rows over 3 threads: at most 40 / 16 = 2 parts, blocks of 32 -> rows 0-31 and 32-39.
+  const GemmSplit s = plan_gemm_split(40, 8, 100000, 3);
   EXPECT_TRUE(s.rows);
-  EXPECT_EQ(s.parts, 3);
-  EXPECT_EQ(s.block, 16);
+  EXPECT_EQ(s.parts, 2);
+  EXPECT_EQ(s.block, 32);
+  EXPECT_EQ(s.range(1), (std::pair<int64_t, int64_t>{32, 40}));
   expect_tiles(s);
 }
 
