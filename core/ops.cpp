@@ -53,8 +53,21 @@ namespace dtrain {
 // 128 FLOPs per element: memory-bound here, as the optimizer's pass over the weights is.
 namespace {
 
+void single_threaded_libraries() {
+  openblas_set_num_threads(1);
+#ifdef DTRAIN_WITH_BLIS
+  blis_set_threads(1);
+#endif
+}
+
+// The process's workers: one thread (none started) until set_cpu_threads() says otherwise. The
+// libraries' own pools are turned off before the first product, also in a program that never
+// calls set_cpu_threads().
 std::unique_ptr<CpuWorkers>& cpu_workers() {
-  static std::unique_ptr<CpuWorkers> workers = std::make_unique<CpuWorkers>(1);
+  static std::unique_ptr<CpuWorkers> workers = [] {
+    single_threaded_libraries();
+    return std::make_unique<CpuWorkers>(1);
+  }();
   return workers;
 }
 
@@ -140,11 +153,9 @@ void axpy(Tensor& y, const Tensor& x, float alpha) {
 }
 
 int set_cpu_threads(int threads) {
-  // The libraries never thread on their own (Note [One pool, sleeping waits]).
-  openblas_set_num_threads(1);
-#ifdef DTRAIN_WITH_BLIS
-  blis_set_threads(1);
-#endif
+  // The libraries never thread on their own (Note [One pool, sleeping waits]); a library user
+  // may have changed OpenBLAS's count since.
+  single_threaded_libraries();
   std::unique_ptr<CpuWorkers>& workers = cpu_workers();
   if (threads > 0 && threads != workers->threads()) {
     workers.reset();  // joins the old workers before the new ones start

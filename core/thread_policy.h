@@ -44,11 +44,13 @@ struct GemmSplit {
   std::pair<int64_t, int64_t> range(int i) const;
 };
 
-// Below this many FLOPs (2mnk) per thread, waking another thread costs more than it saves.
+// Below this many FLOPs (2mnk) per thread, waking another thread does not reliably pay.
 // Measured (2-core AMD EPYC VM, nice -20, best of 1000 calls; 1 thread -> 2): 64 x 128 x 784
-// (12.8 MFLOP) 137 -> 143 us, 64 x 256 x 784 (25.7) 272 -> 145 us, 64 x 2048 x 784 2303 -> 1282.
-// So the MLP's 64 x 256 x 784 layer splits and its 64 x 10 x 256 output layer does not.
-constexpr double kGemmMinFlopsPerThread = 8e6;
+// (12.8 MFLOP) 137 -> 143 us; 64 x 256 x 784 (25.7) 272 -> 145-239 us but its weight gradient
+// 256 x 784 x 64 245 -> 259-264 us, and the whole hidden-256 MLP ran at 0.77x of one thread
+// (bench/threads.sh, machine loaded); 64 x 2048 x 784 (205) 2303 -> 1282-1402 us. So the
+// hidden-2048 layers split, the hidden-256 ones and the 64 x 10 x 256 output layer do not.
+constexpr double kGemmMinFlopsPerThread = 16e6;
 constexpr int64_t kGemmSplitAlign = 16;  // blocks are whole multiples of the kernels' tiles
 
 // The pure decision: at most `threads` parts, none smaller than kGemmMinFlopsPerThread or

@@ -79,6 +79,7 @@ TEST(Gemm, SplitAcrossThreadsMatchesNaiveLoop) {
 // The property behind the fix: however many threads a rank has, OpenBLAS's own pool stays at
 // one thread, so no library pool spins beside dtrain's workers (3-4x slower when it did).
 TEST(Gemm, LibrariesStaySingleThreaded) {
+  openblas_set_num_threads(2);  // as a library user might
   EXPECT_EQ(set_cpu_threads(2), 2);
   EXPECT_EQ(openblas_get_num_threads(), 1);
   EXPECT_EQ(set_cpu_threads(0), 2);  // 0 keeps the count in force

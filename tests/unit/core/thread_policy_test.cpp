@@ -42,18 +42,20 @@ TEST(GemmSplit, OneThreadNeverSplits) {
   expect_tiles(s);
 }
 
-TEST(GemmSplit, TheMlpsLayersSplitAndItsOutputLayerDoesNot) {
-  // 64 x 256 x 784 (hidden 256's first layer, forward) and its weight gradient 256 x 784 x 64.
-  GemmSplit s = plan_gemm_split(64, 256, 784, 2);
+TEST(GemmSplit, BigLayersSplitSmallOnesDoNot) {
+  // 64 x 2048 x 784 (hidden 2048's first layer, forward) and its weight gradient 2048 x 784 x 64.
+  GemmSplit s = plan_gemm_split(64, 2048, 784, 2);
   EXPECT_EQ(s.parts, 2);
-  EXPECT_FALSE(s.rows);  // C's longer side: its 256 columns
+  EXPECT_FALSE(s.rows);  // C's longer side: its 2048 columns
   expect_tiles(s);
-  s = plan_gemm_split(256, 784, 64, 2);
+  s = plan_gemm_split(2048, 784, 64, 2);
   EXPECT_EQ(s.parts, 2);
+  EXPECT_TRUE(s.rows);
   expect_tiles(s);
-  // The output layer's 64 x 10 x 256 (0.3 MFLOP) cannot pay for a wake-up.
+  // Hidden 256's 64 x 256 x 784 (25.7 MFLOP) and the output layer's 64 x 10 x 256 stay whole.
+  EXPECT_EQ(plan_gemm_split(64, 256, 784, 2).parts, 1);
+  EXPECT_EQ(plan_gemm_split(256, 784, 64, 2).parts, 1);
   EXPECT_EQ(plan_gemm_split(64, 10, 256, 2).parts, 1);
-  EXPECT_EQ(plan_gemm_split(10, 256, 64, 2).parts, 1);
 }
 
 TEST(GemmSplit, EveryPartGetsEnoughWork) {
