@@ -7,9 +7,10 @@
 
 namespace dtrain {
 
-// gemm()'s contract (row-major, op(A) [m,k], op(B) [k,n]), on the host.
+// gemm()'s contract (row-major, op(A) [m,k], op(B) [k,n]) with cblas's leading dimensions
+// (a block of a larger product), on the host, on the calling thread only.
 void blis_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-               const float* b, float beta, float* c);
+               int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 void blis_set_threads(int threads);
 
 }  // namespace dtrain

@@ -1,14 +1,17 @@
 #include "core/ops.h"
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include <cblas.h>
 
 #include "core/cpu_blas.h"
+#include "core/cpu_workers.h"
 #include "core/error.h"
 #include "core/gpu_backend.h"
 #include "core/kernels.h"
+#include "core/thread_policy.h"
 #ifdef DTRAIN_WITH_BLIS
 #include "core/blis_gemm.h"
 #endif
@@ -23,27 +26,94 @@ namespace dtrain {
 // On the MLP's 64 x 256 x 784 products OpenBLAS was ahead (75-85 against 65-75 GFLOP/s). So a
 // product with a side of 32 or less goes to BLIS (blis_wins in core/cpu_blas.h), any other to
 // OpenBLAS: on the CNN's training step that took a quarter fewer instructions (callgrind) and
-// 10-30% less time. Both libraries are single-threaded per rank unless set_cpu_threads() says
-// otherwise, and both give the same result for the same shape every run. DTRAIN_BLIS=off sends
+// 10-30% less time. Both libraries always run single-threaded (Note [One pool, sleeping
+// waits]), and both give the same result for the same shape every run. DTRAIN_BLIS=off sends
 // everything to OpenBLAS (for comparisons, or a machine where BLIS picks weak kernels: the
 // shapes' winner was measured on AVX2 only).
+//
+// Note [One pool, sleeping waits]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// With each library's own threads, one process on 2 cores ran 3-4x slower at --threads 2 than
+// at 1 (issue 20). OpenBLAS (pthreads) and BLIS (libgomp) each keep a pool, and both pools
+// busy-wait after every call (OpenBLAS for ~0.1 s, with sched_yield; libgomp for its spin
+// count): the MLP's step alternates OpenBLAS's big products with BLIS's skinny ones, so both
+// pools' workers spun at once beside the main thread, 3 busy threads on 2 cores, and each
+// parallel call waited for a worker the other pool's spinner had pushed off its core.
+// Measured (old main, machine shared with 4 builds: load 15): --threads 1 28-70k samples/s,
+// --threads 2 430-640, OMP_WAIT_POLICY=passive 1.9-2.1k, DTRAIN_BLIS=off (OpenBLAS's pool
+// alone) 6-27k. So neither library threads any more: gemm() cuts a product into blocks of
+// C's rows or columns (plan_gemm_split in core/thread_policy.h) and runs them on dtrain's own
+// CpuWorkers, whose idle threads sleep on a condition variable, each block a single-threaded
+// call of the library the whole product's shape picks. A product too small to pay for a
+// wake-up stays on the calling thread. Every element of C is one library call's sum over the
+// whole k, so a run is bitwise repeatable at a given thread count. What two threads gain
+// (2-core VM, best of 1000 calls): 1.8-1.9x on the forward products (64 x 256 x 784 272 -> 145
+// us, 64 x 2048 x 784 2303 -> 1282 us), nothing on the weight gradients' k = 64 products
+// (256 x 784 245 -> 259 us, 2048 x 784 2288 -> 2190 us), which read and write all of C for
+// 128 FLOPs per element: memory-bound here, as the optimizer's pass over the weights is.
+namespace {
+
+void single_threaded_libraries() {
+  openblas_set_num_threads(1);
+#ifdef DTRAIN_WITH_BLIS
+  blis_set_threads(1);
+#endif
+}
+
+// The process's workers: one thread (none started) until set_cpu_threads() says otherwise. The
+// libraries' own pools are turned off before the first product, also in a program that never
+// calls set_cpu_threads().
+std::unique_ptr<CpuWorkers>& cpu_workers() {
+  static std::unique_ptr<CpuWorkers> workers = [] {
+    single_threaded_libraries();
+    return std::make_unique<CpuWorkers>(1);
+  }();
+  return workers;
+}
+
+// One single-threaded library call with explicit leading dimensions (a block of a product).
+void cpu_gemm_block(bool use_blis, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                    const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+#ifdef DTRAIN_WITH_BLIS
+  if (use_blis) {
+    blis_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+#else
+  (void)use_blis;
+#endif
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
+              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+}
+
+}  // namespace
+
 void gemm(Device device, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           const float* b, float beta, float* c) {
   if (m == 0 || n == 0) return;
   const int64_t lda = trans_a ? m : k, ldb = trans_b ? k : n, ldc = n;
-  if (device.is_cpu()) {
-#ifdef DTRAIN_WITH_BLIS
-    if (blis_enabled() && blis_wins(m, n, k)) {
-      blis_gemm(trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
-      return;
-    }
-#endif
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-                static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
-                static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+  if (!device.is_cpu()) {
+    gpu_backend().gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
-  gpu_backend().gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  const bool use_blis = blis_enabled() && blis_wins(m, n, k);
+  CpuWorkers& workers = *cpu_workers();
+  const GemmSplit split = plan_gemm_split(m, n, k, workers.threads());
+  if (split.parts == 1) {
+    cpu_gemm_block(use_blis, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  workers.run(split.parts, [&](int part) {
+    const auto [begin, end] = split.range(part);
+    if (split.rows)  // rows of op(A) and C: A advances by rows, or by columns when stored transposed
+      cpu_gemm_block(use_blis, trans_a, trans_b, end - begin, n, k, alpha, a + (trans_a ? begin : begin * lda), lda,
+                     b, ldb, beta, c + begin * ldc, ldc);
+    else  // columns of op(B) and C
+      cpu_gemm_block(use_blis, trans_a, trans_b, m, end - begin, k, alpha, a, lda,
+                     b + (trans_b ? begin * ldb : begin), ldb, beta, c + begin, ldc);
+  });
 }
 
 void gemm_bf16(Device device, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -83,11 +153,15 @@ void axpy(Tensor& y, const Tensor& x, float alpha) {
 }
 
 int set_cpu_threads(int threads) {
-  if (threads > 0) openblas_set_num_threads(threads);
-#ifdef DTRAIN_WITH_BLIS
-  blis_set_threads(openblas_get_num_threads());  // the same count for both libraries
-#endif
-  return openblas_get_num_threads();
+  // The libraries never thread on their own (Note [One pool, sleeping waits]); a library user
+  // may have changed OpenBLAS's count since.
+  single_threaded_libraries();
+  std::unique_ptr<CpuWorkers>& workers = cpu_workers();
+  if (threads > 0 && threads != workers->threads()) {
+    workers.reset();  // joins the old workers before the new ones start
+    workers = std::make_unique<CpuWorkers>(threads);
+  }
+  return workers->threads();
 }
 
 void set_allow_tf32(bool allow) { gpu_backend().set_allow_tf32(allow); }

@@ -27,8 +27,10 @@ const float* ones(Tensor& t, int64_t n, Device device);
 void scale(Tensor& t, float alpha);            // t *= alpha
 void axpy(Tensor& y, const Tensor& x, float alpha);  // y += alpha * x
 
-// Threads the CPU GEMM may use in this process (OpenBLAS); returns the number in force.
-// How many a rank should use is core/thread_policy.h's decision.
+// Threads the CPU GEMM may use in this process (dtrain's CpuWorkers; OpenBLAS and BLIS are
+// kept single-threaded: Note [One pool, sleeping waits] in ops.cpp); 0 keeps the count in
+// force. Returns that count. Call it while no GEMM runs. How many a rank should use is
+// core/thread_policy.h's decision.
 int set_cpu_threads(int threads);
 
 // Whether cuBLAS may use TF32 tensor cores for float32 GEMM (off by default, as in PyTorch).

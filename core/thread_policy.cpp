@@ -49,4 +49,26 @@ int blas_threads_for_rank(int requested, const CpuTopology& topology, int local_
   return std::max(1, std::min(topology.bound_cores, threads_per_rank(topology.node_cores, local_ranks)));
 }
 
+std::pair<int64_t, int64_t> GemmSplit::range(int i) const {
+  const int64_t begin = std::min(extent, static_cast<int64_t>(i) * block);
+  return {begin, std::min(extent, begin + block)};
+}
+
+GemmSplit plan_gemm_split(int64_t m, int64_t n, int64_t k, int threads) {
+  GemmSplit split;
+  split.rows = m >= n;
+  split.extent = split.rows ? m : n;
+  split.block = split.extent;
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  const int64_t by_flops = static_cast<int64_t>(flops / kGemmMinFlopsPerThread);
+  const int64_t by_side = split.extent / kGemmSplitAlign;
+  const int64_t parts = std::min({static_cast<int64_t>(threads), by_flops, by_side});
+  if (parts <= 1) return split;
+  // Equal blocks rounded up to the alignment; rounding can leave fewer parts than asked.
+  const int64_t per_part = (split.extent + parts - 1) / parts;
+  split.block = (per_part + kGemmSplitAlign - 1) / kGemmSplitAlign * kGemmSplitAlign;
+  split.parts = static_cast<int>((split.extent + split.block - 1) / split.block);
+  return split;
+}
+
 }  // namespace dtrain
