@@ -7,6 +7,12 @@
 // every GEMM of the MLP is exact in float32 (and in TF32) whatever its summation order, and both
 // devices run the same pack/unpack functors (core/kernels.h).
 //
+// The NCCL communicator is made the way the Runtime makes it: through its plugin (Note [GPU
+// plugins without a cycle] in core/gpu_backend.h), given the compute stream (NcclOptions::compute)
+// and a flight recorder. It waits for no stream by itself: DDP's comm hooks order each bucket's
+// all-reduce after its producer (allreduce_after, Note [Ordering a collective after its producer]
+// in comm/communicator.h), and so do the tests below that issue all-reduces themselves.
+//
 // Stream ordering: a one-rank all-reduce leaves its buffer as it was, so a missing stream wait
 // would go unnoticed. LateDoubling wraps the NCCL communicator: after each all-reduce it spins
 // ~20 ms on the communication stream and then doubles the buffer there (as a second rank with
@@ -14,7 +20,10 @@
 // did not wait for the communication stream (the unpack of a 16-bit hook, the gradients read
 // after backward) sees undoubled values, and an all-reduce that did not wait for the compute
 // stream doubles gradients that backward then overwrites (the compute stream is delayed too).
+// The wrapper's stream() is the NCCL communicator's: allreduce_after orders that stream, and the
+// doubling is queued on it after the all-reduce.
 #include <cctype>
+#include <chrono>
 #include <cstdint>
 #include <ostream>
 #include <memory>
@@ -24,8 +33,11 @@
 
 #include <gtest/gtest.h>
 
-#include "comm/nccl/nccl_communicator.h"
+#include "comm/flight_recorder.h"
+#include "comm/gpu_plugins.h"
+#include "comm/nccl/nccl_plugin.h"
 #include "comm/self_communicator.h"
+#include "core/gpu_backend.h"
 #include "core/stream.h"
 #include "ddp/distributed_data_parallel.h"
 #include "model/linear.h"
@@ -38,6 +50,18 @@ namespace {
 
 // ~20 ms on current GPUs (1-2 GHz): long enough for an unordered reader to run first.
 constexpr int64_t kSpinCycles = 40'000'000;
+
+// A one-rank NCCL communicator over `bootstrap`, through the plugin as the Runtime makes it
+// (comm/runtime.cpp): its Work::wait() orders `compute`; its collectives go to `log` (may be null).
+std::unique_ptr<Communicator> make_nccl(Communicator& bootstrap, Device device, Stream& compute, CollectiveLog* log) {
+  const auto* plugin = static_cast<const NcclPlugin*>(
+      open_plugin(gpu_plugin_path(kNcclPluginLibrary), kNcclPluginEntryPoint, kNcclPluginApiVersion));
+  NcclOptions options;
+  options.timeout = std::chrono::seconds(60);
+  options.compute = &compute;
+  options.log = log;
+  return std::unique_ptr<Communicator>(plugin->make_communicator(bootstrap, device, options));
+}
 
 // A Work complete once `done` (recorded on the communication stream after the doubling) is.
 class LateWork final : public Work {
@@ -175,11 +199,12 @@ struct Scenario {
 std::vector<float> run(const Scenario& s, Device device, bool late) {
   SelfCommunicator control;
   Stream& compute = compute_stream(device);
-  std::unique_ptr<NcclCommunicator> nccl;
+  FlightRecorder log(64, "nccl");  // as the Runtime's; outlives the communicator
+  std::unique_ptr<Communicator> nccl;
   std::unique_ptr<LateDoubling> late_nccl;
   Communicator* gradients = &control;
   if (device.is_cuda()) {
-    nccl = std::make_unique<NcclCommunicator>(control, device);
+    nccl = make_nccl(control, device, compute, &log);
     gradients = nccl.get();
     if (late) {
       late_nccl = std::make_unique<LateDoubling>(*nccl, compute);
@@ -238,20 +263,21 @@ TEST_P(GpuDdp, EveryReaderWaitsForALateCommunicationStream) {
   expect_bitwise(run(s, gpu(), true), doubled(cpu), s.name + " with late, doubling all-reduces");
 }
 
-// Note [Device-timed collectives]: an all-reduce queued behind ~20 ms of compute starts on the
-// device ~20 ms after the host issued it; host times would say it started at once.
+// Note [Device-timed collectives]: an all-reduce ordered after ~20 ms of compute (allreduce_after)
+// starts on the device ~20 ms after the host issued it; host times would say it started at once.
 using GpuNcclTiming = testing::GpuTest;
 
 TEST_F(GpuNcclTiming, AllreduceTimesAreTheDevicesNotTheHosts) {
   SelfCommunicator control;
-  NcclCommunicator nccl(control, gpu());
   Stream& compute = compute_stream(gpu());
+  std::unique_ptr<Communicator> nccl = make_nccl(control, gpu(), compute, nullptr);
   Tensor buf = Tensor::zeros({1 << 20}, gpu());
-  nccl.allreduce(buf, ReduceOp::kSum);  // NCCL connects on its first collective: not timed here
+  // NCCL connects on its first collective: not timed here.
+  allreduce_after(compute, *nccl, buf.raw(), buf.numel(), DType::kF32, ReduceOp::kSum)->wait();
   compute.synchronize();
   testing::spin(compute.native(), kSpinCycles);
   const int64_t issued = steady_now_ns();
-  WorkHandle work = nccl.allreduce_async(buf.raw(), buf.numel(), DType::kF32, ReduceOp::kSum);
+  WorkHandle work = allreduce_after(compute, *nccl, buf.raw(), buf.numel(), DType::kF32, ReduceOp::kSum);
   ASSERT_TRUE(work->device_timed());
   work->wait();
   work->wait_for_device_times();
@@ -265,12 +291,12 @@ TEST_F(GpuNcclTiming, AllreduceTimesAreTheDevicesNotTheHosts) {
 // DDP hands the device's times to traces and metrics when asked to.
 TEST_F(GpuNcclTiming, DdpReportsDeviceTimedBucketSpans) {
   SelfCommunicator control;
-  NcclCommunicator nccl(control, gpu());
   Stream& compute = compute_stream(gpu());
+  std::unique_ptr<Communicator> nccl = make_nccl(control, gpu(), compute, nullptr);
   std::unique_ptr<Module> model = build_model(ModelSpec{ModelKind::kMlp, {16}}, {1, 8, 8}, 10, gpu(), 7);
   DdpOptions options;
   options.device_timing = true;
-  DistributedDataParallel ddp(*model, nccl, control, compute, options);
+  DistributedDataParallel ddp(*model, *nccl, control, compute, options);
   (void)ddp.forward(integer_tensor({4, 1, 8, 8}, 1, gpu()));
   testing::spin(compute.native(), kSpinCycles);  // backward's kernels, and so the all-reduces, run late
   ddp.backward(integer_tensor({4, 10}, 2, gpu()));
