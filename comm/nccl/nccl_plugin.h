@@ -11,9 +11,10 @@
 
 namespace dtrain {
 
-// Bump whenever NcclPlugin, NcclOptions or the interfaces it passes (Communicator, CollectiveLog,
-// Stream) change layout.
-inline constexpr uint32_t kNcclPluginApiVersion = 1;
+// Bump whenever NcclPlugin, NcclOptions or the interfaces it passes (Communicator, Work,
+// CollectiveLog, Stream) change layout. 2: Work's device timing (Note [Device-timed collectives]
+// in comm/communicator.h) added virtuals the plugin's Work overrides.
+inline constexpr uint32_t kNcclPluginApiVersion = 2;
 inline constexpr const char* kNcclPluginLibrary = "libdtrain_nccl.so";
 inline constexpr const char* kNcclPluginEntryPoint = "dtrain_nccl_plugin_init";
 
