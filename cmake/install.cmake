@@ -38,8 +38,8 @@ endif()
 set(DTRAIN_PUBLIC_HEADERS
   core/device.h core/device_select.h core/error.h core/exit_status.h core/kernels.h core/launch.h core/memory.h core/ops.h
   core/stream.h core/tensor.h core/thread_policy.h
-  comm/allreduce_algorithm.h comm/communicator.h comm/exchange.h comm/flight_recorder.h comm/runtime.h
-  comm/self_communicator.h
+  comm/allreduce_algorithm.h comm/collective_log.h comm/communicator.h comm/exchange.h comm/flight_recorder.h
+  comm/runtime.h comm/self_communicator.h
   model/activation.h model/amp.h model/conv.h model/fingerprint.h model/init.h model/kernels.h model/linear.h
   model/loss.h model/lr_schedule.h model/models.h model/module.h model/optimizer.h model/sequential.h
   data/data_loader.h data/dataset.h data/distributed_sampler.h data/idx_reader.h data/mnist.h
