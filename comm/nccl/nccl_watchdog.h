@@ -40,7 +40,7 @@ class NcclWatchdog {
   NcclWatchdog(const NcclWatchdog&) = delete;
   NcclWatchdog& operator=(const NcclWatchdog&) = delete;
 
-  // From init's end to destroy's start: async errors of `comm` are polled, and abort uses it.
+  // From init's end to destroy's start: async errors of `comm` are polled (it is never aborted: see fire()).
   void attach(ncclComm_t comm);
   void detach();
 

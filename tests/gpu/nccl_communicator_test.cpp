@@ -14,6 +14,7 @@
 #include "core/kernels.h"
 #include "core/memory.h"
 #include "core/ops.h"
+#include "core/stream.h"
 #include "core/tensor.h"
 #include "tests/mpi/mpi_test_env.h"
 
@@ -109,7 +110,8 @@ TEST_F(Nccl, AllreduceInSixteenBitAndIntegerTypes) {
     } else {
       launch(gpu(), n, kernels::PackFP16{half.data_as<uint16_t>(), src.data(), 1.0f});
     }
-    nccl().allreduce(half.raw(), n, dtype, ReduceOp::kSum);
+    // After the pack on the compute stream (the communicator orders nothing itself).
+    allreduce_after(compute_stream(gpu()), nccl(), half.raw(), n, dtype, ReduceOp::kSum)->wait();
     if (dtype == DType::kBF16) {
       launch(gpu(), n, kernels::UnpackBF16{back.data(), half.data_as<uint16_t>()});
     } else {
