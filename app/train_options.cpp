@@ -249,7 +249,8 @@ void read_device(const cxxopts::ParseResult& r, TrainConfig& c) {
           fmt::format("--flight-recorder-size: must be in [0, 10000000], got {}", recorded));
   rt.flight_recorder_size = static_cast<size_t>(recorded);
   rt.debug_collectives = r.count("debug-collectives") > 0;
-  require(rt.cpu_threads >= 0, fmt::format("--threads: must be non-negative, got {}", rt.cpu_threads));
+  require(rt.cpu_threads >= 0 && rt.cpu_threads <= 4096,
+          fmt::format("--threads: must be in [0, 4096] (0: the rank's share of the cores), got {}", rt.cpu_threads));
   const std::string amp = r["amp"].as<std::string>();
   require(amp == "off" || amp == "bf16", fmt::format("--amp: expected off or bf16, got '{}'", amp));
   c.amp = amp == "bf16" ? AmpMode::kBf16 : AmpMode::kOff;

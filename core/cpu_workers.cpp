@@ -5,23 +5,39 @@
 
 #include <algorithm>
 #include <string>
+#include <system_error>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
 
 namespace dtrain {
 
 CpuWorkers::CpuWorkers(int threads) {
-  for (int i = 1; i < std::max(1, threads); ++i) {
-    workers_.emplace_back([this, i] { work(i); });
-    pthread_setname_np(workers_.back().native_handle(), ("dtrain-cpu-" + std::to_string(i)).substr(0, 15).c_str());
+  try {
+    for (int i = 1; i < std::max(1, threads); ++i) {
+      workers_.emplace_back([this, i] { work(i); });
+      pthread_setname_np(workers_.back().native_handle(), ("dtrain-cpu-" + std::to_string(i)).substr(0, 15).c_str());
+    }
+  } catch (const std::system_error& e) {
+    // A thread limit (ulimit -u, a container's pids limit): stop the ones started, then one line.
+    const size_t started = workers_.size();
+    stop();
+    throw Error(fmt::format("cannot start {} CPU threads (started {}): {}", threads, started + 1, e.what()),
+                ErrorKind::kResources);
   }
 }
 
-CpuWorkers::~CpuWorkers() {
+CpuWorkers::~CpuWorkers() { stop(); }
+
+void CpuWorkers::stop() {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
   }
   start_cv_.notify_all();
   for (std::thread& t : workers_) t.join();
+  workers_.clear();
 }
 
 void CpuWorkers::run(int parts, const std::function<void(int)>& part) {

@@ -17,6 +17,7 @@ namespace dtrain {
 class CpuWorkers {
  public:
   // `threads` counts the caller: threads - 1 worker threads are started (none for 1).
+  // Throws Error (kResources) when the threads cannot be started.
   explicit CpuWorkers(int threads);
   ~CpuWorkers();  // joins the workers; no run() may be in progress
   CpuWorkers(const CpuWorkers&) = delete;
@@ -31,6 +32,7 @@ class CpuWorkers {
 
  private:
   void work(int index);
+  void stop();  // wakes and joins every worker
 
   std::mutex busy_;  // held by the thread inside run()
   std::mutex mu_;

@@ -45,10 +45,32 @@ DTRAIN_CPU_CLONES void cpu_loop(int64_t n, const F& f) {
 }
 
 template <class F>
+DTRAIN_CPU_CLONES void cpu_loop_range(int64_t begin, int64_t end, const F& f) {
+  const F local = f;
+#pragma GCC ivdep
+  for (int64_t i = begin; i < end; ++i) local(i);
+}
+
+// A CPU launch this long is cut into contiguous ranges run on the rank's CPU threads (core/ops.cpp,
+// Note [One pool, sleeping waits]): the optimizer's and the gradients' passes over a large weight
+// are memory-bound, and one core does not saturate the memory. Shorter ones stay on the caller,
+// where a wake-up would cost more than it saves. Iterations are independent (the contract above),
+// so the split changes no value.
+inline constexpr int64_t kCpuLaunchSplitMin = int64_t{1} << 18;
+// Runs body(ctx, begin, end) over parts of [0, n) on the CPU threads; returns when all are done.
+void cpu_parallel_ranges(int64_t n, void (*body)(const void* ctx, int64_t begin, int64_t end), const void* ctx);
+
+template <class F>
 void launch(Device device, int64_t n, const F& f) {
   if (n <= 0) return;
   if (device.is_cpu()) {
-    cpu_loop(n, f);
+    if (n < kCpuLaunchSplitMin) {
+      cpu_loop(n, f);
+      return;
+    }
+    cpu_parallel_ranges(
+        n, [](const void* ctx, int64_t begin, int64_t end) { cpu_loop_range(begin, end, *static_cast<const F*>(ctx)); },
+        &f);
     return;
   }
   static_assert(std::is_trivially_copyable_v<F>, "kernel functors are passed by value to the GPU");

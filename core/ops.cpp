@@ -116,6 +116,21 @@ void gemm(Device device, bool trans_a, bool trans_b, int64_t m, int64_t n, int64
   });
 }
 
+void cpu_parallel_ranges(int64_t n, void (*body)(const void* ctx, int64_t begin, int64_t end), const void* ctx) {
+  CpuWorkers& workers = *cpu_workers();
+  const int parts = workers.threads();
+  if (parts == 1) {
+    body(ctx, 0, n);
+    return;
+  }
+  // Ranges of whole cache lines (16 floats), so no two threads write one line.
+  const int64_t per_part = ((n + parts - 1) / parts + 15) / 16 * 16;
+  workers.run(parts, [&](int part) {
+    const int64_t begin = std::min(n, part * per_part), end = std::min(n, begin + per_part);
+    if (begin < end) body(ctx, begin, end);
+  });
+}
+
 void gemm_bf16(Device device, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                const uint16_t* a, const uint16_t* b, float beta, float* c) {
   if (m == 0 || n == 0) return;
@@ -159,7 +174,12 @@ int set_cpu_threads(int threads) {
   std::unique_ptr<CpuWorkers>& workers = cpu_workers();
   if (threads > 0 && threads != workers->threads()) {
     workers.reset();  // joins the old workers before the new ones start
-    workers = std::make_unique<CpuWorkers>(threads);
+    try {
+      workers = std::make_unique<CpuWorkers>(threads);
+    } catch (...) {
+      workers = std::make_unique<CpuWorkers>(1);  // never left without a pool
+      throw;
+    }
   }
   return workers->threads();
 }

@@ -90,6 +90,9 @@ TEST(TrainOptions, FloatFlagsAreParsedStrictly) {
   // Integer flags already refused trailing garbage (cxxopts matches the whole text): kept so.
   EXPECT_EQ(usage_error_of({"--data", "/tmp", "--epochs", "2abc"}), "--epochs: expected a number, got '2abc'");
   EXPECT_EQ(usage_error_of({"--data", "/tmp", "--threads", "nan"}), "--threads: expected a whole number, got 'nan'");
+  // Each thread is started up front (core/cpu_workers.h): a typo'd count is a usage error.
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--threads", "100000"}),
+            "--threads: must be in [0, 4096] (0: the rank's share of the cores), got 100000");
   const TrainConfig c = parse_train_options({"--data", "/tmp", "--lr", "+5e-1", "--timeout", "1.5", "--lr-gamma", "1"}).config;
   EXPECT_FLOAT_EQ(c.optimizer.lr, 0.5f);
   EXPECT_EQ(c.runtime.collective_timeout_s, 1.5);
