@@ -111,8 +111,7 @@ void write_step_directory(const fs::path& dir, const fs::path& target, Checkpoin
         write_tensor_file(temp / kOptimizerFile, snapshot.optimizer, snapshot.optimizer_metadata, budget);
     write_text_file(temp / kStateFile, encode_state(state), budget);
     fsync_directory(temp);
-    refuse_if_poisoned();
-    publish(temp, target);
+    if (!publish_unless_poisoned([&] { publish(temp, target); })) refuse_if_poisoned();
     fsync_directory(dir);
   } catch (...) {
     std::error_code ec;
@@ -139,8 +138,8 @@ fs::path write_checkpoint(const CheckpointWriterOptions& options, CheckpointSnap
     refuse_if_poisoned();  // before any byte: not even a temporary folder
     FaultBudget budget(options.fault_after_bytes);
     write_step_directory(dir, target, snapshot, budget);
-    refuse_if_poisoned();  // the step folder stays; `latest` keeps naming the one before
-    write_latest(dir, snapshot.state.global_step, budget);
+    // The step folder stays; `latest` keeps naming the one before.
+    if (!publish_unless_poisoned([&] { write_latest(dir, snapshot.state.global_step, budget); })) refuse_if_poisoned();
     prune(dir, snapshot.state.global_step, options.keep);
   } catch (const Error& e) {
     throw Error(fmt::format("checkpoint {} not saved: {}", target.string(), e.what()));

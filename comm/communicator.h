@@ -90,9 +90,11 @@ class Communicator {
   }
   void barrier() { barrier_async()->wait(); }
 
-  // Tensor conveniences (in place, whole tensor).
-  void allreduce(Tensor& t, ReduceOp op) { allreduce(t.raw(), t.numel(), t.dtype(), op); }
-  void broadcast(Tensor& t, int root) { broadcast(t.raw(), t.numel(), t.dtype(), root); }
+  // Tensor conveniences (in place, whole tensor), ordered after the kernels queued on the
+  // tensor's compute stream (Note [Ordering a collective after its producer]), unlike the raw
+  // forms above, whose caller says what to wait for.
+  void allreduce(Tensor& t, ReduceOp op);
+  void broadcast(Tensor& t, int root);
 };
 
 // Note [Ordering a collective after its producer]: a collective reads its buffer when the
@@ -104,6 +106,15 @@ class Communicator {
 // plain or compressed, issues through it, after its own kernels (the 16-bit pack) are queued;
 // the reducer and the backends do no ordering of their own. Work::wait() orders the other way.
 inline void order_after(Stream& producer, Communicator& comm) { comm.stream().wait(*producer.record()); }
+inline void Communicator::allreduce(Tensor& t, ReduceOp op) {
+  order_after(compute_stream(t.device()), *this);
+  allreduce(t.raw(), t.numel(), t.dtype(), op);
+}
+inline void Communicator::broadcast(Tensor& t, int root) {
+  order_after(compute_stream(t.device()), *this);
+  broadcast(t.raw(), t.numel(), t.dtype(), root);
+}
+
 inline WorkHandle allreduce_after(Stream& producer, Communicator& comm, void* buf, int64_t count, DType dtype,
                                   ReduceOp op) {
   order_after(producer, comm);

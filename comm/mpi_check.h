@@ -25,5 +25,5 @@ inline std::string mpi_error_string(int code) {
   do {                                                                                           \
     int dtrain_mpi_rc_ = (call);                                                                 \
     if (dtrain_mpi_rc_ != MPI_SUCCESS)                                                           \
-      ::dtrain::check_failed(__FILE__, __LINE__, #call, ::dtrain::mpi_error_string(dtrain_mpi_rc_)); \
+      ::dtrain::library_call_failed(__FILE__, __LINE__, #call, ::dtrain::mpi_error_string(dtrain_mpi_rc_)); \
   } while (0)

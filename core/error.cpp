@@ -26,4 +26,13 @@ void check_failed(const char* file, int line, const char* what, const std::strin
   throw Error(msg);
 }
 
+void library_call_failed(const char* file, int line, const char* what, const std::string& detail) {
+  try {
+    check_failed(file, line, what, detail);
+  } catch (Error& e) {
+    e.mark_library_call_failure();
+    throw;
+  }
+}
+
 }  // namespace dtrain

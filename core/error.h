@@ -29,9 +29,14 @@ class Error : public std::runtime_error {
   ErrorKind kind() const noexcept { return kind_; }
   // For a caller that knows what a failure of its callee is about (classify_errors below).
   void set_kind(ErrorKind kind) noexcept { kind_ = kind; }
+  // A failed MPI, NCCL or CUDA call (library_call_failed): a peer, the network or the device,
+  // never the files the caller was reading, so classify_errors leaves it a kFailure.
+  bool is_library_call_failure() const noexcept { return library_call_; }
+  void mark_library_call_failure() noexcept { library_call_ = true; }
 
  private:
   ErrorKind kind_;
+  bool library_call_ = false;
 };
 
 // A wrong command-line flag or value: the CLI prints it and exits with status 2.
@@ -48,13 +53,16 @@ auto classify_errors(ErrorKind kind, Work&& work) -> decltype(work()) {
   try {
     return work();
   } catch (Error& e) {
-    if (e.kind() == ErrorKind::kFailure) e.set_kind(kind);
+    if (e.kind() == ErrorKind::kFailure && !e.is_library_call_failure()) e.set_kind(kind);
     throw;
   }
 }
 
 // Throws Error("<file>:<line>: <what> failed: <detail>"), file relative to the source tree.
 [[noreturn]] void check_failed(const char* file, int line, const char* what, const std::string& detail);
+// The same for a failed MPI, NCCL, CUDA or cuBLAS call (their check macros): the Error is marked
+// so that no caller classifies it as a fault of its data or checkpoint (a restart may fix it).
+[[noreturn]] void library_call_failed(const char* file, int line, const char* what, const std::string& detail);
 
 }  // namespace dtrain
 

@@ -18,7 +18,7 @@
 //   - none is 124 (dtrain-launch's start-up bound, timeout(1)'s), 126 or 127 (a shell that cannot
 //     run the program), 128 + N (a process ended by signal N; dtrain train stopped by SIGINT or
 //     SIGTERM after its checkpoint exits so too), or 77 (CTest's skip status in tests);
-//   - ranks that agree on an error (app/root_broadcast.h) agree on its kind, so every rank exits
+//   - ranks that agree on an error (train/root_broadcast.h) agree on its kind, so every rank exits
 //     with one status; ranks that fail on their own each abort with theirs, and mpirun reports
 //     the first.
 #pragma once

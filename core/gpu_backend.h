@@ -16,7 +16,7 @@
 //   comm --dlopen--> nccl -> cuda, core, libnccl   (comm/nccl/nccl_plugin.h)
 // Each plugin exports one C function returning a struct whose first field is its API version;
 // the loader refuses a library of another version with one line naming both (ggml's
-// GGML_BACKEND_API_VERSION). tests/install/library_graph_test.sh checks the graph has no cycle.
+// GGML_BACKEND_API_VERSION). tests/install/library_graph_test.py checks the graph has no cycle.
 //
 // Kernels stay device-generic functors (core/launch.h): launch() hands a CUDA launch to the
 // backend with the functor's type, and the library runs the instantiation it registered for

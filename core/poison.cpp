@@ -33,6 +33,13 @@ std::string process_poison() {
   return g_reason.empty() ? "unknown" : g_reason;
 }
 
+bool publish_unless_poisoned(const std::function<void()>& publish) {
+  std::lock_guard lock(g_mutex);
+  if (g_poisoned.load(std::memory_order_seq_cst)) return false;
+  publish();
+  return true;
+}
+
 void clear_process_poison_for_tests() {
   std::lock_guard lock(g_mutex);
   g_reason.clear();

@@ -11,6 +11,7 @@
 // reach a checkpoint. Plain C++ (no MPI, no CUDA), so it is tested on CPU.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -22,6 +23,12 @@ void poison_process(std::string_view reason) noexcept;
 
 // "" while the process is not poisoned; otherwise the first reason.
 std::string process_poison();
+
+// Runs `publish` (a rename that makes a save visible) only while the process is not poisoned,
+// and returns false without running it otherwise. The mark's lock is held across the check
+// and the call, so a poison_process() racing it waits for the rename: none becomes visible
+// after the mark.
+bool publish_unless_poisoned(const std::function<void()>& publish);
 
 // Tests only: forgets the mark (tests of one binary share the process).
 void clear_process_poison_for_tests();

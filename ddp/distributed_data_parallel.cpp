@@ -7,6 +7,7 @@
 #include "comm/exchange.h"
 #include "core/error.h"
 #include "core/ops.h"
+#include "core/stream.h"
 
 namespace dtrain {
 
@@ -89,6 +90,13 @@ DistributedDataParallel::DistributedDataParallel(Module& module, Runtime& runtim
 DistributedDataParallel::DistributedDataParallel(Module& module, Communicator& gradients, Communicator& control,
                                                  Stream& compute, DdpOptions options)
     : module_(module), comm_(gradients), control_(control), compute_(compute), options_(std::move(options)) {
+  // Every kernel, the hooks' 16-bit packs included, runs on the device's compute stream (launch()
+  // in core/launch.h); allreduce_after orders the bucket after `compute`, so they must be one.
+  for (Parameter* p : module_.parameters())
+    if (p->value.device().is_cuda())
+      DTRAIN_CHECK(&compute == &compute_stream(p->value.device()),
+                   "DDP's compute stream must be {}'s compute stream, where launch() runs kernels",
+                   p->value.device().str());
   verify_same_model_on_all_ranks(module_, control);
   std::vector<WorkHandle> pending;
   order_after(compute_, comm_);  // the initialisation kernels wrote the parameters (comm/communicator.h)

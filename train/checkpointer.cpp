@@ -40,7 +40,7 @@ safetensors::File file_from(const std::string& bytes, const std::string& source)
 }
 
 // A NaN or an infinity loaded would poison every step after it, silently (Note [Stopping on
-// non-finite values] in app/divergence.h): refused, naming the file and the tensor.
+// non-finite values] in dtrain's app/divergence.h): refused, naming the file and the tensor.
 void refuse_nonfinite(const safetensors::File& file) {
   if (const std::string bad = checkpoint::first_nonfinite_tensor(file); !bad.empty())
     throw Error(fmt::format("{}: {}", file.source(), bad));
@@ -118,7 +118,7 @@ std::optional<Resumed> restore(Communicator& control,
     try {
       optimizer.import_state(optimizer_state_from(optimizer_file));
     } catch (const Error& e) {
-      throw Error(fmt::format("{}: {}", optimizer_source, e.what()));
+      throw Error(fmt::format("{}: {}", optimizer_source, e.what()), e.kind());  // out of memory stays so
     }
     restore_rng(resumed.state.rng, model, state_source);
     return resumed;
@@ -250,14 +250,19 @@ std::string Checkpointer::summary() const {
 
 std::optional<Resumed> restore_newest(Communicator& control, const std::string& dir, Module& model,
                                       Optimizer& optimizer, const json& config) {
-  return restore(control, [&] { return checkpoint::read_newest(dir); }, config, model, optimizer);
+  // What fails here is about the files (damaged, or made for another model or run): a restart
+  // would fail the same way (core/exit_status.h). Failed MPI or CUDA calls keep their kind.
+  return classify_errors(ErrorKind::kCheckpoint,
+                         [&] { return restore(control, [&] { return checkpoint::read_newest(dir); }, config, model, optimizer); });
 }
 
 Resumed restore_from(Communicator& control, const std::string& path, Module& model, Optimizer& optimizer,
                      const json& config) {
-  return *restore(
-      control, [&] { return std::optional<checkpoint::LoadedCheckpoint>(checkpoint::read_checkpoint(path)); }, config,
-      model, optimizer);
+  return classify_errors(ErrorKind::kCheckpoint, [&] {
+    return *restore(
+        control, [&] { return std::optional<checkpoint::LoadedCheckpoint>(checkpoint::read_checkpoint(path)); },
+        config, model, optimizer);
+  });
 }
 
 void load_initial_weights(Communicator& control, const std::string& path, Module& model) {

@@ -24,5 +24,5 @@ inline std::string nccl_error_detail(ncclResult_t result, ncclComm_t comm = null
   do {                                                                                              \
     const ncclResult_t dtrain_nccl_status_ = (call);                                                \
     if (dtrain_nccl_status_ != ncclSuccess)                                                         \
-      ::dtrain::check_failed(__FILE__, __LINE__, #call, ::dtrain::nccl_error_detail(dtrain_nccl_status_)); \
+      ::dtrain::library_call_failed(__FILE__, __LINE__, #call, ::dtrain::nccl_error_detail(dtrain_nccl_status_)); \
   } while (0)

@@ -137,7 +137,6 @@ void NcclWatchdog::fire(const WatchdogVerdict& verdict) {
   std::function<std::string(const std::string&)> dump;
   {
     std::lock_guard lock(mutex_);
-    failure_ = text;
     dump = dump_;
   }
   const std::string line = watchdog_message(rank_, verdict);
@@ -145,6 +144,12 @@ void NcclWatchdog::fire(const WatchdogVerdict& verdict) {
   std::fflush(stdout);
   std::fprintf(stderr, "%s%s\n", line.c_str(), where.empty() ? "" : ("; flight recorder: " + where).c_str());
   std::fflush(stderr);
+  {
+    // Only now: a main thread that saw it earlier would print a second line and MPI_Abort the
+    // process before the dump and the line above were out.
+    std::lock_guard lock(mutex_);
+    failure_ = text;
+  }
   // No ncclCommAbort (nccl_watchdog.h): the exit ends this rank's kernels and proxy threads.
   std::_Exit(kExitCode);  // no destructors: other threads may be blocked inside NCCL or CUDA
 }

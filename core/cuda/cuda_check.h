@@ -11,12 +11,12 @@
   do {                                                                                       \
     const cudaError_t dtrain_cuda_status_ = (call);                                          \
     if (dtrain_cuda_status_ != cudaSuccess)                                                  \
-      ::dtrain::check_failed(__FILE__, __LINE__, #call, cudaGetErrorString(dtrain_cuda_status_)); \
+      ::dtrain::library_call_failed(__FILE__, __LINE__, #call, cudaGetErrorString(dtrain_cuda_status_)); \
   } while (0)
 
 #define CUBLAS_CHECK(call)                                                                   \
   do {                                                                                       \
     const cublasStatus_t dtrain_cublas_status_ = (call);                                     \
     if (dtrain_cublas_status_ != CUBLAS_STATUS_SUCCESS)                                      \
-      ::dtrain::check_failed(__FILE__, __LINE__, #call, cublasGetStatusString(dtrain_cublas_status_)); \
+      ::dtrain::library_call_failed(__FILE__, __LINE__, #call, cublasGetStatusString(dtrain_cublas_status_)); \
   } while (0)

@@ -34,7 +34,7 @@ bool CudaEvent::query() const {
     (void)cudaGetLastError();  // "not ready" is an answer, not an error: keep it out of later checks
     return false;
   }
-  check_failed(__FILE__, __LINE__, "cudaEventQuery", cudaGetErrorString(status));
+  library_call_failed(__FILE__, __LINE__, "cudaEventQuery", cudaGetErrorString(status));
 }
 
 void CudaEvent::synchronize() { CUDA_CHECK(cudaEventSynchronize(event_.get())); }

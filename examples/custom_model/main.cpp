@@ -15,6 +15,7 @@
 
 #include <dtrain/comm/exchange.h>
 #include <dtrain/comm/runtime.h>
+#include <dtrain/core/exit_status.h>
 #include <dtrain/data/data_loader.h>
 #include <dtrain/data/distributed_sampler.h>
 #include <dtrain/ddp/distributed_data_parallel.h>
@@ -121,6 +122,7 @@ int train(Runtime& rt, const Args& args) {
   if (args.resume) {
     if (std::optional<Resumed> resumed = ckpt->restore_latest(model, sgd, at.config)) {
       at = resumed->state;
+      at.world_size = rt.size();  // a resume at another world size records the new one
       if (rt.rank() == 0) std::printf("resumed from %s (step %lld)\n", resumed->path.c_str(), static_cast<long long>(at.global_step));
     } else if (rt.rank() == 0) {
       std::printf("no checkpoint in %s: starting fresh\n", args.checkpoint_dir.c_str());
@@ -169,7 +171,7 @@ int main(int argc, char** argv) {
     return train(*rt, parse_args(argc, argv));
   } catch (const AgreedError& e) {  // every rank stops alike (a checkpoint that does not fit); rank 0 says why
     if (rt->rank() == 0) std::fprintf(stderr, "custom_model: error: %s\n", e.what());
-    return 1;
+    return exit_status(e.kind());  // 66 for a damaged checkpoint: dtrain-launch will not retry it
   } catch (const Error& e) {  // a bad flag: the same on every rank
     if (rt->rank() == 0) std::fprintf(stderr, "custom_model: error: %s\n", e.what());
     return 2;

@@ -5,10 +5,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -172,6 +175,24 @@ TEST(Checkpoint, NothingIsSavedOnceACollectiveOfTheProcessFailed) {
   clear_process_poison_for_tests();
   save(tmp.path(), 20);
   expect_synthetic(read_checkpoint(tmp.path()), 20);
+}
+
+// The check and the rename are one step under the mark's lock: a watchdog marking the process
+// while a rename runs waits for it, and after the mark no rename runs.
+TEST(Checkpoint, AMarkRacingAPublishWaitsForItAndStopsTheNext) {
+  std::atomic<bool> renaming{false};
+  std::thread watchdog;
+  EXPECT_TRUE(publish_unless_poisoned([&] {
+    renaming = true;
+    watchdog = std::thread([] { poison_process("MPI allreduce #7 timed out"); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_EQ(process_poison(), "") << "marked while a rename was running";
+  }));
+  watchdog.join();
+  EXPECT_TRUE(renaming);
+  EXPECT_EQ(process_poison(), "MPI allreduce #7 timed out");
+  EXPECT_FALSE(publish_unless_poisoned([] { ADD_FAILURE() << "published after the mark"; }));
+  clear_process_poison_for_tests();
 }
 
 // Bytes of one save of synthetic_snapshot(step): step directory files, then `latest`.

@@ -50,6 +50,20 @@ TEST(ErrorKind, UsageErrorsAreUsageAndOthersAsThrown) {
   EXPECT_EQ(Error("data/x: truncated", ErrorKind::kData).kind(), ErrorKind::kData);
 }
 
+// A failed MPI/NCCL/CUDA call inside a checkpoint's restore is a peer's or the device's fault, not
+// the files': it stays kFailure (exit 1, retried), whatever the caller says its callee is about.
+TEST(ErrorKind, ClassifyErrorsLeavesFailedLibraryCallsAlone) {
+  try {
+    classify_errors(ErrorKind::kCheckpoint, []() -> int {
+      library_call_failed("comm/mpi_communicator.cpp", 80, "MPI_Bcast", "MPI_ERR_PROC_FAILED");
+    });
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kFailure);
+    EXPECT_TRUE(e.is_library_call_failure());
+  }
+}
+
 // The caller's kind for its callee's unclassified errors; an error with a kind keeps it; the
 // exception keeps its type.
 TEST(ErrorKind, ClassifyErrorsFillsInOnlyTheUnclassified) {
