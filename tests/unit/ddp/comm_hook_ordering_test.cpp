@@ -11,35 +11,14 @@
 
 #include "core/kernels.h"
 #include "ddp/comm_hook.h"
+#include "recording_stream.h"
 
 namespace dtrain {
 namespace {
 
-std::vector<std::string> g_log;
-
-struct LoggedEvent : Event {
-  int id;
-  explicit LoggedEvent(int i) : id(i) {}
-  bool query() const override { return true; }
-  void synchronize() override {}
-};
-
-struct RecordingStream : Stream {
-  std::string name;
-  int next = 0;
-  explicit RecordingStream(std::string n) : name(std::move(n)) {}
-  Device device() const override { return Device::cpu(); }
-  std::shared_ptr<Event> record() override {
-    auto e = std::make_shared<LoggedEvent>(next++);
-    g_log.push_back(fmt::format("{}.record({})", name, e->id));
-    return e;
-  }
-  void wait(const Event& e) override {
-    const auto* logged = dynamic_cast<const LoggedEvent*>(&e);  // else another stream's (a global one's)
-    g_log.push_back(logged ? fmt::format("{}.wait({})", name, logged->id) : name + ".wait(an unlogged event)");
-  }
-  void synchronize() override {}
-};
+std::vector<std::string>& g_log = testing::ordering_log();
+using testing::LoggedEvent;
+using testing::RecordingStream;
 
 struct DoneWork : Work {
   void wait() override {}

@@ -7,34 +7,14 @@
 #include "ddp/reducer.h"
 #include "model/loss.h"
 #include "model/models.h"
+#include "recording_stream.h"
 
 namespace dtrain {
 namespace {
 
-std::vector<std::string> g_log;
-
-struct LoggedEvent : Event {
-  int id;
-  explicit LoggedEvent(int i) : id(i) {}
-  bool query() const override { return true; }
-  void synchronize() override {}
-};
-
-struct RecordingStream : Stream {
-  std::string name;
-  int next = 0;
-  explicit RecordingStream(std::string n) : name(std::move(n)) {}
-  Device device() const override { return Device::cpu(); }
-  std::shared_ptr<Event> record() override {
-    auto e = std::make_shared<LoggedEvent>(next++);
-    g_log.push_back(fmt::format("{}.record({})", name, e->id));
-    return e;
-  }
-  void wait(const Event& e) override {
-    g_log.push_back(fmt::format("{}.wait({})", name, static_cast<const LoggedEvent&>(e).id));
-  }
-  void synchronize() override {}
-};
+std::vector<std::string>& g_log = testing::ordering_log();
+using testing::LoggedEvent;
+using testing::RecordingStream;
 
 struct LoggedWork : Work {
   int bucket;
