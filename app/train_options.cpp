@@ -282,6 +282,9 @@ void read_output(const cxxopts::ParseResult& r, TrainConfig& c) {
   out.progress = progress == "on" ? ProgressMode::kOn : progress == "off" ? ProgressMode::kOff : ProgressMode::kAuto;
   out.metrics_path = r["metrics"].as<std::string>();
   out.trace_path = r["trace"].as<std::string>();
+  // Spans and metrics say what the device did: NCCL's collectives then carry timing events (on
+  // CPU the times are already the collective's).
+  c.runtime.device_timing = !out.trace_path.empty() || !out.metrics_path.empty();
   out.json = r.count("json") > 0;
   out.quiet = r.count("quiet") > 0;
 }

@@ -148,8 +148,7 @@ Trainer::Trainer(Runtime& runtime, const TrainConfig& c)
   model_->set_amp(c.amp);
   if (runtime.size() > 1) {
     DdpOptions ddp = c.ddp;
-    // Spans and metrics say what the device did (on CPU the times are already the collective's).
-    ddp.device_timing = !c.output.trace_path.empty() || !c.output.metrics_path.empty();
+    ddp.device_timing = c.runtime.device_timing;  // --trace or --metrics (app/train_options.cpp)
     ddp_.emplace(*model_, runtime, ddp);
   }
   if (runtime.size() > 1 && c.data.sampler == SamplerTail::kUneven) join_.emplace(runtime.control());

@@ -185,7 +185,8 @@ std::string different_collective_text(const std::vector<ProgressBoard::Entry>& b
 CollectiveWatchdog::CollectiveWatchdog(WatchdogSettings settings, int rank, int size, FlightRecorder& recorder,
                                        ProgressBoard* board)
     : settings_(std::move(settings)), rank_(rank), size_(size), recorder_(recorder), board_(board) {
-  dumps_seen_ = flight_recorder_dump_requests();
+  usr1_ = DumpOnRequest(rank_, "", &flight_recorder_dump_requests,
+                        [this](const std::string& reason) { return dump(reason); });
   // What a rank killed in the middle of a dump left (the next dump would remove it too).
   remove_stale_temporaries(FlightRecorder::dump_path(settings_.dump_dir, rank_));
   thread_ = std::thread([this] { run(); });
@@ -214,11 +215,7 @@ void CollectiveWatchdog::run() {
   if (board_) board_->heartbeat(steady_now_ns());
   while (!cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stopping_; })) {
     if (board_) board_->heartbeat(steady_now_ns());
-    if (const uint64_t asked = flight_recorder_dump_requests(); asked != dumps_seen_) {
-      dumps_seen_ = asked;
-      const std::string where = dump("SIGUSR1");
-      std::fprintf(stderr, "dtrain: rank %d: flight recorder: %s\n", rank_, where.c_str());
-    }
+    usr1_.poll();
     const int64_t seq = running_seq_.load(std::memory_order_acquire);
     if (seq == 0) continue;
     if (board_ && steady_now_ns() - running_since_ns_.load(std::memory_order_relaxed) > kMismatchCheckAfterNs) {

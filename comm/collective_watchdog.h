@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/dump_on_request.h"
 #include "comm/flight_recorder.h"
 #include "core/tensor.h"
 
@@ -118,7 +119,7 @@ class CollectiveWatchdog {
   FlightRecorder& recorder_;
   ProgressBoard* board_;
   std::atomic<int64_t> running_seq_{0}, running_since_ns_{0};
-  uint64_t dumps_seen_ = 0;
+  DumpOnRequest usr1_;  // SIGUSR1: write the recorder, the job goes on
   std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;

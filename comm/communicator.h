@@ -32,7 +32,9 @@ class Work {
 
   // Note [Device-timed collectives]: on a GPU, wait() returns before the collective ran (it
   // only orders the compute stream after it), so host times say nothing of it. A device-timed
-  // Work (NCCL) records timing events on the communication stream around the collective;
+  // Work (NCCL, when the communicator was asked: NcclOptions::device_timing, which the Runtime
+  // sets from RuntimeOptions::device_timing) records timing events on the communication stream
+  // around the collective;
   // wait_for_device_times() blocks the host until the collective finished on the device and
   // then makes started_ns()/finished_ns() the device's start and end, on the steady clock.
   virtual bool device_timed() const { return false; }

@@ -13,6 +13,7 @@
 #include "comm/local_topology.h"
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_lifecycle.h"
+#include "comm/nccl_options.h"
 #include "comm/self_communicator.h"
 #include "comm/world_communicator.h"
 #include "comm/nccl/nccl_plugin.h"
@@ -44,6 +45,26 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, De
 }
 
 }  // namespace
+
+NcclOptions runtime_nccl_options(const RuntimeOptions& options, Stream* compute, FlightRecorder* log, int rank,
+                                 int size) {
+  NcclOptions nccl;
+  // No deadline (0) is a deadline no collective reaches.
+  const double timeout_s = options.collective_timeout_s > 0 ? options.collective_timeout_s : 1e9;
+  nccl.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  nccl.compute = compute;
+  nccl.device_timing = options.device_timing;
+  if (!log) return nccl;
+  nccl.log = log;
+  nccl.dump_log = [log, dir = options.flight_recorder_dir, rank, size](const std::string& reason) {
+    std::string error;
+    const std::string path = log->dump(dir, rank, size, reason, {}, error);
+    return path.empty() ? "not written: " + error : path;
+  };
+  // The plugin does not link comm: SIGUSR1's count reaches its watchdog through this pointer.
+  nccl.dump_requests = &flight_recorder_dump_requests;
+  return nccl;
+}
 
 std::unique_ptr<Runtime> init(int* argc, char*** argv, const RuntimeOptions& options) {
   install_gpu_backend_loader();  // core opens no plugin itself (Note [GPU plugins without a cycle])
@@ -89,24 +110,12 @@ void Runtime::start_gradient_communicator(const RuntimeOptions& options) {
   // communicator on CPU; one process needs no gradient communicator at all.
   if (!device_.is_cuda() || size() == 1) return;
   check_one_rank_per_gpu(device_, *control_);
-  NcclOptions nccl;
-  // No deadline (0) is a deadline no collective reaches.
-  const double timeout_s = options.collective_timeout_s > 0 ? options.collective_timeout_s : 1e9;
-  nccl.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-  nccl.compute = &compute_stream();
-  if (options.flight_recorder_size > 0) {
-    // NCCL's collectives in a recorder of their own (their own sequence numbers), dumped to
-    // flight_recorder_rank<R>_nccl.json when the NCCL watchdog fails the run.
+  // NCCL's collectives in a recorder of their own (their own sequence numbers), dumped to
+  // flight_recorder_rank<R>_nccl.json when the NCCL watchdog fails the run or on SIGUSR1.
+  if (options.flight_recorder_size > 0)
     gradients_log_ = std::make_unique<FlightRecorder>(options.flight_recorder_size, "nccl");
-    nccl.log = gradients_log_.get();
-    nccl.dump_log = [log = gradients_log_.get(), dir = options.flight_recorder_dir, rank = rank(),
-                     size = size()](const std::string& reason) {
-      std::string error;
-      const std::string path = log->dump(dir, rank, size, reason, {}, error);
-      return path.empty() ? error : path;
-    };
-  }
-  gradients_ = make_nccl_communicator(*control_, device_, nccl);
+  gradients_ = make_nccl_communicator(
+      *control_, device_, runtime_nccl_options(options, &compute_stream(), gradients_log_.get(), rank(), size()));
 }
 
 Runtime::~Runtime() {

@@ -27,6 +27,9 @@ struct RuntimeOptions {
   int cpu_threads = 0;  // BLAS threads per rank; 0: the thread policy's choice (core/thread_policy.h)
   // How MPI all-reduces on CPU (comm/allreduce_algorithm.h); GPU gradients go over NCCL.
   AllreduceAlgorithm allreduce = AllreduceAlgorithm::kAuto;
+  // NCCL collectives carry CUDA timing events, so traces and metrics get the device's times
+  // (Note [Device-timed collectives] in comm/communicator.h); off, they cost no events.
+  bool device_timing = false;
 };
 
 class Runtime {

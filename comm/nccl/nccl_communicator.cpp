@@ -153,6 +153,7 @@ struct NcclCommunicator::Impl {
   Stream* compute = nullptr;  // the caller's compute stream (NcclOptions::compute)
   CollectiveLog* log = nullptr;  // the flight recorder (NcclOptions::log), or null
   std::unique_ptr<cuda::CudaStream> comm_stream;
+  bool device_timing = false;  // NcclOptions::device_timing: the rest of these only then
   std::unique_ptr<cuda::CudaStream> anchor_stream;  // idle but for clock anchors
   std::shared_ptr<const ClockAnchor> anchor;
   std::shared_ptr<NcclWatchdog> watchdog;
@@ -175,17 +176,12 @@ struct NcclCommunicator::Impl {
     const LoggedCollective record(log, op, dtype, count);
     // Watched from before the call: a first collective can block the host while NCCL connects.
     const int64_t key = watchdog->begin(seq, op);
-    auto span = std::make_unique<DeviceSpan>();
+    std::unique_ptr<DeviceSpan> span;  // null: not device-timed, no events
     record.started();
     try {
-      if (!anchor || steady_now_ns() - anchor->host_ns > kAnchorRenewalNs)
-        anchor = make_clock_anchor(anchor_stream->handle());
-      span->anchor = anchor;
-      span->start = timing_event();
-      span->end = timing_event();
-      CUDA_CHECK(cudaEventRecord(span->start.get(), comm_stream->handle()));
+      if (device_timing) span = start_device_span();
       issue(comm_stream->handle());
-      CUDA_CHECK(cudaEventRecord(span->end.get(), comm_stream->handle()));
+      if (span) CUDA_CHECK(cudaEventRecord(span->end.get(), comm_stream->handle()));
     } catch (...) {
       watchdog->end(key);
       record.finished(false);
@@ -200,6 +196,18 @@ struct NcclCommunicator::Impl {
       record.finished(true);
     });
     return work;
+  }
+
+  // The timing events around one collective, its start recorded now (under issue_mutex).
+  std::unique_ptr<DeviceSpan> start_device_span() {
+    if (!anchor || steady_now_ns() - anchor->host_ns > kAnchorRenewalNs)
+      anchor = make_clock_anchor(anchor_stream->handle());
+    auto span = std::make_unique<DeviceSpan>();
+    span->anchor = anchor;
+    span->start = timing_event();
+    span->end = timing_event();
+    CUDA_CHECK(cudaEventRecord(span->start.get(), comm_stream->handle()));
+    return span;
   }
 };
 
@@ -218,9 +226,10 @@ NcclCommunicator::NcclCommunicator(Communicator& bootstrap, Device device, NcclO
   s.compute = options.compute;
   s.log = options.log;
   s.comm_stream = std::make_unique<cuda::CudaStream>(device.index);
-  s.anchor_stream = std::make_unique<cuda::CudaStream>(device.index);
-  s.watchdog = std::make_shared<NcclWatchdog>(s.rank, device.index, options.timeout, options.poll_interval);
-  if (options.dump_log) s.watchdog->set_dump(options.dump_log);
+  s.device_timing = options.device_timing;
+  if (s.device_timing) s.anchor_stream = std::make_unique<cuda::CudaStream>(device.index);
+  s.watchdog = std::make_shared<NcclWatchdog>(s.rank, device.index, options.timeout, options.poll_interval,
+                                              options.dump_log, options.dump_requests);
 
   // Rank 0 makes the id; the bootstrap communicator carries its bytes.
   ncclUniqueId id{};

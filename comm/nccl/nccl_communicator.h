@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -29,8 +30,17 @@ struct NcclOptions {
   // Where each collective is recorded (enqueued and started when issued, finished when its
   // event completes); null records nothing. Must outlive the communicator.
   CollectiveLog* log = nullptr;
-  // Writes that log when the watchdog fails the run (the reason in, the file out); may be empty.
+  // Writes that log when the watchdog fails the run or a dump is requested (the reason in, the
+  // file or why not out); may be empty.
   std::function<std::string(const std::string& reason)> dump_log;
+  // comm's count of dump requests (flight_recorder_dump_requests: SIGUSR1), which the plugin
+  // cannot link: the watchdog writes `dump_log` when it grows (comm/dump_on_request.h). Null:
+  // only a failure dumps.
+  uint64_t (*dump_requests)() = nullptr;
+  // Note [Device-timed collectives] (comm/communicator.h): CUDA timing events around each
+  // collective and a clock anchor, so Work::device_timed(). Off, a collective costs no events
+  // (a run without --trace or --metrics reads no device times).
+  bool device_timing = false;
 };
 
 class NcclCommunicator final : public Communicator {

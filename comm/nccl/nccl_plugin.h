@@ -13,8 +13,9 @@ namespace dtrain {
 
 // Bump whenever NcclPlugin, NcclOptions or the interfaces it passes (Communicator, Work,
 // CollectiveLog, Stream) change layout. 2: Work's device timing (Note [Device-timed collectives]
-// in comm/communicator.h) added virtuals the plugin's Work overrides.
-inline constexpr uint32_t kNcclPluginApiVersion = 2;
+// in comm/communicator.h) added virtuals the plugin's Work overrides. 3: NcclOptions'
+// dump_requests (SIGUSR1) and device_timing (timing events only when asked).
+inline constexpr uint32_t kNcclPluginApiVersion = 3;
 inline constexpr const char* kNcclPluginLibrary = "libdtrain_nccl.so";
 inline constexpr const char* kNcclPluginEntryPoint = "dtrain_nccl_plugin_init";
 

@@ -14,8 +14,10 @@
 namespace dtrain {
 
 NcclWatchdog::NcclWatchdog(int rank, int device, std::chrono::milliseconds timeout,
-                           std::chrono::milliseconds poll_interval)
-    : rank_(rank), device_(device), timeout_(timeout), poll_interval_(poll_interval) {
+                           std::chrono::milliseconds poll_interval, DumpOnRequest::Dump dump,
+                           DumpOnRequest::Counter dump_requests)
+    : rank_(rank), device_(device), timeout_(timeout), poll_interval_(poll_interval), dump_(std::move(dump)),
+      usr1_(rank, "nccl", dump_requests, dump_) {
   DTRAIN_CHECK(timeout.count() > 0, "NCCL timeout must be positive, got {} ms", timeout.count());
   thread_ = std::thread([this] { run(); });
 }
@@ -121,26 +123,17 @@ void NcclWatchdog::run() {
     lock.unlock();
     if (verdict.action != WatchdogAction::kNone) fire(verdict);
     for (auto& complete : completions) complete();
+    usr1_.poll();  // without the lock: a dump writes a file
     lock.lock();
   }
-}
-
-void NcclWatchdog::set_dump(std::function<std::string(const std::string& reason)> dump) {
-  std::lock_guard lock(mutex_);
-  dump_ = std::move(dump);
 }
 
 void NcclWatchdog::fire(const WatchdogVerdict& verdict) {
   // First: from here on no save of this process may become visible (core/poison.h).
   const std::string text = watchdog_failure_text(verdict);
   poison_process(text);
-  std::function<std::string(const std::string&)> dump;
-  {
-    std::lock_guard lock(mutex_);
-    dump = dump_;
-  }
   const std::string line = watchdog_message(rank_, verdict);
-  const std::string where = dump ? dump(line) : std::string();
+  const std::string where = dump_ ? dump_(line) : std::string();
   std::fflush(stdout);
   std::fprintf(stderr, "%s%s\n", line.c_str(), where.empty() ? "" : ("; flight recorder: " + where).c_str());
   std::fflush(stderr);

@@ -25,6 +25,7 @@
 
 #include <nccl.h>
 
+#include "comm/dump_on_request.h"
 #include "comm/watchdog_policy.h"
 #include "core/stream.h"
 
@@ -34,8 +35,13 @@ class NcclWatchdog {
  public:
   static constexpr int kExitCode = 1;
 
+  // `dump` writes the flight recorder when the watchdog fires (the reason in, where it went
+  // out): the line then names the dump, as the MPI watchdog's does. With `dump_requests`
+  // (comm's count of dump requests, NcclOptions::dump_requests) it also writes it on SIGUSR1,
+  // and the run goes on.
   NcclWatchdog(int rank, int device, std::chrono::milliseconds timeout,
-               std::chrono::milliseconds poll_interval = std::chrono::milliseconds(5));
+               std::chrono::milliseconds poll_interval = std::chrono::milliseconds(5), DumpOnRequest::Dump dump = {},
+               DumpOnRequest::Counter dump_requests = nullptr);
   ~NcclWatchdog();  // stops and joins the thread
   NcclWatchdog(const NcclWatchdog&) = delete;
   NcclWatchdog& operator=(const NcclWatchdog&) = delete;
@@ -50,10 +56,6 @@ class NcclWatchdog {
   int64_t begin(int64_t seq, std::string op);
   void set_done(int64_t key, std::shared_ptr<Event> done, std::function<void()> on_complete = {});
   void end(int64_t key);
-
-  // Writes the flight recorder when the watchdog fires (the reason in, where it went out): the
-  // line then names the dump, as the MPI watchdog's does.
-  void set_dump(std::function<std::string(const std::string& reason)> dump);
 
   // Empty, or what failed (the line the watchdog printed, less its "dtrain: rank N: "; the
   // process is then on its way out).
@@ -82,7 +84,8 @@ class NcclWatchdog {
   int64_t next_key_ = 0;
   std::map<int64_t, Entry> entries_;
   std::string failure_;
-  std::function<std::string(const std::string& reason)> dump_;
+  const DumpOnRequest::Dump dump_;
+  DumpOnRequest usr1_;  // the watchdog thread's alone
   std::thread thread_;  // last: starts after every member above exists
 };
 

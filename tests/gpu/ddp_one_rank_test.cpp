@@ -52,14 +52,17 @@ namespace {
 constexpr int64_t kSpinCycles = 40'000'000;
 
 // A one-rank NCCL communicator over `bootstrap`, through the plugin as the Runtime makes it
-// (comm/runtime.cpp): its Work::wait() orders `compute`; its collectives go to `log` (may be null).
-std::unique_ptr<Communicator> make_nccl(Communicator& bootstrap, Device device, Stream& compute, CollectiveLog* log) {
+// (comm/runtime.cpp): its Work::wait() orders `compute`; its collectives go to `log` (may be null);
+// `device_timing`: NcclOptions::device_timing (--trace, --metrics).
+std::unique_ptr<Communicator> make_nccl(Communicator& bootstrap, Device device, Stream& compute, CollectiveLog* log,
+                                        bool device_timing = false) {
   const auto* plugin = static_cast<const NcclPlugin*>(
       open_plugin(gpu_plugin_path(kNcclPluginLibrary), kNcclPluginEntryPoint, kNcclPluginApiVersion));
   NcclOptions options;
   options.timeout = std::chrono::seconds(60);
   options.compute = &compute;
   options.log = log;
+  options.device_timing = device_timing;
   return std::unique_ptr<Communicator>(plugin->make_communicator(bootstrap, device, options));
 }
 
@@ -270,7 +273,7 @@ using GpuNcclTiming = testing::GpuTest;
 TEST_F(GpuNcclTiming, AllreduceTimesAreTheDevicesNotTheHosts) {
   SelfCommunicator control;
   Stream& compute = compute_stream(gpu());
-  std::unique_ptr<Communicator> nccl = make_nccl(control, gpu(), compute, nullptr);
+  std::unique_ptr<Communicator> nccl = make_nccl(control, gpu(), compute, nullptr, /*device_timing=*/true);
   Tensor buf = Tensor::zeros({1 << 20}, gpu());
   // NCCL connects on its first collective: not timed here.
   allreduce_after(compute, *nccl, buf.raw(), buf.numel(), DType::kF32, ReduceOp::kSum)->wait();
@@ -288,11 +291,31 @@ TEST_F(GpuNcclTiming, AllreduceTimesAreTheDevicesNotTheHosts) {
   compute.synchronize();
 }
 
+// Without NcclOptions::device_timing a collective gets no timing events: its Work is not device-timed,
+// and DDP, even when asked, keeps the host's times.
+TEST_F(GpuNcclTiming, AnUntimedCommunicatorGivesWorkWithoutDeviceTimes) {
+  SelfCommunicator control;
+  Stream& compute = compute_stream(gpu());
+  std::unique_ptr<Communicator> nccl = make_nccl(control, gpu(), compute, nullptr);
+  Tensor buf = Tensor::zeros({1024}, gpu());
+  WorkHandle work = allreduce_after(compute, *nccl, buf.raw(), buf.numel(), DType::kF32, ReduceOp::kSum);
+  EXPECT_FALSE(work->device_timed());
+  work->wait();
+  std::unique_ptr<Module> model = build_model(ModelSpec{ModelKind::kMlp, {16}}, {1, 8, 8}, 10, gpu(), 7);
+  DdpOptions options;
+  options.device_timing = true;
+  DistributedDataParallel ddp(*model, *nccl, control, compute, options);
+  (void)ddp.forward(integer_tensor({4, 1, 8, 8}, 1, gpu()));
+  ddp.backward(integer_tensor({4, 10}, 2, gpu()));
+  for (const BucketTiming& b : ddp.last_backward().buckets) EXPECT_EQ(b.device_work, nullptr) << "bucket " << b.bucket;
+  compute.synchronize();
+}
+
 // DDP hands the device's times to traces and metrics when asked to.
 TEST_F(GpuNcclTiming, DdpReportsDeviceTimedBucketSpans) {
   SelfCommunicator control;
   Stream& compute = compute_stream(gpu());
-  std::unique_ptr<Communicator> nccl = make_nccl(control, gpu(), compute, nullptr);
+  std::unique_ptr<Communicator> nccl = make_nccl(control, gpu(), compute, nullptr, /*device_timing=*/true);
   std::unique_ptr<Module> model = build_model(ModelSpec{ModelKind::kMlp, {16}}, {1, 8, 8}, 10, gpu(), 7);
   DdpOptions options;
   options.device_timing = true;

@@ -54,6 +54,14 @@ TEST(TrainOptions, ParsesEveryGroup) {
   EXPECT_EQ(c.output.trace_path, "t.json");
 }
 
+// NCCL's timing events cost every collective something: asked for only by --trace and --metrics
+// (RuntimeOptions::device_timing, passed on as NcclOptions::device_timing).
+TEST(TrainOptions, DeviceTimingOnlyWhenTraceOrMetricsAskForIt) {
+  EXPECT_FALSE(parse_train_options({"--data", "/tmp"}).config.runtime.device_timing);
+  EXPECT_TRUE(parse_train_options({"--data", "/tmp", "--trace", "t.json"}).config.runtime.device_timing);
+  EXPECT_TRUE(parse_train_options({"--data", "/tmp", "--metrics", "m.csv"}).config.runtime.device_timing);
+}
+
 TEST(TrainOptions, WrongFlagsAndValuesAreOneLineUsageErrors) {
   EXPECT_EQ(usage_error_of({"--data", "/tmp", "--batch-size", "0"}), "--batch-size: must be at least 1, got 0");
   EXPECT_EQ(usage_error_of({"--data", "/tmp", "--lr", "-0.1"}), "--lr: must be positive, got -0.1");
