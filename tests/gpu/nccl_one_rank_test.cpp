@@ -4,6 +4,7 @@
 // recorder it was given and dumped where `dtrain flight-report` reads it (issue 20: NCCL's
 // collectives were never recorded). Skips, saying why, without a GPU.
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -15,6 +16,7 @@
 #include "comm/flight_recorder.h"
 #include "comm/gpu_plugins.h"
 #include "comm/nccl/nccl_plugin.h"
+#include "comm/nccl_options.h"
 #include "comm/self_communicator.h"
 #include "core/gpu_backend.h"
 #include "tests/gpu/gpu_test.h"
@@ -68,6 +70,34 @@ TEST_F(NcclOneRank, AllreduceThroughThePluginIsInTheFlightRecorderDump) {
   const std::string report = flight_report({text.str()});
   EXPECT_NE(report.find("nccl collectives:"), std::string::npos) << report;
   std::printf("%s\n%s", text.str().c_str(), report.c_str());  // the dump and the report, for the record
+}
+
+// SIGUSR1 (request_flight_recorder_dump, what the handler does) reaches the real plugin's
+// watchdog through the options the Runtime makes: it writes flight_recorder_rank0_nccl.json and
+// the communicator goes on.
+TEST_F(NcclOneRank, ADumpRequestWritesTheNcclRecorder) {
+  const auto* plugin = static_cast<const NcclPlugin*>(
+      open_plugin(gpu_plugin_path(kNcclPluginLibrary), kNcclPluginEntryPoint, kNcclPluginApiVersion));
+  SelfCommunicator bootstrap;
+  FlightRecorder log(16, "nccl");
+  RuntimeOptions runtime;
+  runtime.flight_recorder_dir = ::testing::TempDir();
+  std::unique_ptr<Communicator> nccl(plugin->make_communicator(
+      bootstrap, gpu(), runtime_nccl_options(runtime, &compute_stream(gpu()), &log, 0, 1)));
+  Tensor t = Tensor::from_vector(std::vector<float>(8, 1.f), {8}, gpu());
+  allreduce_after(compute_stream(gpu()), *nccl, t.raw(), 8, DType::kF32, ReduceOp::kSum)->wait();
+  const std::string path = FlightRecorder::dump_path(runtime.flight_recorder_dir, 0, "nccl");
+  std::remove(path.c_str());
+  request_flight_recorder_dump();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!std::ifstream(path).good() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::stringstream text;
+  text << std::ifstream(path).rdbuf();
+  ASSERT_FALSE(text.str().empty()) << "no " << path << " 10 s after the request";
+  EXPECT_NE(text.str().find("SIGUSR1"), std::string::npos) << text.str();
+  allreduce_after(compute_stream(gpu()), *nccl, t.raw(), 8, DType::kF32, ReduceOp::kSum)->wait();
+  EXPECT_EQ(t.to_vector(), std::vector<float>(8, 1.f));
 }
 
 }  // namespace
