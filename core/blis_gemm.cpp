@@ -18,4 +18,6 @@ void blis_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
 
 void blis_set_threads(int threads) { bli_thread_set_num_threads(threads); }
 
+const char* blis_arch_name() { return bli_arch_string(bli_arch_query_id()); }
+
 }  // namespace dtrain

@@ -12,5 +12,8 @@ namespace dtrain {
 void blis_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 void blis_set_threads(int threads);
+// The configuration BLIS picked for this CPU ("zen3", "haswell", ...; "generic" when it has no
+// kernels for it, e.g. BLIS 0.9 on AMD Zen 5).
+const char* blis_arch_name();
 
 }  // namespace dtrain

@@ -7,6 +7,10 @@
 #include <cstring>
 #include <set>
 
+#ifdef DTRAIN_WITH_BLIS
+#include "core/blis_gemm.h"
+#endif
+
 namespace dtrain {
 
 std::string preferred_blas_coretype() {
@@ -44,12 +48,15 @@ bool blis_wins(int64_t m, int64_t n, int64_t k) {
   return std::min({m, n, k}) <= kSkinny;
 }
 
+bool blis_chosen(const char* env, const std::string& blis_arch) {
+  if (env && std::strcmp(env, "off") == 0) return false;
+  if (env && std::strcmp(env, "on") == 0) return true;
+  return blis_arch != "generic";
+}
+
 bool blis_enabled() {
 #ifdef DTRAIN_WITH_BLIS
-  static const bool enabled = [] {
-    const char* v = std::getenv("DTRAIN_BLIS");
-    return !(v && std::strcmp(v, "off") == 0);
-  }();
+  static const bool enabled = blis_chosen(std::getenv("DTRAIN_BLIS"), blis_arch_name());
   return enabled;
 #else
   return false;

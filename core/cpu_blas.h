@@ -28,7 +28,11 @@ std::string blas_corename();
 // 6 or 16 output channels and the output layers' 10 classes. The pure rule; blis_enabled() says
 // whether this build and environment may use BLIS at all.
 bool blis_wins(int64_t m, int64_t n, int64_t k);
-// Built with BLIS, and DTRAIN_BLIS is not "off" (read once).
+// Built with BLIS, and blis_chosen(DTRAIN_BLIS, the configuration BLIS picked) (read once).
 bool blis_enabled();
+// The pure decision: DTRAIN_BLIS=off never, =on always (for comparisons); otherwise only when
+// BLIS has kernels for this CPU. Its "generic" configuration (reference C kernels: BLIS 0.9 on
+// a CPU newer than it knows) ran every skinny shape 3-5x slower than OpenBLAS.
+bool blis_chosen(const char* env, const std::string& blis_arch);
 
 }  // namespace dtrain

@@ -28,8 +28,14 @@ namespace dtrain {
 // OpenBLAS: on the CNN's training step that took a quarter fewer instructions (callgrind) and
 // 10-30% less time. Both libraries always run single-threaded (Note [One pool, sleeping
 // waits]), and both give the same result for the same shape every run. DTRAIN_BLIS=off sends
-// everything to OpenBLAS (for comparisons, or a machine where BLIS picks weak kernels: the
-// shapes' winner was measured on AVX2 only).
+// everything to OpenBLAS (for comparisons), DTRAIN_BLIS=on every skinny product to BLIS.
+// Without either, BLIS is used only where it has kernels for the CPU (blis_chosen): BLIS 0.9
+// predates AMD Zen 5 (family 26) and runs its "generic" reference kernels there, and on such a
+// host (1 thread, best of many calls) every skinny shape ran 3-5x slower on BLIS than on
+// OpenBLAS: 6 x 50176 x 25 1085 against 309 us, 16 x 6400 x 150 1213 against 377, 150 x 6400 x
+// 16 1240 against 354, the 2048-wide MLP's output layer 157/126/119 against 47/44/32 us
+// (forward, weight and input gradient). Those three ran on the main thread alone (each under
+// the split's minimum), about a tenth of a 2-thread step at hidden 2048.
 //
 // Note [One pool, sleeping waits]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

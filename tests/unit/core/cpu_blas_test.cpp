@@ -45,6 +45,17 @@ TEST(CpuGemmLibrary, SkinnyProductsGoToBlisWideOnesToOpenBlas) {
   EXPECT_FALSE(blis_wins(1024, 1024, 1024));
 }
 
+// BLIS without kernels for the CPU ("generic") lost every skinny shape to OpenBLAS by 3-5x: it is
+// used only with kernels of its own for the CPU, unless DTRAIN_BLIS says otherwise.
+TEST(CpuGemmLibrary, BlisOnlyWithKernelsForThisCpu) {
+  EXPECT_TRUE(blis_chosen(nullptr, "zen3"));
+  EXPECT_TRUE(blis_chosen(nullptr, "haswell"));
+  EXPECT_FALSE(blis_chosen(nullptr, "generic"));
+  EXPECT_FALSE(blis_chosen("off", "zen3"));
+  EXPECT_TRUE(blis_chosen("on", "generic"));
+  EXPECT_TRUE(blis_chosen("", "skx"));
+}
+
 // BLIS and OpenBLAS both define the CBLAS names; the process must bind cblas_sgemm to OpenBLAS,
 // or every "wide" GEMM silently runs on BLIS (as it did when libdtrain_core listed BLIS first).
 TEST(CpuGemmLibrary, CblasSgemmIsOpenBlas) {
