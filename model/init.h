@@ -13,6 +13,7 @@ class InitRng {
  public:
   explicit InitRng(uint64_t seed) : seed_(seed) {}
   float uniform(float lo, float hi);  // [lo, hi): draw n is kernels::uniform01(seed, n)
+  float normal(float mean, float std);  // Box-Muller over two uniform draws (GPT-2's init)
 
  private:
   uint64_t seed_;
@@ -21,5 +22,6 @@ class InitRng {
 
 void uniform_init(Tensor& t, float bound, InitRng& rng);  // U(-bound, bound), any device
 float fan_in_bound(int64_t fan_in);                       // 1/sqrt(fan_in)
+void normal_init(Tensor& t, float std, InitRng& rng);      // N(0, std^2), any device
 
 }  // namespace dtrain
