@@ -1,0 +1,160 @@
+"""dtrain's GPT against the PyTorch peer (torch_gpt_peer.py), step for step (CTest label torch).
+
+    /usr/bin/python3 gpt_fidelity_test.py PATH/TO/dtrain PEERS_DIR
+
+PEERS_DIR holds torch_gpt_peer.py and llmc_shards.py (the team's shared peers; the test imports
+the peer's Gpt and lr_at, so the model and the schedule are the peer's own, not a re-statement).
+Byte-level shards of a small text (the json package of Python's standard library) are written
+with llmc_shards.py; the peer's model (L2 H2 C32 T32, vocabulary 256, seed 0) saves its initial
+weights to safetensors (lm_head.weight left out: it is wte); PyTorch then trains it for 50 AdamW
+steps in one process exactly as the peer's worker does (warm-up 10, cosine to lr/10, clipping at
+1.0, betas 0.9/0.95, weight decay 0.1 on tensors of 2+ dimensions, batch 4, shuffle off: step s
+reads slot s), and dtrain trains from the same file with the same settings (--init-weights,
+--shuffle off). Checks:
+  1. every tensor of dtrain's final model.safetensors within 1e-4 of PyTorch's
+     (max|w_dtrain - w_torch| / max|w_torch|, per tensor);
+  2. the peer's model loads dtrain's file with strict=True (lm_head.weight re-tied to wte), and
+     its validation loss over val slots 0..K-1 (the peer's batch() at rank 0 of 1) equals the
+     val_loss dtrain's --json line reports (--eval-batches K) within 1e-5.
+Exit 77 (CTest: skipped) with the reason when torch cannot be imported or the peers are missing.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import types
+
+try:
+    import torch
+    from torch import nn
+except Exception as e:  # noqa: BLE001 - any import failure means: skip, saying why
+    print(f"skipped: /usr/bin/python3 cannot import torch: {e}")
+    sys.exit(77)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import safetensors_io  # noqa: E402
+
+DTRAIN = os.path.abspath(sys.argv[1])
+PEERS = os.path.abspath(sys.argv[2] if len(sys.argv) > 2 else os.environ.get("DTRAIN_PEERS_DIR", ""))
+if not os.path.isfile(os.path.join(PEERS, "torch_gpt_peer.py")) or not os.path.isfile(os.path.join(PEERS, "llmc_shards.py")):
+    print(f"skipped: torch_gpt_peer.py and llmc_shards.py not found in '{PEERS}' (pass the peers' folder)")
+    sys.exit(77)
+sys.path.insert(0, PEERS)
+from torch_gpt_peer import Gpt, batch, lr_at, tokens  # noqa: E402
+from llmc_shards import write_bytes_dataset  # noqa: E402
+
+TEXT = "/usr/lib/python3.11/json"
+LAYERS, HEADS, EMBD, CONTEXT, VOCAB, BATCH = 2, 2, 32, 32, 256, 4
+# The peer's hyper-parameters (its argparse defaults, but for the step count), as lr_at reads them.
+HP = types.SimpleNamespace(lr=1e-3, warmup=10, steps=50, wd=0.1, clip=1.0)
+EVAL_BATCHES = 4
+WEIGHT_BOUND, LOSS_BOUND = 1e-4, 1e-5
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        failures.append(what)
+
+
+def dtrain(*args):
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    r = subprocess.run([DTRAIN, *args], capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        print(r.stdout[-3000:], r.stderr[-3000:])
+        raise SystemExit(f"FAIL dtrain {' '.join(args)}: exit {r.returncode}")
+    return r.stdout
+
+
+def peer_model():
+    return Gpt(VOCAB, CONTEXT, LAYERS, HEADS, EMBD)
+
+
+def stored(model):
+    """The state_dict as dtrain stores it: no lm_head.weight (it is wte, as in GPT-2's files)."""
+    return {k: v.detach().clone() for k, v in model.state_dict().items() if k != "lm_head.weight"}
+
+
+def train_peer(init, train):
+    """The peer's worker loop at world size 1, without the DDP wrapper (one process: no reduction)."""
+    model = peer_model()
+    model.load_state_dict({**init, "lm_head.weight": init["transformer.wte.weight"]}, strict=True)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": HP.wd}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=HP.lr, betas=(0.9, 0.95), eps=1e-8)
+    for step in range(HP.steps):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, HP)
+        x, y = batch(train, step, 0, 1, BATCH, CONTEXT)
+        opt.zero_grad(set_to_none=True)
+        model(x, y).backward()
+        nn.utils.clip_grad_norm_(model.parameters(), HP.clip)
+        opt.step()
+    return model
+
+
+def val_loss(model, val):
+    with torch.no_grad():
+        return sum(model(*batch(val, i, 0, 1, BATCH, CONTEXT)).item() for i in range(EVAL_BATCHES)) / EVAL_BATCHES
+
+
+def main():
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory(prefix="dtrain_gpt_torch_") as work:
+        data = os.path.join(work, "shards")
+        write_bytes_dataset(data, [TEXT])
+        train, val = tokens(data, "train"), tokens(data, "val")
+        init = stored(peer_model())
+        init_path = os.path.join(work, "init.safetensors")
+        safetensors_io.save(init_path, init, {"format": "pt"})
+
+        reference = train_peer(init, train)
+        ck = os.path.join(work, "ck")
+        out = dtrain("train", "--model", "gpt", "--layers", str(LAYERS), "--heads", str(HEADS), "--embd", str(EMBD),
+                     "--context", str(CONTEXT), "--data", data, "--batch-size", str(BATCH),
+                     "--init-weights", init_path, "--shuffle", "off", "--steps", str(HP.steps),
+                     "--warmup-steps", str(HP.warmup), "--lr-schedule", "cosine", "--lr", str(HP.lr),
+                     "--optimizer", "adamw", "--beta2", "0.95", "--weight-decay", str(HP.wd),
+                     "--clip-grad-norm", str(HP.clip), "--eval-batches", str(EVAL_BATCHES), "--threads", "1",
+                     "--checkpoint-dir", ck, "--quiet", "--json")
+        summary = json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+        with open(os.path.join(ck, "latest")) as f:
+            weights, metadata = safetensors_io.load(os.path.join(ck, f.read().strip(), "model.safetensors"))
+
+        worst = 0.0
+        expected = stored(reference)
+        check(set(weights) == set(expected),
+              f"dtrain's file holds the peer's tensors, no more, no less (extra {sorted(set(weights) - set(expected))}, "
+              f"missing {sorted(set(expected) - set(weights))})")
+        for name, w in expected.items():
+            if name not in weights:
+                continue
+            rel = ((weights[name] - w).abs().max() / w.abs().max()).item()
+            worst = max(worst, rel)
+            print(f"     {name:36s} max|d|/max|w| = {rel:.2e}")
+        check(worst <= WEIGHT_BOUND, f"{HP.steps} AdamW steps (warm-up, cosine, clip): every tensor within "
+                                     f"{WEIGHT_BOUND:g} of the peer's (worst {worst:.2e})")
+
+        loaded = peer_model()
+        loaded.load_state_dict({**weights, "lm_head.weight": weights["transformer.wte.weight"]}, strict=True)
+        loaded.lm_head.weight = loaded.transformer.wte.weight  # re-tied: one tensor again, as the peer builds it
+        check(loaded.lm_head.weight.data_ptr() == loaded.transformer.wte.weight.data_ptr(), "lm_head re-tied to wte")
+        peer_val = val_loss(loaded, val)
+        got = summary.get("val_loss")
+        check(got is not None and abs(peer_val - got) <= LOSS_BOUND,
+              f"the peer's validation loss with dtrain's weights over {EVAL_BATCHES} val slots, {peer_val:.7f}, "
+              f"equals dtrain's --json val_loss {got} (bound {LOSS_BOUND:g})")
+        print(f"     (the peer's own weights: val loss {val_loss(reference, val):.7f}; "
+              f"metadata dtrain.model={metadata.get('dtrain.model')})")
+    if failures:
+        print(f"{len(failures)} failure(s)")
+        sys.exit(1)
+    print("all passed")
+
+
+if __name__ == "__main__":
+    main()
