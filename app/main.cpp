@@ -1,6 +1,6 @@
 // `dtrain`: the command-line trainer. `dtrain train [flags]` runs data-parallel training on as
 // many ranks as it was started with (dtrain-launch, mpirun -np N, srun, or one process alone);
-// `dtrain eval --weights FILE` evaluates trained weights. Flags are parsed before anything
+// `dtrain eval --weights FILE` evaluates trained weights; `dtrain data shard` writes token shards. Flags are parsed before anything
 // starts, so --help and flag errors need no MPI job.
 #include <unistd.h>
 
@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "app/bench_allreduce.h"
+#include "app/data_command.h"
 #include "app/divergence.h"
 #include "app/eval_command.h"
 #include "app/flight_report.h"
@@ -32,6 +33,7 @@ constexpr const char* kUsage =
     "       dtrain eval --weights FILE [flags]   (dtrain eval --help)\n"
     "       dtrain flight-report DIR             (where a hung or timed-out job stopped)\n"
     "       dtrain bench allreduce [flags]       (dtrain bench allreduce --help)\n"
+    "       dtrain data shard --bytes PATH... -o DIR (token shards from text; dtrain data shard --help)\n"
     "  runs on every rank it is started with: dtrain-launch -n 2 -- dtrain train --epochs 1\n";
 
 bool is_rank_zero_before_init() {
@@ -148,6 +150,26 @@ int run_bench_allreduce_command(const std::vector<std::string>& args, int* argc,
   });
 }
 
+// `dtrain data shard`: no MPI job; an error is one line and its kind's status.
+int run_data(const std::vector<std::string>& args) {
+  if (args.empty() || args[0] != "shard")
+    return usage_error(fmt::format("data: expected 'shard' (dtrain data shard --bytes PATH... -o DIR), got '{}'",
+                                   args.empty() ? "" : args[0]));
+  return with_flags({args.begin() + 1, args.end()}, dtrain::parse_data_shard_options,
+                    [](const dtrain::ParsedDataShard& parsed) {
+                      try {
+                        fmt::print("{}\n", dtrain::run_data_shard(parsed.config));
+                        return 0;
+                      } catch (const dtrain::Error& e) {
+                        fmt::print(stderr, "dtrain: error: {}\n", e.what());
+                        return dtrain::exit_status(e.kind());
+                      } catch (const std::bad_alloc&) {
+                        fmt::print(stderr, "dtrain: error: out of memory: an allocation failed\n");
+                        return dtrain::kExitNoMemory;
+                      }
+                    });
+}
+
 int run_bench(const std::vector<std::string>& args, int* argc, char*** argv) {
   if (args.empty() || args[0] != "allreduce")
     return usage_error(fmt::format("bench: expected a benchmark name ('allreduce'), got '{}'",
@@ -170,6 +192,7 @@ int main(int argc, char** argv) {
   if (args[0] == "train") return run_train({args.begin() + 1, args.end()}, &argc, &argv);
   if (args[0] == "bench") return run_bench({args.begin() + 1, args.end()}, &argc, &argv);
   if (args[0] == "eval") return run_eval({args.begin() + 1, args.end()}, &argc, &argv);
+  if (args[0] == "data") return run_data({args.begin() + 1, args.end()});
   if (args[0] == "flight-report") {
     if (args.size() != 2) return usage_error("flight-report: expected one directory (dtrain flight-report DIR)");
     try {
@@ -181,5 +204,5 @@ int main(int argc, char** argv) {
       return dtrain::kExitFailure;
     }
   }
-  return usage_error(fmt::format("unknown command '{}'; expected 'train', 'eval', 'bench' or 'flight-report'", args[0]));
+  return usage_error(fmt::format("unknown command '{}'; expected 'train', 'eval', 'bench', 'data' or 'flight-report'", args[0]));
 }
