@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "app/bench_allreduce.h"
+#include "app/bench_gemm.h"
 #include "app/data_command.h"
 #include "app/divergence.h"
 #include "app/eval_command.h"
@@ -34,6 +35,7 @@ constexpr const char* kUsage =
     "       dtrain flight-report DIR             (where a hung or timed-out job stopped)\n"
     "       dtrain bench allreduce [flags]       (dtrain bench allreduce --help)\n"
     "       dtrain data shard --bytes PATH... -o DIR (token shards from text; dtrain data shard --help)\n"
+    "       dtrain bench gemm [flags]            (this binary's float32 GEMM rate)\n"
     "  runs on every rank it is started with: dtrain-launch -n 2 -- dtrain train --epochs 1\n";
 
 bool is_rank_zero_before_init() {
@@ -170,9 +172,20 @@ int run_data(const std::vector<std::string>& args) {
                     });
 }
 
+int run_bench_gemm_command(const std::vector<std::string>& args, int* argc, char*** argv) {
+  return with_flags(args, dtrain::parse_bench_gemm_options, [&](const dtrain::ParsedBenchGemm& parsed) {
+    return with_runtime(argc, argv, parsed.config.runtime, [&](dtrain::Runtime& runtime) {
+      const dtrain::GemmRate rate = dtrain::run_bench_gemm(runtime, parsed.config);
+      if (rate.wrong > 0) fmt::print(stderr, "dtrain: error: bench gemm: {} result element(s) wrong\n", rate.wrong);
+      return rate.wrong > 0 ? dtrain::kExitFailure : 0;
+    });
+  });
+}
+
 int run_bench(const std::vector<std::string>& args, int* argc, char*** argv) {
+  if (!args.empty() && args[0] == "gemm") return run_bench_gemm_command({args.begin() + 1, args.end()}, argc, argv);
   if (args.empty() || args[0] != "allreduce")
-    return usage_error(fmt::format("bench: expected a benchmark name ('allreduce'), got '{}'",
+    return usage_error(fmt::format("bench: expected a benchmark name ('allreduce' or 'gemm'), got '{}'",
                                    args.empty() ? "" : args[0]));
   return run_bench_allreduce_command({args.begin() + 1, args.end()}, argc, argv);
 }
@@ -204,5 +217,6 @@ int main(int argc, char** argv) {
       return dtrain::kExitFailure;
     }
   }
-  return usage_error(fmt::format("unknown command '{}'; expected 'train', 'eval', 'bench', 'data' or 'flight-report'", args[0]));
+  return usage_error(fmt::format(
+      "unknown command '{}'; expected 'train', 'eval', 'bench', 'data' or 'flight-report'", args[0]));
 }
