@@ -24,6 +24,12 @@ json lr_schedule_config(const TrainConfig& c) {
     s["step_size"] = c.lr_step_size;
     s["step_gamma"] = decimal(c.lr_gamma);  // named so that "kind" sorts first
   }
+  if (c.lm) {  // per step: the whole curve depends on the run's length
+    s["steps"] = c.lm->steps;
+    s["warmup_steps"] = c.warmup_steps;
+    if (c.lr_schedule == LrSchedule::Kind::kCosine) s["min_lr"] = decimal(c.min_lr);
+    return s;
+  }
   if (c.lr_schedule == LrSchedule::Kind::kCosine) s["period_epochs"] = c.epochs;  // the schedule's T_max
   return s;
 }
@@ -36,6 +42,9 @@ json optimizer_config(const OptimizerSpec& o) {
     j["nesterov"] = o.nesterov;
   } else {
     j["eps"] = decimal(o.eps);
+    // Only when they differ from the defaults: checkpoints written before the flags still match.
+    if (o.beta2 != OptimizerSpec{}.beta2) j["beta2"] = decimal(o.beta2);
+    if (o.decay_matrices_only) j["decay"] = "matrices only";
   }
   return j;
 }
@@ -79,7 +88,10 @@ json resume_config(const TrainConfig& c) {
   json model = {{"architecture", model_kind_name(c.model.kind)}, {"dropout", decimal(c.model.dropout)}};
   if (c.model.kind == ModelKind::kMlp) model["hidden"] = c.model.hidden;
   if (c.data.classes > 0) model["classes"] = c.data.classes;  // only when given: older checkpoints still match
-  return {
+  if (c.lm)  // the vocabulary is checked by the tensors' shapes (it may come from the data)
+    model = {{"architecture", "gpt"}, {"layers", c.lm->layers}, {"heads", c.lm->heads}, {"embd", c.lm->embd},
+             {"context", c.lm->context}};
+  json out = {
       {"model", model},
       {"optimizer", optimizer_config(c.optimizer)},
       {"lr_schedule", lr_schedule_config(c)},
@@ -98,6 +110,9 @@ json resume_config(const TrainConfig& c) {
         {"sampler", sampler_tail_name(c.data.sampler)}}},
       {"seed", c.seed},
   };
+  if (c.clip_grad_norm > 0.f) out["clip_grad_norm"] = decimal(c.clip_grad_norm);
+  if (c.lm) out["data"] = {{"format", "llmc"}, {"shuffle", c.data.shuffle}};  // the image settings mean nothing here
+  return out;
 }
 
 CheckpointerOptions checkpointer_options(const CheckpointSettings& settings) {

@@ -22,9 +22,11 @@ namespace dtrain {
 // The settings a resumed run must share with the run that saved the checkpoint (state.json's
 // "config"): all that changes results — model, widths, dropout, optimizer and its
 // hyper-parameters, LR schedule (with --epochs as the cosine period), batch size, accumulation,
-// AMP, DDP buckets and comm hook, normalisation, shuffling, data limits, seed. Not in it, so free
-// to change: a larger --epochs (other schedules), the data folder, device, threads, the world
-// size (see Trainer) and the output flags.
+// AMP, DDP buckets and comm hook, normalisation, shuffling, data limits, seed, gradient clipping;
+// for --model gpt its shape (not the vocabulary: the tensors' shapes check it), --steps and the
+// warm-up and --min-lr of its per-step schedule. Not in it, so free to change: a larger --epochs
+// (other schedules), the data folder, device, threads, the world size (see Trainer), the
+// evaluation settings and the output flags.
 nlohmann::json resume_config(const TrainConfig& config);
 
 // Where a run stands between two optimizer steps.

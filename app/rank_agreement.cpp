@@ -75,6 +75,20 @@ Settings shared_settings(const TrainConfig& c, int64_t train_samples, int64_t te
       {"--trace (set or not)", c.output.trace_path.empty() ? "unset" : "set"},
       {"--timeout", fmt::format("{}", c.runtime.collective_timeout_s)},
   };
+  s.emplace_back("--beta2", fmt::format("{}", o.beta2));
+  s.emplace_back("--clip-grad-norm", fmt::format("{}", c.clip_grad_norm));
+  s.emplace_back("--data-format", data_format_name(c.data.format));
+  if (c.lm) {
+    const LmSettings& lm = *c.lm;
+    s[0].second = "gpt";
+    for (const auto& [flag, value] :
+         {std::pair{"--layers", lm.layers}, std::pair{"--heads", lm.heads}, std::pair{"--embd", lm.embd},
+          std::pair{"--context", lm.context}, std::pair{"--vocab", lm.vocab}, std::pair{"--steps", lm.steps},
+          std::pair{"--warmup-steps", c.warmup_steps}, std::pair{"--eval-every", lm.eval_every},
+          std::pair{"--eval-batches", lm.eval_batches}})
+      s.emplace_back(flag, fmt::format("{}", value));
+    s.emplace_back("--min-lr", fmt::format("{}", c.min_lr));
+  }
   return s;
 }
 

@@ -150,6 +150,85 @@ void Reporter::end_epoch(int64_t epoch, const Evaluation& eval, int64_t test_siz
                     world_size));
 }
 
+namespace {
+
+// 4114 -> "4,114": llm.c's and PyTorch users' tokens/s, readable at a glance.
+std::string thousands(double value) {
+  const std::string digits = fmt::format("{:.0f}", value);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    const size_t left = digits.size() - i;  // digits from here to the end
+    if (i > 0 && digits[i - 1] != '-' && left % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+}  // namespace
+
+void Reporter::start_lm(Runtime& rt, const std::string& model, const TrainConfig& c, int64_t train_tokens,
+                        int64_t val_tokens, int64_t parameters) {
+  summary_model_ = "gpt";
+  summary_hook_ = comm_hook_name(c.ddp.comm_hook);
+  summary_batch_ = c.batch_size;
+  run_start_ = interval_start_ = Clock::now();
+  std::fflush(stdout);
+  if (!output_.quiet && rt.local_rank() == 0) print(fmt::format("rank {}: {}\n", rt.rank(), rt.device_note()));
+  if (!logs()) return;
+  const std::string grads = rt.size() == 1 ? "no gradient sync (1 rank)" : "gradients over " + rt.gradients().describe();
+  print(fmt::format("dtrain: {} ({} parameters) on {} rank(s), device {}, {}, {} BLAS thread(s)/rank, batch {}x{} "
+                    "tokens/rank, {} train / {} val tokens\n",
+                    model, thousands(static_cast<double>(parameters)), rt.size(), rt.device().str(), grads,
+                    rt.cpu_threads(), c.batch_size, c.lm->context, train_tokens, val_tokens));
+}
+
+void Reporter::lm_step(const LmStep& s) {
+  if (!rank_zero_) return;
+  if (logs())
+    print(fmt::format("step {}/{} | loss {:.4f} | {}lr {:.2e} | {:.0f} ms | {} tokens/s\n", s.step, s.steps, s.loss,
+                      s.norm >= 0 ? fmt::format("norm {:.4f} | ", s.norm) : "", s.lr, s.step_ms,
+                      thousands(s.tokens_per_s)));
+  if (!metrics_) return;
+  nlohmann::json record = {{"type", "step"},       {"step", s.step},
+                           {"loss", s.loss},       {"lr", s.lr},
+                           {"step_ms", s.step_ms}, {"tokens_per_s", s.tokens_per_s},
+                           {"time_s", std::chrono::duration<double>(Clock::now() - run_start_).count()}};
+  if (s.norm >= 0) record["norm"] = s.norm;
+  fmt::print(metrics_, "{}\n", record.dump());
+  std::fflush(metrics_);
+}
+
+void Reporter::lm_eval(int64_t step, double val_loss) {
+  if (!rank_zero_) return;
+  if (logs()) print(fmt::format("val loss {:.4f}\n", val_loss));
+  if (!metrics_) return;
+  const nlohmann::json record = {{"type", "eval"},
+                                 {"step", step},
+                                 {"val_loss", val_loss},
+                                 {"time_s", std::chrono::duration<double>(Clock::now() - run_start_).count()}};
+  fmt::print(metrics_, "{}\n", record.dump());
+  std::fflush(metrics_);
+}
+
+void Reporter::finish_lm(const TrainResult& r) {
+  if (!rank_zero_ || !output_.json) return;
+  const nlohmann::json summary = {{"dtrain", DTRAIN_VERSION},
+                                  {"np", r.world_size},
+                                  {"world_size", r.world_size},
+                                  {"device", r.device},
+                                  {"model", "gpt"},
+                                  {"parameters", r.parameters},
+                                  {"batch_per_rank", summary_batch_},
+                                  {"steps", r.global_step},
+                                  {"comm_hook", summary_hook_},
+                                  {"tokens_per_s", r.tokens_per_second},
+                                  {"train_s", r.train_seconds},
+                                  {"train_loss", r.train_loss},
+                                  {"val_loss", r.val_loss},
+                                  {"allreduce_overlap", r.allreduce_overlap}};
+  print(summary.dump() + "\n");
+}
+
 void Reporter::note(const std::string& line) {
   if (logs() && !line.empty()) print(line + "\n");
 }

@@ -45,6 +45,24 @@ class Reporter {
                   float lr, const BackwardTiming* timing);
   void end_epoch(int64_t epoch, const Evaluation& eval, int64_t test_size, int64_t samples, double seconds,
                  int world_size);
+  // --model gpt (app/lm_trainer.h): the opening line; a log line every --log-interval steps,
+  // llm.c's ("step 10/500 | loss 2.3456 | norm 0.53 | lr 1.00e-03 | 412 ms | 4,114 tokens/s");
+  // the validation loss ("val loss 2.1034"); each also a metrics record (--metrics); the final
+  // JSON line (--json).
+  void start_lm(Runtime& runtime, const std::string& model, const TrainConfig& config, int64_t train_tokens,
+                int64_t val_tokens, int64_t parameters);
+  struct LmStep {
+    int64_t step = 0;  // optimizer steps done, this one included
+    int64_t steps = 0;
+    float loss = 0;
+    float norm = -1;  // the global gradient norm (< 0: not measured)
+    double lr = 0;
+    double step_ms = 0;  // this interval's mean step time
+    double tokens_per_s = 0;
+  };
+  void lm_step(const LmStep& s);
+  void lm_eval(int64_t step, double val_loss);
+  void finish_lm(const TrainResult& result);
   // A line of its own (checkpoints, resuming), on rank 0 unless quiet; nothing for "".
   void note(const std::string& line);
   void trace_written(const std::string& path, size_t spans, double overlap, double allreduce_ns);

@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "comm/runtime.h"
+#include "data/data_format.h"
 #include "data/distributed_sampler.h"
 #include "data/mnist.h"
 #include "ddp/distributed_data_parallel.h"
@@ -25,6 +27,20 @@ struct DataSettings {
   bool shuffle = true;  // false: rank r takes samples r, r + N, ... in dataset order (PyTorch's shuffle=False)
   SamplerTail sampler = SamplerTail::kPad;  // uneven: ranks run different numbers of steps (Join)
   int classes = 0;  // 0: the training labels' largest + 1 (a label far above the rest refused); else every label below
+  DataFormat format = DataFormat::kAuto;  // --data-format (auto: llmc for --model gpt, else idx)
+};
+
+// A language model (`--model gpt`): its shape, and the step-based loop's settings (llm.c's and
+// nanoGPT's vocabulary). The shape fields are model/gpt.h's GptSpec.
+struct LmSettings {
+  int64_t vocab = 0;  // 0: from the data (data/token_shards.h's rule)
+  int64_t context = 256;
+  int64_t layers = 4;
+  int64_t heads = 4;
+  int64_t embd = 256;
+  int64_t steps = 500;         // optimizer steps (the README's example)
+  int64_t eval_every = 0;      // steps between validation losses; 0: at the end only
+  int64_t eval_batches = 20;   // validation slots per evaluation over all ranks (llm.c's default)
 };
 
 // Where a run starts from and where it saves (app/checkpointing.h).
@@ -54,15 +70,19 @@ struct OutputSettings {
 
 struct TrainConfig {
   DataSettings data;
-  ModelSpec model;
+  ModelSpec model;  // mlp or cnn (unused with `lm`)
+  std::optional<LmSettings> lm;  // set: --model gpt, trained for lm->steps optimizer steps
   uint64_t seed = 0;  // initialisation, shuffling and dropout
   int64_t epochs = 1;
   int64_t batch_size = 64;  // per rank
   int64_t accumulate = 1;   // micro-batches per optimizer step (no_sync for all but the last)
   OptimizerSpec optimizer;
-  LrSchedule::Kind lr_schedule = LrSchedule::Kind::kConstant;
+  LrSchedule::Kind lr_schedule = LrSchedule::Kind::kConstant;  // per epoch; with `lm` per step (none or cosine)
   int64_t lr_step_size = 1;
   float lr_gamma = 0.1f;
+  int64_t warmup_steps = 0;  // lm: linear warm-up steps
+  float min_lr = 0.f;        // lm cosine: the last step's lr (default lr / 10)
+  float clip_grad_norm = 0.f;  // the largest global gradient norm (after the all-reduce); 0: no clipping
   AmpMode amp = AmpMode::kOff;  // bf16: Linear matmuls in bf16, float32 master weights (autocast)
   DdpOptions ddp;
   RuntimeOptions runtime;
@@ -84,6 +104,12 @@ struct TrainResult {
   // A SIGTERM or SIGINT stopped the run at a step boundary (0: it ran to the end). Then every
   // rank has stopped at the same step and rank 0 has saved a checkpoint if it had a directory.
   int stop_signal = 0;
+  // --model gpt: tokens over all ranks per second of the training loops (evaluations excluded),
+  // the last step's training loss (mean over ranks), the last validation loss, the parameters.
+  double tokens_per_second = 0;
+  double train_loss = 0;
+  double val_loss = 0;
+  int64_t parameters = 0;
   // A NaN or an infinity stopped the run (app/divergence.h): every rank stopped at the same
   // step, rank 0 said what, and no checkpoint was written from it.
   bool diverged = false;

@@ -91,7 +91,8 @@ cxxopts::Options make_train_options() {
                                      "with more than one rank (dtrain-launch, mpirun or srun).");
   // clang-format off
   o.add_options("Data")
-    ("data", "Folder with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]", cxxopts::value<std::string>()->default_value(d.data.dir))
+    ("data", "Folder with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz], or (--model gpt) llm.c token shards *train*.bin and *val*.bin", cxxopts::value<std::string>()->default_value(d.data.dir))
+    ("data-format", "auto, idx or llmc (token shards); auto: llmc for --model gpt, idx otherwise", cxxopts::value<std::string>()->default_value("auto"))
     ("train-limit", "Use only the first N training samples (0: all)", cxxopts::value<int64_t>()->default_value("0"))
     ("test-limit", "Use only the first N test samples (0: all)", cxxopts::value<int64_t>()->default_value("0"))
     ("normalize", "Pixel mean,std applied after scaling to [0,1] (e.g. 0.2860,0.3530)", cxxopts::value<std::string>()->default_value(""))
@@ -99,20 +100,32 @@ cxxopts::Options make_train_options() {
     ("classes", "Classes of the model (0: the largest training label + 1, and a label far above the others is an error); every label must be below it", cxxopts::value<int64_t>()->default_value("0"))
     ("sampler", "The epoch's last N mod ranks samples: pad (repeat some, as PyTorch), drop-last, or uneven (ranks run different numbers of steps; Join)", cxxopts::value<std::string>()->default_value("pad"));
   o.add_options("Model")
-    ("model", "mlp or cnn", cxxopts::value<std::string>()->default_value("mlp"))
+    ("model", "mlp, cnn or gpt (a GPT-2-style language model on token shards)", cxxopts::value<std::string>()->default_value("mlp"))
+    ("layers", "gpt: transformer blocks", cxxopts::value<int64_t>()->default_value("4"))
+    ("heads", "gpt: attention heads (a divisor of --embd)", cxxopts::value<int64_t>()->default_value("4"))
+    ("embd", "gpt: embedding width", cxxopts::value<int64_t>()->default_value("256"))
+    ("context", "gpt: tokens per sequence", cxxopts::value<int64_t>()->default_value("256"))
+    ("vocab", "gpt: vocabulary size (0: from the data: 256 for byte shards, 50257 for GPT-2 tokens)", cxxopts::value<int64_t>()->default_value("0"))
     ("hidden", "MLP hidden widths, comma separated", cxxopts::value<std::string>()->default_value("256"))
     ("dropout", "Dropout probability after hidden activations", cxxopts::value<std::string>()->default_value("0"))
     ("seed", "Seed for initialisation, shuffling and dropout", cxxopts::value<uint64_t>()->default_value("0"));
   o.add_options("Optimisation")
-    ("epochs", "Epochs", cxxopts::value<int64_t>()->default_value("1"))
-    ("batch-size", "Batch size per rank", cxxopts::value<int64_t>()->default_value("64"))
-    ("optimizer", "sgd or adamw", cxxopts::value<std::string>()->default_value("sgd"))
-    ("lr", "Learning rate", cxxopts::value<std::string>()->default_value("0.01"))
+    ("epochs", "Epochs (mlp, cnn)", cxxopts::value<int64_t>()->default_value("1"))
+    ("steps", "gpt: optimizer steps", cxxopts::value<int64_t>()->default_value("500"))
+    ("batch-size", "Batch size per rank (gpt: sequences; default 64, gpt 8)", cxxopts::value<int64_t>()->default_value("64"))
+    ("optimizer", "sgd or adamw (default sgd, gpt adamw)", cxxopts::value<std::string>()->default_value("sgd"))
+    ("lr", "Learning rate (default 0.01, gpt 1e-3)", cxxopts::value<std::string>()->default_value("0.01"))
+    ("beta2", "AdamW's second-moment decay (GPT-2 runs use 0.95)", cxxopts::value<std::string>()->default_value("0.999"))
     ("momentum", "SGD momentum", cxxopts::value<std::string>()->default_value("0.9"))
     ("nesterov", "SGD with Nesterov momentum")
-    ("weight-decay", "Weight decay (L2 for SGD, decoupled for AdamW)", cxxopts::value<std::string>()->default_value("0"))
+    ("weight-decay", "Weight decay (L2 for SGD, decoupled for AdamW; gpt: only tensors of 2+ dimensions, as nanoGPT)", cxxopts::value<std::string>()->default_value("0"))
     ("adam-eps", "AdamW's eps, added to the denominator", cxxopts::value<std::string>()->default_value("1e-08"))
-    ("lr-schedule", "none, step or cosine (per epoch)", cxxopts::value<std::string>()->default_value("none"))
+    ("lr-schedule", "none, step or cosine (per epoch; gpt: none or cosine, per step, to --min-lr at the last step)", cxxopts::value<std::string>()->default_value("none"))
+    ("warmup-steps", "gpt: linear learning-rate warm-up over the first N steps", cxxopts::value<int64_t>()->default_value("0"))
+    ("min-lr", "gpt, cosine: the learning rate of the last step (default --lr / 10)", cxxopts::value<std::string>()->default_value(""))
+    ("clip-grad-norm", "Scale the gradients down to this global L2 norm when above it (after the all-reduce; 0: off)", cxxopts::value<std::string>()->default_value("0"))
+    ("eval-every", "gpt: steps between validation losses (0: at the end only)", cxxopts::value<int64_t>()->default_value("0"))
+    ("eval-batches", "gpt: validation batches per evaluation, over all ranks", cxxopts::value<int64_t>()->default_value("20"))
     ("lr-step-size", "step: epochs between decays", cxxopts::value<int64_t>()->default_value("1"))
     ("lr-gamma", "step: decay factor", cxxopts::value<std::string>()->default_value("0.1"))
     ("accumulate", "Micro-batches per optimizer step (gradients accumulate under no_sync)", cxxopts::value<int64_t>()->default_value("1"));
@@ -159,8 +172,16 @@ void read_data(const cxxopts::ParseResult& r, TrainConfig& c) {
   require(classes >= 0 && classes <= kMaxClasses,
           fmt::format("--classes: must be in [0, {}] (0: from the labels), got {}", kMaxClasses, classes));
   c.data.classes = static_cast<int>(classes);
-  require(std::filesystem::is_directory(c.data.dir),
-          fmt::format("--data: no such directory '{}' (Debian: apt-get install dataset-fashion-mnist)", c.data.dir));
+  c.data.format = parse_choice("--data-format", r["data-format"].as<std::string>(), parse_data_format, "auto, idx or llmc");
+  if (r["model"].as<std::string>() == "gpt") {
+    // The default folder is Fashion-MNIST's: a language model needs its shards named.
+    require(r.count("data") > 0, "--data: --model gpt needs --data DIR with llm.c token shards (*train*.bin, *val*.bin; "
+                                 "make byte-level ones with `dtrain data shard --bytes PATH -o DIR`)");
+    require(std::filesystem::is_directory(c.data.dir), fmt::format("--data: no such directory '{}'", c.data.dir));
+  } else {
+    require(std::filesystem::is_directory(c.data.dir),
+            fmt::format("--data: no such directory '{}' (Debian: apt-get install dataset-fashion-mnist)", c.data.dir));
+  }
   const std::string shuffle = r["shuffle"].as<std::string>();
   require(shuffle == "on" || shuffle == "off", fmt::format("--shuffle: expected on or off, got '{}'", shuffle));
   c.data.shuffle = shuffle == "on";
@@ -179,7 +200,9 @@ void read_data(const cxxopts::ParseResult& r, TrainConfig& c) {
 }
 
 void read_model(const cxxopts::ParseResult& r, TrainConfig& c) {
-  c.model.kind = parse_choice("--model", r["model"].as<std::string>(), parse_model_kind, "mlp or cnn");
+  const std::string model = r["model"].as<std::string>();
+  if (model == "gpt") c.lm.emplace();
+  else c.model.kind = parse_choice("--model", model, parse_model_kind, "mlp, cnn or gpt");
   c.model.hidden = parse_widths(r["hidden"].as<std::string>());
   c.model.dropout = float_flag(r, "dropout");
   require(c.model.dropout >= 0.f && c.model.dropout < 1.f,
@@ -203,6 +226,10 @@ void read_optimisation(const cxxopts::ParseResult& r, TrainConfig& c) {
   o.nesterov = r.count("nesterov") > 0;
   o.weight_decay = float_flag(r, "weight-decay");
   o.eps = float_flag(r, "adam-eps");
+  o.beta2 = float_flag(r, "beta2");
+  require(o.beta2 >= 0.f && o.beta2 < 1.f, fmt::format("--beta2: must be in [0, 1), got {}", o.beta2));
+  c.clip_grad_norm = float_flag(r, "clip-grad-norm");
+  require(c.clip_grad_norm >= 0.f, fmt::format("--clip-grad-norm: must be non-negative (0: off), got {}", c.clip_grad_norm));
   require(std::isfinite(o.eps) && o.eps > 0.f, fmt::format("--adam-eps: must be positive, got {}", o.eps));
   require(std::isfinite(o.lr) && o.lr > 0.f, fmt::format("--lr: must be positive, got {}", o.lr));
   require(o.momentum >= 0.f && o.momentum < 1.f, fmt::format("--momentum: must be in [0, 1), got {}", o.momentum));
@@ -286,6 +313,62 @@ void read_output(const cxxopts::ParseResult& r, TrainConfig& c) {
   out.quiet = r.count("quiet") > 0;
 }
 
+// Flags that mean something for one kind of model only: given for the other, a usage error (a
+// user who wrote --hidden for a GPT, or --steps for an MLP, would otherwise train something else
+// than they think).
+constexpr const char* kImageOnly[] = {"epochs", "hidden", "dropout", "normalize", "classes", "train-limit",
+                                      "test-limit", "sampler", "lr-step-size", "lr-gamma"};
+constexpr const char* kLmOnly[] = {"layers", "heads", "embd", "context", "vocab", "steps",
+                                   "warmup-steps", "min-lr", "eval-every", "eval-batches"};
+
+// --model gpt: its shape and loop, and the defaults GPT users expect where the flag is not given
+// (AdamW at 1e-3, 8 sequences per rank: nanoGPT's and llm.c's starting points).
+void read_lm(const cxxopts::ParseResult& r, TrainConfig& c) {
+  if (!c.lm) {
+    for (const char* flag : kLmOnly)
+      require(r.count(flag) == 0, fmt::format("--{}: only with --model gpt", flag));
+    require(c.data.format != DataFormat::kLlmc, "--data-format llmc: token shards train --model gpt");
+    return;
+  }
+  for (const char* flag : kImageOnly)
+    require(r.count(flag) == 0, fmt::format("--{}: not with --model gpt ({})", flag,
+                                            std::string_view(flag) == "epochs" ? "language models train --steps"
+                                                                               : "an image-model flag"));
+  require(c.data.format != DataFormat::kIdx, "--data-format idx: --model gpt trains on token shards (llmc)");
+  LmSettings& lm = *c.lm;
+  lm.layers = r["layers"].as<int64_t>();
+  lm.heads = r["heads"].as<int64_t>();
+  lm.embd = r["embd"].as<int64_t>();
+  lm.context = r["context"].as<int64_t>();
+  lm.vocab = r["vocab"].as<int64_t>();
+  lm.steps = r["steps"].as<int64_t>();
+  lm.eval_every = r["eval-every"].as<int64_t>();
+  lm.eval_batches = r["eval-batches"].as<int64_t>();
+  constexpr int64_t kMaxLayers = 10'000;
+  require(lm.layers >= 1 && lm.layers <= kMaxLayers,
+          fmt::format("--layers: must be in [1, {}], got {}", kMaxLayers, lm.layers));
+  for (auto [flag, v] : {std::pair{"--embd", lm.embd}, std::pair{"--context", lm.context}, std::pair{"--heads", lm.heads}})
+    require(v >= 1 && v <= kMaxWidth, fmt::format("{}: must be in [1, {}], got {}", flag, kMaxWidth, v));
+  require(lm.embd % lm.heads == 0,
+          fmt::format("--heads: must divide --embd {} (each head takes embd / heads), got {}", lm.embd, lm.heads));
+  require(lm.vocab >= 0 && lm.vocab <= kMaxWidth,
+          fmt::format("--vocab: must be in [0, {}] (0: from the data), got {}", kMaxWidth, lm.vocab));
+  require(lm.steps >= 1, fmt::format("--steps: must be at least 1, got {}", lm.steps));
+  require(lm.eval_every >= 0, fmt::format("--eval-every: must be non-negative (0: at the end only), got {}", lm.eval_every));
+  require(lm.eval_batches >= 1, fmt::format("--eval-batches: must be at least 1, got {}", lm.eval_batches));
+  if (r.count("batch-size") == 0) c.batch_size = 8;
+  if (r.count("optimizer") == 0) c.optimizer.kind = OptimizerKind::kAdamW;
+  if (r.count("lr") == 0) c.optimizer.lr = 1e-3f;
+  c.optimizer.decay_matrices_only = true;
+  require(c.lr_schedule != LrSchedule::Kind::kStep, "--lr-schedule step: --model gpt takes none or cosine (per step)");
+  c.warmup_steps = r["warmup-steps"].as<int64_t>();
+  require(c.warmup_steps >= 0 && c.warmup_steps <= lm.steps,
+          fmt::format("--warmup-steps: must be in [0, --steps {}], got {}", lm.steps, c.warmup_steps));
+  c.min_lr = r["min-lr"].as<std::string>().empty() ? c.optimizer.lr / 10 : float_flag(r, "min-lr");
+  require(c.min_lr >= 0.f && c.min_lr <= c.optimizer.lr,
+          fmt::format("--min-lr: must be in [0, --lr {}], got {}", c.optimizer.lr, c.min_lr));
+}
+
 }  // namespace
 
 ParsedTrain parse_train_options(const std::vector<std::string>& args) {
@@ -298,9 +381,12 @@ ParsedTrain parse_train_options(const std::vector<std::string>& args) {
     return out;
   }
   const cxxopts::ParseResult& r = flags.result;
-  for (auto read : {read_data, read_model, read_optimisation, read_distributed, read_device, read_checkpoints, read_output})
+  for (auto read : {read_data, read_model, read_optimisation, read_distributed, read_device, read_checkpoints, read_output,
+                    read_lm})
     read(r, out.config);
   const TrainConfig& c = out.config;
+  // After read_lm: --model gpt's optimizer is AdamW unless the flag says otherwise.
+  require(r.count("beta2") == 0 || c.optimizer.kind == OptimizerKind::kAdamW, "--beta2: only with --optimizer adamw");
   // Join shadows whole optimizer steps, and a checkpoint inside an uneven epoch has no single
   // sample position to resume from.
   require(c.data.sampler != SamplerTail::kUneven || c.accumulate == 1,

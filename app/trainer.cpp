@@ -18,6 +18,8 @@
 #include "app/files.h"
 #include "app/preemption.h"
 #include "app/rank_agreement.h"
+#include "app/run_control.h"
+#include "app/train_step.h"
 #include "app/reporter.h"
 #include "app/sample_log.h"
 #include "app/trace.h"
@@ -31,6 +33,7 @@
 #include "data/distributed_sampler.h"
 #include "ddp/join.h"
 #include "model/fingerprint.h"
+#include "model/grad_clip.h"
 #include "model/loss.h"
 #include "train/root_broadcast.h"
 
@@ -46,8 +49,6 @@ ModelSpec model_spec_for_rank(ModelSpec spec, const Runtime& runtime) {
 }
 
 using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 // Micro-batch i of an epoch (or of the rest of one) of `batches` batches that starts at an
 // optimizer-step boundary: its place in its step, the number of micro-batches in that step (the
@@ -77,18 +78,9 @@ class Trainer {
   bool run_epoch(TrainResult& result);
   Tensor step(const Tensor& images, const Tensor& labels, const MicroBatch& micro);
   void join_step();
-  // Between two optimizer steps (`epoch_end`: after an epoch's evaluation): votes, saves a
-  // checkpoint when one is due and nothing is non-finite; false when the ranks agreed to stop
-  // (on a signal or a non-finite value: stop() or diverge() has run).
+  // Between two optimizer steps (`epoch_end`: after an epoch's evaluation): RunControl votes,
+  // saves a checkpoint when one is due; false when the ranks agreed to stop.
   bool at_step_boundary(bool epoch_end);
-  // Casts this rank's ballot; `snapshot`: rank 0 first takes the checkpoint's snapshot and
-  // checks it; `must_read`: the losses are read whatever the period (before a save, at the
-  // end; Note [Stopping on non-finite values]); `check_parameters`: with no snapshot, rank 0
-  // checks the parameters (the end of a run that saves nothing).
-  Verdict vote(bool snapshot, bool must_read, bool check_parameters = false);
-  void write_checkpoint();
-  void stop(int signal);
-  void diverge();
   checkpoint::TrainingState training_state() const;
 
   Runtime& rt_;
@@ -98,6 +90,7 @@ class Trainer {
   std::optional<DistributedDataParallel> ddp_;  // none on one rank: nothing to synchronise
   std::optional<Join> join_;                     // --sampler uneven on more than one rank
   std::unique_ptr<Optimizer> optimizer_;
+  std::optional<GradNormClipper> clipper_;  // --clip-grad-norm
   LrSchedule schedule_;
   DistributedSampler sampler_;
   std::unique_ptr<DataLoader> loader_;
@@ -105,19 +98,9 @@ class Trainer {
   CrossEntropyLoss loss_fn_;
   Tracer tracer_;
   Reporter reporter_;
-  safetensors::Metadata architecture_;
   RunPosition pos_;
-  Checkpointer saver_;
-  int64_t last_saved_step_ = -1;
-  StopSignals signals_;
-  StopVote stop_vote_;
-  LossWatch loss_watch_;
-  StepPlace last_step_;           // where the last optimizer step ran
-  std::string snapshot_problem_;  // rank 0: the non-finite tensor of the last snapshot, "" if none
-  std::string newest_checkpoint_;  // resumed from or saved, "" if none
   SampleLog sample_log_;
-  int stopped_by_ = 0;  // the signal the ranks agreed to stop on
-  bool diverged_ = false;
+  std::optional<RunControl> control_;  // built once the model and optimizer exist
 };
 
 Trainer::Trainer(Runtime& runtime, const TrainConfig& c)
@@ -136,11 +119,6 @@ Trainer::Trainer(Runtime& runtime, const TrainConfig& c)
       reporter_(c.output, runtime.rank() == 0,
                 progress_wanted(c.output.progress, started_by_launcher(process_env), process_env("DTRAIN_STDOUT_IS_TTY"),
                                 isatty(STDOUT_FILENO) == 1)),
-      architecture_(architecture_metadata(
-          {c.model, data_.train->sample_shape(), data_.train->num_classes(), c.data.normalize})),
-      saver_(runtime.control(), checkpointer_options(c.checkpoints)),
-      stop_vote_(runtime.control()),
-      loss_watch_(runtime.device(), runtime.device().is_cpu(), kVotePeriodMs),
       sample_log_(runtime.rank()) {
   // Before the first collective whose count or shape a setting decides (DDP's checks, the
   // broadcast, the steps): ranks started with other flags fail here, in one line, not in a hang.
@@ -154,6 +132,17 @@ Trainer::Trainer(Runtime& runtime, const TrainConfig& c)
   }
   if (runtime.size() > 1 && c.data.sampler == SamplerTail::kUneven) join_.emplace(runtime.control());
   optimizer_ = make_optimizer(c.optimizer, model_->parameters());
+  if (c.clip_grad_norm > 0.f) clipper_.emplace(model_->parameters());
+  control_.emplace(
+      runtime, c, *model_, *optimizer_, reporter_,
+      architecture_metadata({c.model, data_.train->sample_shape(), data_.train->num_classes(), c.data.normalize}),
+      RunControl::Callbacks{
+          [this] { return training_state(); },
+          [this] {
+            return fmt::format("step {} (epoch {}, {} samples into it)", pos_.global_step, pos_.epoch + 1,
+                               pos_.sample_in_epoch);
+          },
+          "no checkpoint of this step (--sampler uneven saves at epoch ends)"});
   choose_starting_point();
 }
 
@@ -184,9 +173,8 @@ void Trainer::choose_starting_point() {
                                static_cast<double>(resumed->buckets->bucket_cap_bytes) / (1 << 20)));
   }
   pos_ = {s.epoch, s.step_in_epoch, s.sample_in_epoch, s.global_step, s.samples_seen};
-  last_saved_step_ = s.global_step;
+  control_->resumed_from(resumed->path, s.global_step);
   if (!resumed->chosen_because.empty()) reporter_.note("resume: " + resumed->chosen_because);
-  newest_checkpoint_ = resumed->path;
   reporter_.note(fmt::format("resume: from {} (global step {}; epoch {}, {} step(s) and {} samples into it){}",
                              resumed->path, s.global_step, s.epoch + 1, s.step_in_epoch, s.sample_in_epoch,
                              k.init_weights.empty() ? "" : "; --init-weights not used"));
@@ -203,27 +191,10 @@ void Trainer::choose_starting_point() {
 
 Tensor Trainer::step(const Tensor& images, const Tensor& labels, const MicroBatch& micro) {
   if (micro.index_in_step == 0) optimizer_->zero_grad();
-  Tensor logits;
-  {
-    ScopedSpan span(&tracer_, "forward");
-    logits = model_->forward(images);
-  }
-  Tensor loss = loss_fn_.forward(logits, labels);
-  Tensor grad = loss_fn_.backward();
-  // The step sees the mean over its micro-batches.
-  if (micro.step_size > 1) scale(grad, 1.f / static_cast<float>(micro.step_size));
-  if (!ddp_) {
-    ScopedSpan span(&tracer_, "backward");
-    model_->backward(grad, false);
-  } else if (micro.ends_step) {
-    ddp_->backward(grad);
-    tracer_.add_backward(ddp_->last_backward());
-  } else {
-    auto guard = ddp_->no_sync();
-    ScopedSpan span(&tracer_, "backward (no_sync)");
-    ddp_->backward(grad);
-  }
+  Tensor loss = forward_backward(*model_, ddp_ ? &*ddp_ : nullptr, loss_fn_, tracer_, images, labels,
+                                 {micro.step_size, micro.ends_step});
   if (micro.ends_step) {
+    if (clipper_) clipper_->clip(c_.clip_grad_norm);  // after the all-reduce: the same on every rank
     ScopedSpan span(&tracer_, "optimizer step");
     optimizer_->step();
   }
@@ -248,8 +219,6 @@ bool Trainer::run_epoch(TrainResult& result) {
   reporter_.start_epoch(epoch, first + batches, sampler_.total_size());
   int64_t samples = 0;
   const auto t0 = Clock::now();
-  auto step_start = t0;
-  bool writing = false;
   StagedBatches data(*loader_, stager_);
   for (int64_t i = 0;; ++i) {
     const bool have = data.next();
@@ -269,9 +238,9 @@ bool Trainer::run_epoch(TrainResult& result) {
     const MicroBatch micro = micro_batch(i, batches, c_.accumulate);
     // What the collectives of this step are for, in the flight recorder and timeout lines.
     set_collective_context(fmt::format("epoch {} step {}", epoch + 1, pos_.global_step + 1));
-    if (micro.index_in_step == 0) step_start = Clock::now(), writing = saver_.writing();
+    if (micro.index_in_step == 0) control_->begin_step();
     Tensor loss = step(data.images(), data.labels(), micro);
-    loss_watch_.record(loss, {pos_.global_step + 1, epoch, first + i + 1});
+    control_->record_loss(loss, {pos_.global_step + 1, epoch, first + i + 1});
     const int64_t n = data.labels().numel();
     if (sample_log_.enabled())
       sample_log_.record(epoch, pos_.global_step + 1, std::span(indices).subspan(static_cast<size_t>(i * c_.batch_size), static_cast<size_t>(n)));
@@ -283,8 +252,7 @@ bool Trainer::run_epoch(TrainResult& result) {
     if (!micro.ends_step) continue;
     ++pos_.global_step;
     ++pos_.step_in_epoch;
-    last_step_ = {pos_.global_step, epoch, first + i + 1};
-    saver_.record_step(ms_since(step_start), writing);
+    control_->end_step({pos_.global_step, epoch, first + i + 1});
     if (!join_ && i + 1 < batches) {  // the epoch's last step ends at the boundary after its evaluation
       if (!at_step_boundary(false)) return false;
     }
@@ -318,43 +286,12 @@ void Trainer::join_step() {
 }
 
 bool Trainer::at_step_boundary(bool epoch_end) {
-  const bool run_end = epoch_end && pos_.epoch >= c_.epochs;
   const CheckpointSettings& k = c_.checkpoints;
   // Uneven epochs have no single position to resume from: they save at epoch ends only.
-  const bool can_save = !k.dir.empty() && !(join_ && !epoch_end) && pos_.global_step != last_saved_step_;
-  const bool save_due = can_save && (run_end || (k.every > 0 ? pos_.global_step % k.every == 0 : epoch_end));
-  // Every rank reaches the same boundaries, so every rank votes at each (Note [Agreeing to
-  // stop]); always where a checkpoint is due and at the end (Note [Stopping on non-finite values]).
-  if (!stop_vote_.votes_here(save_due || run_end)) return true;
-  // A run that saves nothing has its parameters checked once, at its end: NaN weights can give a
-  // finite loss (ReLU of NaN is 0), and the run must not end with exit 0 on them.
-  Verdict verdict = vote(save_due, save_due || run_end, run_end && !save_due);
-  if (verdict.nonfinite_ranks > 0) return diverge(), false;
-  const int signal = run_end ? 0 : verdict.signal;  // the run ends here anyway, with its checkpoint
-  if (signal != 0 && can_save && !save_due) {
-    // A stop saves where it is: the ranks vote again, on the snapshot this time.
-    if (vote(true, true).nonfinite_ranks > 0) return diverge(), false;
-    write_checkpoint();
-  } else if (save_due) {
-    write_checkpoint();
-  }
-  if (signal != 0) return stop(signal), false;
-  return true;
-}
-
-Verdict Trainer::vote(bool snapshot, bool must_read, bool check_parameters) {
-  if (snapshot) {
-    rt_.compute_stream().synchronize();  // the snapshot reads what the last step wrote
-    snapshot_problem_ = saver_.snapshot(training_state(), *model_, *optimizer_, architecture_);
-  } else if (check_parameters && rt_.rank() == 0) {  // the replicas are identical: rank 0 speaks for all
-    rt_.compute_stream().synchronize();
-    std::vector<safetensors::HostTensor> copies;
-    for (Parameter* p : model_->parameters()) copies.push_back(safetensors::host_copy(p->name, p->value));
-    if (const std::string bad = checkpoint::first_nonfinite_tensor(copies); !bad.empty())
-      snapshot_problem_ = "parameter " + bad;
-  }
-  const bool nonfinite = loss_watch_.check(must_read).found || !snapshot_problem_.empty();
-  return stop_vote_.cast({StopSignals::received(), nonfinite});
+  return control_->at_step_boundary({.global_step = pos_.global_step,
+                                     .run_end = epoch_end && pos_.epoch >= c_.epochs,
+                                     .due = k.every > 0 ? pos_.global_step % k.every == 0 : epoch_end,
+                                     .can_save = !(join_ && !epoch_end)});
 }
 
 checkpoint::TrainingState Trainer::training_state() const {
@@ -373,54 +310,6 @@ checkpoint::TrainingState Trainer::training_state() const {
   return s;  // the saver adds the Dropout counters
 }
 
-void Trainer::write_checkpoint() {
-  saver_.write();
-  last_saved_step_ = pos_.global_step;
-  newest_checkpoint_ = saver_.last_path();
-  reporter_.note(fmt::format("checkpoint: {}{}", saver_.last_path(),
-                             c_.checkpoints.background ? " (writing in the background)" : ""));
-}
-
-// A rank saw a non-finite value (Note [Stopping on non-finite values]): the snapshot is dropped,
-// the save in flight (of finite values, voted on) completes, rank 0 prints what the ranks saw and
-// every rank returns to exit with kDivergedExitStatus.
-void Trainer::diverge() {
-  diverged_ = true;
-  saver_.discard();
-  const std::vector<LossFinding> losses = allgather_values(rt_.control(), loss_watch_.check());
-  saver_.wait();
-  if (rt_.rank() == 0) {
-    const std::string checkpoints =
-        c_.checkpoints.dir.empty()       ? "nothing saved (no --checkpoint-dir)"
-        : newest_checkpoint_.empty()     ? fmt::format("no checkpoint written from it (none in {} yet)", c_.checkpoints.dir)
-                                         : fmt::format("no checkpoint written from it (newest: {})", newest_checkpoint_);
-    std::fflush(stdout);
-    fmt::print(stderr, "dtrain: error: {}\n", divergence_line(losses, snapshot_problem_, last_step_, checkpoints));
-    std::fflush(stderr);
-  }
-  rt_.control().barrier();
-}
-
-// The ranks agreed to stop at this boundary: rank 0's checkpoint is complete before any rank
-// exits (a launcher ends the job when the first rank does), then each returns to exit.
-void Trainer::stop(int signal) {
-  stopped_by_ = signal;
-  saver_.wait();
-  if (rt_.rank() == 0) {
-    const std::string saved = c_.checkpoints.dir.empty() ? "nothing saved (no --checkpoint-dir)"
-                              : last_saved_step_ != pos_.global_step
-                                  ? fmt::format("no checkpoint of this step (--sampler uneven saves at epoch ends); the "
-                                                "newest is {}",
-                                                saver_.last_path().empty() ? "none" : saver_.last_path())
-                                  : fmt::format("checkpoint {} saved; continue with --resume auto", saver_.last_path());
-    std::fflush(stdout);
-    fmt::print(stderr, "dtrain: stopped by {} at step {} (epoch {}, {} samples into it); {}\n", signal_name(signal),
-               pos_.global_step, pos_.epoch + 1, pos_.sample_in_epoch, saved);
-    std::fflush(stderr);
-  }
-  rt_.control().barrier();
-}
-
 TrainResult Trainer::run() {
   TrainResult result;
   result.world_size = rt_.size();
@@ -428,12 +317,11 @@ TrainResult Trainer::run() {
   while (pos_.epoch < c_.epochs) {
     if (!run_epoch(result)) break;
   }
-  result.stop_signal = stopped_by_;
-  result.diverged = diverged_;
-  saver_.wait();  // a failed background save fails the run here
+  result.stop_signal = control_->stopped_by();
+  result.diverged = control_->diverged();
+  control_->finish();  // a failed background save fails the run here
   result.global_step = pos_.global_step;
   if (result.stop_signal || result.diverged) return result;
-  reporter_.note(saver_.summary());
   result.samples_per_second = result.train_seconds > 0 ? static_cast<double>(result.train_samples) / result.train_seconds : 0;
   result.parameters_fingerprint = parameters_fingerprint(*model_);
   if (tracer_.enabled()) {
@@ -477,6 +365,7 @@ void check_output_paths(Runtime& runtime, const TrainConfig& c) {
 
 TrainResult train(Runtime& runtime, const TrainConfig& config) {
   check_output_paths(runtime, config);
+  if (config.lm) throw Error("--model gpt: the language-model loop is not in this build yet", ErrorKind::kUsage);
   return Trainer(runtime, config).run();
 }
 

@@ -1,6 +1,7 @@
 #include "model/activation.h"
 
 #include "core/error.h"
+#include "model/gpt_kernels.h"
 #include "model/kernels.h"
 
 namespace dtrain {
@@ -18,6 +19,22 @@ Tensor ReLU::backward(const Tensor& grad_output, bool need_input_grad) {
   ensure_tensor(grad_input_, output_.shape(), output_.device());
   launch(output_.device(), output_.numel(),
          kernels::ReluBackward{grad_input_.data(), grad_output.data(), output_.data()});
+  return grad_input_;
+}
+
+Tensor GELU::forward(const Tensor& input) {
+  input_ = input;
+  ensure_tensor(output_, input.shape(), input.device());
+  launch(input.device(), input.numel(), kernels::GeluForward{output_.data(), input.data()});
+  return output_;
+}
+
+Tensor GELU::backward(const Tensor& grad_output, bool need_input_grad) {
+  if (!need_input_grad) return {};
+  DTRAIN_CHECK(grad_output.numel() == input_.numel(), "GELU backward got {} for input {}",
+               shape_str(grad_output.shape()), shape_str(input_.shape()));
+  ensure_tensor(grad_input_, input_.shape(), input_.device());
+  launch(input_.device(), input_.numel(), kernels::GeluBackward{grad_input_.data(), grad_output.data(), input_.data()});
   return grad_input_;
 }
 

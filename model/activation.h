@@ -1,4 +1,4 @@
-// Stateless shape-preserving layers: ReLU, Flatten, Dropout.
+// Stateless shape-preserving layers: ReLU, GELU, Flatten, Dropout.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +18,18 @@ class ReLU : public Module {
  private:
   bool fused_ = false;
   Tensor output_, grad_input_;
+};
+
+// GELU with the tanh approximation (torch.nn.GELU(approximate="tanh"), GPT-2's); backward
+// recomputes the tanh from the cached input rather than keeping a second activation.
+class GELU : public Module {
+ public:
+  Tensor forward(const Tensor& input) override;
+  Tensor backward(const Tensor& grad_output, bool need_input_grad = true) override;
+  std::string describe() const override { return "GELU(approximate='tanh')"; }
+
+ private:
+  Tensor input_, output_, grad_input_;
 };
 
 // [B, d1, d2, ...] -> [B, d1*d2*...]; a view, no copy.

@@ -1,5 +1,7 @@
 #include "model/lr_schedule.h"
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <numbers>
 
@@ -18,6 +20,30 @@ float LrSchedule::lr_at(int64_t epoch) const {
     }
   }
   return base_lr;
+}
+
+namespace {
+
+// A float as the decimal it was written as (1e-3f is 0.0010000000474974513 as a double; the peer
+// holds 0.001): the shortest decimal that reads back to the float, as a double.
+double as_written(float value) {
+  char text[32];
+  const auto end = std::to_chars(text, text + sizeof text, value).ptr;
+  double out = value;
+  std::from_chars(text, end, out);
+  return out;
+}
+
+}  // namespace
+
+double StepLrSchedule::lr_at(int64_t step) const {
+  const double lr = as_written(base_lr), lowest = as_written(min_lr);
+  if (step < warmup_steps) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
+  if (!cosine) return lr;
+  // The decay spans steps warmup_steps .. total_steps - 1 (at least one step, as the peer's max(1, ...)).
+  const double span = static_cast<double>(std::max<int64_t>(1, total_steps - 1 - warmup_steps));
+  const double frac = std::min(1.0, static_cast<double>(step - warmup_steps) / span);
+  return lowest + 0.5 * (lr - lowest) * (1.0 + std::cos(std::numbers::pi * frac));
 }
 
 namespace {

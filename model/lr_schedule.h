@@ -1,4 +1,5 @@
-// Learning-rate schedules, per epoch as PyTorch's StepLR and CosineAnnealingLR (closed form).
+// Learning-rate schedules: per epoch as PyTorch's StepLR and CosineAnnealingLR (closed form), and
+// per optimizer step as language models are trained (llm.c, nanoGPT): linear warm-up, then cosine.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,19 @@ struct LrSchedule {
   float min_lr = 0.f;        // kCosine: eta_min
 
   float lr_at(int64_t epoch) const;  // epoch counts from 0
+};
+
+// Per optimizer step (from 0) of a run of total_steps: lr * (step + 1) / warmup_steps while step <
+// warmup_steps, then constant (`cosine` false) or a cosine from lr down to min_lr, which it reaches at
+// the last step (total_steps - 1) and keeps after it: torch_gpt_peer.py's lr_at, computed in double.
+struct StepLrSchedule {
+  float base_lr = 1e-3f;
+  float min_lr = 1e-4f;
+  int64_t warmup_steps = 0;
+  int64_t total_steps = 1;
+  bool cosine = true;
+
+  double lr_at(int64_t step) const;
 };
 
 const char* lr_schedule_name(LrSchedule::Kind kind);                               // "none", "step", "cosine"

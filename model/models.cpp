@@ -153,6 +153,11 @@ std::vector<LayerSize> plan_model(const ModelSpec& spec, const Shape& sample_sha
   return layers;
 }
 
+void check_model_fits(const std::string& model, const std::vector<LayerSize>& layers, int64_t memory_budget_bytes) {
+  const bool machine = memory_budget_bytes <= 0;
+  check_fits(model, layers, machine ? host_memory_bytes() : memory_budget_bytes, machine);
+}
+
 std::unique_ptr<Sequential> build_model(const ModelSpec& spec, const Shape& sample_shape, int num_classes,
                                         Device device, uint64_t seed) {
   const bool machine = spec.memory_budget_bytes <= 0;

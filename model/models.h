@@ -50,6 +50,11 @@ struct LayerSize {
 // num_classes < 1, or when a count overflows.
 std::vector<LayerSize> plan_model(const ModelSpec& spec, const Shape& sample_shape, int num_classes);
 
+// Refuses (dtrain::Error of kind kResources, one line naming `model`, its largest layer and the
+// sizes) layers whose training state would not fit in memory_budget_bytes (<= 0: this machine's
+// physical memory). build_model runs it; other model families (model/gpt.h) share it.
+void check_model_fits(const std::string& model, const std::vector<LayerSize>& layers, int64_t memory_budget_bytes);
+
 // Builds the model after plan_model, refusing (dtrain::Error, one line naming the largest layer
 // and the sizes) one whose training state would not fit in spec.memory_budget_bytes.
 std::unique_ptr<Sequential> build_model(const ModelSpec& spec, const Shape& sample_shape, int num_classes,

@@ -125,9 +125,11 @@ void AdamW::step() {
     const double t = static_cast<double>(++steps_[i]);  // per parameter, as PyTorch's state["step"]
     const double lr = as_written(lr_), beta1 = as_written(opt_.beta1), beta2 = as_written(opt_.beta2);
     const double bias_correction1 = 1 - std::pow(beta1, t), bias_correction2 = 1 - std::pow(beta2, t);
+    const bool decays = !opt_.decay_matrices_only || p.value.shape().size() >= 2;
+    const double weight_decay = decays ? as_written(opt_.weight_decay) : 0.0;
     launch(p.value.device(), p.value.numel(),
            kernels::AdamWUpdate{p.value.data(), p.grad.data(), m_[i].data(), v_[i].data(),
-                                static_cast<float>(1 - lr * as_written(opt_.weight_decay)), opt_.beta1,
+                                static_cast<float>(1 - lr * weight_decay), opt_.beta1,
                                 opt_.beta2, static_cast<float>(1 - beta1), static_cast<float>(1 - beta2),
                                 static_cast<float>(std::sqrt(bias_correction2)), opt_.eps,
                                 static_cast<float>(-lr / bias_correction1)});
@@ -148,6 +150,8 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec, std::vector
     o.lr = spec.lr;
     o.weight_decay = spec.weight_decay;
     o.eps = spec.eps;
+    o.beta2 = spec.beta2;
+    o.decay_matrices_only = spec.decay_matrices_only;
     return std::make_unique<AdamW>(std::move(params), o);
   }
   return std::make_unique<Sgd>(std::move(params), SgdOptions{spec.lr, spec.momentum, 0.f, spec.weight_decay, spec.nesterov});

@@ -97,6 +97,9 @@ struct AdamWOptions {
   float beta2 = 0.999f;
   float eps = 1e-8f;
   float weight_decay = 0.01f;
+  // nanoGPT's parameter groups: weight decay on tensors of 2 or more dimensions only (matrices,
+  // embeddings), none on biases and LayerNorm gains.
+  bool decay_matrices_only = false;
 };
 
 class AdamW : public Optimizer {
@@ -121,6 +124,8 @@ struct OptimizerSpec {
   float weight_decay = 0.f;  // L2 for SGD, decoupled for AdamW
   bool nesterov = false;
   float eps = 1e-8f;  // AdamW's denominator term, PyTorch's default
+  float beta2 = 0.999f;  // AdamW's second-moment decay, PyTorch's default (GPT-2 runs use 0.95)
+  bool decay_matrices_only = false;  // AdamW: see AdamWOptions
 };
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec, std::vector<Parameter*> params);
 

@@ -57,7 +57,7 @@ TEST(TrainOptions, ParsesEveryGroup) {
 TEST(TrainOptions, WrongFlagsAndValuesAreOneLineUsageErrors) {
   EXPECT_EQ(usage_error_of({"--data", "/tmp", "--batch-size", "0"}), "--batch-size: must be at least 1, got 0");
   EXPECT_EQ(usage_error_of({"--data", "/tmp", "--lr", "-0.1"}), "--lr: must be positive, got -0.1");
-  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--model", "resnet"}), "--model: expected mlp or cnn, got 'resnet'");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--model", "resnet"}), "--model: expected mlp, cnn or gpt, got 'resnet'");
   EXPECT_EQ(usage_error_of({"--data", "/nonexistent/dir"}),
             "--data: no such directory '/nonexistent/dir' (Debian: apt-get install dataset-fashion-mnist)");
   EXPECT_EQ(usage_error_of({"--data", "/tmp", "--hidden", "256,x"}),
@@ -171,6 +171,107 @@ TEST(TrainOptions, WatchdogFlagsTurnTheMachineryOffAndTheHeaderCheckOn) {
   EXPECT_EQ(off.runtime.flight_recorder_size, 0u);
   EXPECT_TRUE(off.runtime.debug_collectives);
   EXPECT_THROW(parse_train_options({"--data", "/tmp", "--flight-recorder-size", "-1"}), UsageError);
+}
+
+}  // namespace
+}  // namespace dtrain
+
+namespace dtrain {
+namespace {
+
+std::string lm_error_of(std::vector<std::string> args) {
+  args.insert(args.begin(), {"--model", "gpt", "--data", "/tmp"});
+  try {
+    parse_train_options(args);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+// --model gpt: the shared contract's flags, and the defaults GPT users expect where not given.
+TEST(TrainOptions, GptFlagsAndDefaults) {
+  const TrainConfig d = parse_train_options({"--model", "gpt", "--data", "/tmp"}).config;
+  ASSERT_TRUE(d.lm.has_value());
+  EXPECT_EQ(d.lm->layers, 4);
+  EXPECT_EQ(d.lm->heads, 4);
+  EXPECT_EQ(d.lm->embd, 256);
+  EXPECT_EQ(d.lm->context, 256);
+  EXPECT_EQ(d.lm->vocab, 0);
+  EXPECT_EQ(d.lm->steps, 500);
+  EXPECT_EQ(d.lm->eval_every, 0);
+  EXPECT_EQ(d.lm->eval_batches, 20);
+  EXPECT_EQ(d.batch_size, 8);
+  EXPECT_EQ(d.optimizer.kind, OptimizerKind::kAdamW);
+  EXPECT_FLOAT_EQ(d.optimizer.lr, 1e-3f);
+  EXPECT_FLOAT_EQ(d.optimizer.beta2, 0.999f);
+  EXPECT_TRUE(d.optimizer.decay_matrices_only);
+  EXPECT_FLOAT_EQ(d.min_lr, 1e-4f);
+  EXPECT_EQ(d.warmup_steps, 0);
+  EXPECT_EQ(d.clip_grad_norm, 0.f);
+  EXPECT_EQ(d.lr_schedule, LrSchedule::Kind::kConstant);
+  EXPECT_EQ(d.data.format, DataFormat::kAuto);
+
+  const TrainConfig c =
+      parse_train_options({"--model", "gpt", "--data", "/tmp", "--layers", "1", "--heads", "2", "--embd", "16",
+                           "--context", "16", "--vocab", "256", "--steps", "50", "--warmup-steps", "10",
+                           "--lr-schedule", "cosine", "--lr", "3e-3", "--min-lr", "0", "--beta2", "0.95",
+                           "--weight-decay", "0.1", "--clip-grad-norm", "1", "--eval-every", "5", "--eval-batches",
+                           "4", "--batch-size", "2", "--data-format", "llmc", "--shuffle", "off"})
+          .config;
+  EXPECT_EQ(c.lm->layers, 1);
+  EXPECT_EQ(c.lm->heads, 2);
+  EXPECT_EQ(c.lm->embd, 16);
+  EXPECT_EQ(c.lm->context, 16);
+  EXPECT_EQ(c.lm->vocab, 256);
+  EXPECT_EQ(c.lm->steps, 50);
+  EXPECT_EQ(c.warmup_steps, 10);
+  EXPECT_EQ(c.lr_schedule, LrSchedule::Kind::kCosine);
+  EXPECT_FLOAT_EQ(c.optimizer.lr, 3e-3f);
+  EXPECT_EQ(c.min_lr, 0.f);
+  EXPECT_FLOAT_EQ(c.optimizer.beta2, 0.95f);
+  EXPECT_FLOAT_EQ(c.optimizer.weight_decay, 0.1f);
+  EXPECT_FLOAT_EQ(c.clip_grad_norm, 1.f);
+  EXPECT_EQ(c.lm->eval_every, 5);
+  EXPECT_EQ(c.lm->eval_batches, 4);
+  EXPECT_EQ(c.batch_size, 2);
+  EXPECT_EQ(c.data.format, DataFormat::kLlmc);
+  EXPECT_FALSE(c.data.shuffle);
+  // Image models: unchanged defaults; clipping and beta2 are theirs too.
+  const TrainConfig mlp = parse_train_options({"--data", "/tmp", "--optimizer", "adamw", "--beta2", "0.98",
+                                               "--clip-grad-norm", "0.5"})
+                              .config;
+  EXPECT_FALSE(mlp.lm.has_value());
+  EXPECT_FLOAT_EQ(mlp.optimizer.beta2, 0.98f);
+  EXPECT_FALSE(mlp.optimizer.decay_matrices_only);
+  EXPECT_FLOAT_EQ(mlp.clip_grad_norm, 0.5f);
+}
+
+TEST(TrainOptions, GptWrongValuesAndMisplacedFlagsAreOneLineUsageErrors) {
+  EXPECT_EQ(lm_error_of({"--heads", "3"}), "--heads: must divide --embd 256 (each head takes embd / heads), got 3");
+  EXPECT_EQ(lm_error_of({"--layers", "0"}), "--layers: must be in [1, 10000], got 0");
+  EXPECT_EQ(lm_error_of({"--context", "0"}), "--context: must be in [1, 1048576], got 0");
+  EXPECT_EQ(lm_error_of({"--vocab", "-1"}), "--vocab: must be in [0, 1048576] (0: from the data), got -1");
+  EXPECT_EQ(lm_error_of({"--steps", "0"}), "--steps: must be at least 1, got 0");
+  EXPECT_EQ(lm_error_of({"--eval-every", "-1"}), "--eval-every: must be non-negative (0: at the end only), got -1");
+  EXPECT_EQ(lm_error_of({"--eval-batches", "0"}), "--eval-batches: must be at least 1, got 0");
+  EXPECT_EQ(lm_error_of({"--steps", "5", "--warmup-steps", "6"}), "--warmup-steps: must be in [0, --steps 5], got 6");
+  EXPECT_EQ(lm_error_of({"--min-lr", "0.1"}), "--min-lr: must be in [0, --lr 0.001], got 0.1");
+  EXPECT_EQ(lm_error_of({"--beta2", "1"}), "--beta2: must be in [0, 1), got 1");
+  EXPECT_EQ(lm_error_of({"--clip-grad-norm", "-1"}), "--clip-grad-norm: must be non-negative (0: off), got -1");
+  EXPECT_EQ(lm_error_of({"--lr-schedule", "step"}), "--lr-schedule step: --model gpt takes none or cosine (per step)");
+  EXPECT_EQ(lm_error_of({"--epochs", "2"}), "--epochs: not with --model gpt (language models train --steps)");
+  EXPECT_EQ(lm_error_of({"--hidden", "64"}), "--hidden: not with --model gpt (an image-model flag)");
+  EXPECT_EQ(lm_error_of({"--data-format", "idx"}), "--data-format idx: --model gpt trains on token shards (llmc)");
+  EXPECT_EQ(lm_error_of({"--data-format", "npy"}), "--data-format: expected auto, idx or llmc, got 'npy'");
+  EXPECT_EQ(lm_error_of({"--optimizer", "sgd", "--beta2", "0.95"}), "--beta2: only with --optimizer adamw");
+  EXPECT_EQ(usage_error_of({"--model", "gpt"}).substr(0, 34), "--data: --model gpt needs --data D");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--steps", "10"}), "--steps: only with --model gpt");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--layers", "2"}), "--layers: only with --model gpt");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--data-format", "llmc"}),
+            "--data-format llmc: token shards train --model gpt");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--beta2", "0.95"}), "--beta2: only with --optimizer adamw");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--model", "rnn"}), "--model: expected mlp, cnn or gpt, got 'rnn'");
 }
 
 }  // namespace

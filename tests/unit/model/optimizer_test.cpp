@@ -122,5 +122,58 @@ TEST(LrSchedule, StepAndCosine) {
     EXPECT_EQ(parse_lr_schedule_kind(lr_schedule_name(kind)), kind);
 }
 
+// torch_gpt_peer.py's lr_at (lr 1e-3, min lr/10), printed by Python for these steps.
+TEST(StepLrSchedule, WarmupThenCosineAsThePeersLrAt) {
+  const StepLrSchedule s{1e-3f, 1e-4f, 10, 50, true};
+  const std::vector<std::pair<int64_t, double>> peer = {
+      {0, 0.0001}, {1, 0.0002}, {9, 0.001}, {10, 0.001}, {11, 0.0009985407886603944},
+      {25, 0.000709572199169141}, {48, 0.00010145921133960553}, {49, 0.0001}};
+  for (const auto& [step, lr] : peer) EXPECT_NEAR(s.lr_at(step), lr, 1e-15) << "step " << step;
+  EXPECT_NEAR(s.lr_at(60), 0.0001, 1e-15) << "past the last step: min_lr";
+  const StepLrSchedule no_warmup{1e-3f, 1e-4f, 0, 5, true};
+  const std::vector<double> peer5 = {0.001, 0.0008681980515339464, 0.00055, 0.00023180194846605365, 0.0001};
+  for (int64_t step = 0; step < 5; ++step) EXPECT_NEAR(no_warmup.lr_at(step), peer5[step], 1e-15) << step;
+  EXPECT_NEAR((StepLrSchedule{1e-3f, 1e-4f, 0, 1, true}.lr_at(0)), 0.001, 1e-15) << "one step: the peer's max(1, ...)";
+  const StepLrSchedule constant{1e-3f, 1e-4f, 4, 50, false};
+  EXPECT_NEAR(constant.lr_at(1), 0.0005, 1e-15);
+  EXPECT_NEAR(constant.lr_at(30), 0.001, 1e-15);
+}
+
+// nanoGPT's groups: with decay_matrices_only, a 1-d tensor (bias, LayerNorm) takes no weight
+// decay and a 2-d one does; beta2 is the one given.
+TEST(AdamW, DecayOnlyOnMatricesAndBeta2) {
+  const double lr = 0.01, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
+  Parameter bias{"b", Tensor::from_vector(std::vector<float>{1.f, -2.f, 0.5f, 3.f}, {4}), Tensor::zeros({4})};
+  Parameter weight{"w", Tensor::from_vector(std::vector<float>{1.f, -2.f, 0.5f, 3.f}, {2, 2}), Tensor::zeros({2, 2})};
+  AdamWOptions o{0.01f, 0.9f, 0.95f, 1e-8f, 0.1f};
+  o.decay_matrices_only = true;
+  AdamW opt({&bias, &weight}, o);
+  const std::vector<float> g = {0.1f, -0.2f, 0.3f, 0.4f};
+  std::vector<double> pb = {1, -2, 0.5, 3}, pw = pb;
+  for (int step = 0; step < 3; ++step) {
+    bias.grad.copy_from(Tensor::from_vector(g, {4}));
+    weight.grad.copy_from(Tensor::from_vector(g, {2, 2}));
+    bias.grad_is_zero = weight.grad_is_zero = false;
+    opt.step();
+  }
+  for (std::vector<double>* p : {&pb, &pw}) {
+    std::vector<double> m(4), v(4);
+    for (int step = 0; step < 3; ++step) {
+      const double t = step + 1;
+      for (int i = 0; i < 4; ++i) {
+        if (p == &pw) (*p)[i] *= 1 - lr * wd;
+        m[i] = b1 * m[i] + (1 - b1) * g[i];
+        v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+        (*p)[i] -= lr * (m[i] / (1 - std::pow(b1, t))) / (std::sqrt(v[i] / (1 - std::pow(b2, t))) + eps);
+      }
+    }
+  }
+  const std::vector<float> got_b = bias.value.to_vector(), got_w = weight.value.to_vector();
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_NEAR(got_b[i], pb[i], 1e-6) << "bias " << i << ": no decay";
+    EXPECT_NEAR(got_w[i], pw[i], 1e-6) << "weight " << i << ": decayed";
+  }
+}
+
 }  // namespace
 }  // namespace dtrain

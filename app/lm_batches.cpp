@@ -1,0 +1,58 @@
+#include "app/lm_batches.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "data/token_shards.h"
+#include "data/token_slots.h"
+
+namespace dtrain {
+
+struct LmBatches::Streams {
+  TokenShards shards;
+  TokenSlotSampler train_slots;
+  TokenSlotSampler val_slots;  // in order: validation slot i is slot i
+};
+
+LmBatches::~LmBatches() = default;
+LmBatches::LmBatches(LmBatches&&) noexcept = default;
+
+LmBatches::LmBatches(const TrainConfig& c, Device device) : batch_(c.batch_size), context_(c.lm->context) {
+  const int64_t slot_tokens = checked_mul(batch_, context_, "--batch-size x --context");
+  TokenShards shards = open_token_shards(c.data.dir, c.lm->vocab, slot_tokens);
+  TokenSlotSampler train(shards.train.size(), slot_tokens, c.data.shuffle, c.seed);
+  TokenSlotSampler val(shards.val.size(), slot_tokens, false);
+  vocab_ = shards.vocab;
+  streams_ = std::make_unique<Streams>(Streams{std::move(shards), std::move(train), std::move(val)});
+  // Staged on the host, then copied (on CPU the host tensors are the model's inputs).
+  host_inputs_ = Tensor::empty({batch_, context_}, Device::cpu(), DType::kI32);
+  host_targets_ = Tensor::empty({slot_tokens}, Device::cpu(), DType::kI32);
+  if (device.is_cpu()) {
+    inputs_ = host_inputs_;
+    targets_ = host_targets_;
+  } else {
+    inputs_ = Tensor::empty({batch_, context_}, device, DType::kI32);
+    targets_ = Tensor::empty({slot_tokens}, device, DType::kI32);
+  }
+}
+
+int64_t LmBatches::train_tokens() const { return streams_->shards.train.size(); }
+int64_t LmBatches::val_tokens() const { return streams_->shards.val.size(); }
+int64_t LmBatches::val_slots() const { return streams_->val_slots.slots(); }
+
+void LmBatches::stage_train(int64_t g) { stage(false, streams_->train_slots.slot(g)); }
+void LmBatches::stage_val(int64_t i) { stage(true, i % streams_->val_slots.slots()); }
+
+void LmBatches::stage(bool val, int64_t slot) {
+  const TokenSlotSampler& sampler = val ? streams_->val_slots : streams_->train_slots;
+  const TokenStream& stream = val ? streams_->shards.val : streams_->shards.train;
+  const auto n = static_cast<size_t>(host_targets_.numel());
+  sampler.read(stream, slot, {host_inputs_.data_as<int32_t>(), n}, {host_targets_.data_as<int32_t>(), n});
+  if (inputs_.shares_storage(host_inputs_)) return;
+  inputs_.copy_from(host_inputs_);  // on the compute stream: ordered before the forward that reads it
+  targets_.copy_from(host_targets_);
+}
+
+}  // namespace dtrain

@@ -1,0 +1,110 @@
+#include "model/embedding.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/kernels.h"
+#include "core/ops.h"
+#include "model/gpt_kernels.h"
+
+namespace dtrain {
+
+namespace {
+
+void pack_bf16(const Tensor& src, Tensor& dst) {  // dst = bf16(src), reused while the shape holds
+  ensure_tensor(dst, src.shape(), src.device(), DType::kBF16);
+  launch(src.device(), src.numel(), kernels::PackBF16{dst.data_as<uint16_t>(), src.data(), 1.f});
+}
+
+}  // namespace
+
+TokenEmbedding::TokenEmbedding(int64_t vocab, int64_t context, int64_t channels, Device device)
+    : vocab_(vocab), context_(context), channels_(channels) {
+  DTRAIN_CHECK(vocab > 0 && context > 0 && channels > 0, "TokenEmbedding(vocab {}, context {}, channels {}): sizes must be positive",
+               vocab, context, channels);
+  DTRAIN_CHECK(vocab <= INT32_MAX, "TokenEmbedding: vocabulary {} exceeds int32 token ids", vocab);
+  wte_ = {"wte.weight", Tensor::zeros({vocab, channels}, device), Tensor::zeros({vocab, channels}, device)};
+  wpe_ = {"wpe.weight", Tensor::zeros({context, channels}, device), Tensor::zeros({context, channels}, device)};
+}
+
+Tensor TokenEmbedding::forward(const Tensor& tokens) {
+  DTRAIN_CHECK(tokens.dtype() == DType::kI32 && tokens.ndim() == 2 && tokens.dim(1) >= 1 && tokens.dim(1) <= context_,
+               "TokenEmbedding (context {}) expects int32 tokens [B, T] with 1 <= T <= {}, got {} {}", context_,
+               context_, dtype_name(tokens.dtype()), shape_str(tokens.shape()));
+  const Device dev = wte_.value.device();
+  const int64_t batch = tokens.dim(0), seq = tokens.dim(1);
+  tokens_ = tokens;
+  ensure_tensor(output_, {batch, seq, channels_}, dev);
+  launch(dev, output_.numel(),
+         kernels::EmbeddingForward{output_.data(), tokens.data_as<int32_t>(), wte_.value.data(), wpe_.value.data(),
+                                   seq, channels_, vocab_});
+  return output_;
+}
+
+Tensor TokenEmbedding::backward(const Tensor& grad_output, bool) {
+  const Device dev = wte_.value.device();
+  const int64_t batch = tokens_.dim(0), seq = tokens_.dim(1), positions = batch * seq;
+  DTRAIN_CHECK(grad_output.numel() == positions * channels_, "TokenEmbedding backward got {}",
+               shape_str(grad_output.shape()));
+  // wpe first (reverse parameter order); wte last: Note [Tied embedding gradient].
+  launch(dev, context_ * channels_,
+         kernels::PositionBackward{wpe_.grad.data(), grad_output.data(), batch, seq, channels_, take_grad_beta(wpe_)});
+  grad_ready(wpe_);
+  ensure_tensor(buckets_, {2 * vocab_ + 1 + positions}, dev, DType::kI32);
+  int32_t* offsets = buckets_.data_as<int32_t>();
+  int32_t* order = offsets + 2 * vocab_ + 1;
+  launch(dev, 1, kernels::TokenBuckets{offsets, offsets + vocab_ + 1, order, tokens_.data_as<int32_t>(), positions, vocab_});
+  launch(dev, vocab_ * channels_,
+         kernels::EmbeddingBackward{wte_.grad.data(), grad_output.data(), offsets, order, channels_, take_grad_beta(wte_)});
+  grad_ready(wte_);
+  return {};
+}
+
+std::string TokenEmbedding::describe() const {
+  return fmt::format("TokenEmbedding(vocab={}, context={}, embd={})", vocab_, context_, channels_);
+}
+
+Tensor TiedLmHead::forward(const Tensor& x) {
+  const Tensor& w = wte_.value;
+  const int64_t vocab = w.dim(0), channels = w.dim(1);
+  DTRAIN_CHECK(x.ndim() == 2 && x.dim(1) == channels, "TiedLmHead (embd {}) got input {}", channels,
+               shape_str(x.shape()));
+  const Device dev = w.device();
+  const int64_t rows = x.dim(0);
+  input_ = x;
+  ensure_tensor(logits_, {rows, vocab}, dev);
+  bf16_forward_ = amp_ == AmpMode::kBf16;
+  if (bf16_forward_) {
+    pack_bf16(x, input_bf16_);
+    pack_bf16(w, weight_bf16_);
+    gemm_bf16(dev, false, true, rows, vocab, channels, 1.f, input_bf16_.data_as<uint16_t>(),
+              weight_bf16_.data_as<uint16_t>(), 0.f, logits_.data());
+  } else {
+    gemm(dev, false, true, rows, vocab, channels, 1.f, x.data(), w.data(), 0.f, logits_.data());
+  }
+  return logits_;
+}
+
+Tensor TiedLmHead::backward(const Tensor& dlogits) {
+  const Tensor& w = wte_.value;
+  const int64_t vocab = w.dim(0), channels = w.dim(1), rows = input_.dim(0);
+  DTRAIN_CHECK(dlogits.numel() == rows * vocab, "TiedLmHead backward got {}", shape_str(dlogits.shape()));
+  const Device dev = w.device();
+  ensure_tensor(grad_input_, {rows, channels}, dev);
+  // No grad_ready(wte) here: Note [Tied embedding gradient].
+  if (bf16_forward_) {
+    pack_bf16(dlogits, grad_bf16_);
+    const uint16_t* dy = grad_bf16_.data_as<uint16_t>();
+    gemm_bf16(dev, true, false, vocab, channels, rows, 1.f, dy, input_bf16_.data_as<uint16_t>(), take_grad_beta(wte_),
+              wte_.grad.data());
+    gemm_bf16(dev, false, false, rows, channels, vocab, 1.f, dy, weight_bf16_.data_as<uint16_t>(), 0.f,
+              grad_input_.data());
+    return grad_input_;
+  }
+  gemm(dev, true, false, vocab, channels, rows, 1.f, dlogits.data(), input_.data(), take_grad_beta(wte_),
+       wte_.grad.data());
+  gemm(dev, false, false, rows, channels, vocab, 1.f, dlogits.data(), w.data(), 0.f, grad_input_.data());
+  return grad_input_;
+}
+
+}  // namespace dtrain

@@ -1,0 +1,54 @@
+// The GPT's input and output layers. TokenEmbedding: tokens I32 (B, T) -> wte[token] + wpe[t],
+// F32 (B, T, C), with parameters "wte.weight" (V, C) and "wpe.weight" (context, C); its
+// backward is a gather in token order (model/gpt_kernels.h TokenBuckets), the same bits on
+// every thread count. TiedLmHead: logits (N, V) = x (N, C) wte^T, the output layer that shares
+// the token embedding's weight (GPT-2's tying).
+//
+// Note [Tied embedding gradient]: wte gets two contributions per backward, the head's (which
+// runs first) and the embedding's (which runs last). The head writes its part with
+// take_grad_beta(wte) (overwrite after zero_grad, else accumulate) and does NOT call grad_ready;
+// the embedding then accumulates (its take_grad_beta gives 1) and calls grad_ready(wte) once,
+// the last hook of the backward, so DDP all-reduces the sum.
+#pragma once
+
+#include "model/amp.h"
+#include "model/init.h"
+#include "model/module.h"
+
+namespace dtrain {
+
+class TokenEmbedding : public Module {
+ public:
+  TokenEmbedding(int64_t vocab, int64_t context, int64_t channels, Device device);
+  Tensor forward(const Tensor& tokens) override;  // tokens I32 (B, T), T <= context
+  Tensor backward(const Tensor& grad_output, bool need_input_grad = false) override;  // returns {}
+  std::vector<Parameter*> parameters() override { return {&wte_, &wpe_}; }
+  std::string describe() const override;
+  Parameter& wte() { return wte_; }
+  Parameter& wpe() { return wpe_; }
+
+ private:
+  int64_t vocab_, context_, channels_;
+  Parameter wte_, wpe_;
+  Tensor tokens_, output_;
+  Tensor buckets_;  // I32: offsets (V + 1), cursor (V), order (B*T)
+};
+
+// Not a Module: it owns no parameter (wte belongs to the TokenEmbedding). With AmpMode::kBf16
+// its GEMMs take bf16 operands, as autocast does for lm_head.
+class TiedLmHead {
+ public:
+  explicit TiedLmHead(Parameter& wte) : wte_(wte) {}
+  Tensor forward(const Tensor& x);         // x (N, C) -> logits (N, V)
+  Tensor backward(const Tensor& dlogits);  // accumulates dwte (no grad_ready), returns dx (N, C)
+  void set_amp(AmpMode mode) { amp_ = mode; }
+
+ private:
+  Parameter& wte_;
+  AmpMode amp_ = AmpMode::kOff;
+  bool bf16_forward_ = false;
+  Tensor input_, logits_, grad_input_;
+  Tensor input_bf16_, weight_bf16_, grad_bf16_;
+};
+
+}  // namespace dtrain

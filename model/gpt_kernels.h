@@ -1,0 +1,227 @@
+// The GPT layers' kernels (LayerNorm, tanh-GELU, token + position embedding, residual add) as
+// device-generic functors (core/launch.h); CUDA instantiations in model/cuda/gpt_kernels.cu.
+// Every reduction is a loop in a fixed order inside one functor call (no atomics), so the
+// results are the same bits on every thread count and on every run.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/kernels.h"
+#include "core/launch.h"
+
+namespace dtrain::kernels {
+
+// y = beta == 0 ? s : y + s. A gradient marked absent (Parameter::grad_is_zero) holds stale
+// memory, possibly NaN, so beta 0 must not read it (0 * NaN is NaN).
+DTRAIN_HD inline float accumulate(float y, float s, float beta) { return beta == 0.f ? s : y + s; }
+
+struct AddTensors {  // y = a + b (the residual connection)
+  float* y;
+  const float* a;
+  const float* b;
+  DTRAIN_HD void operator()(int64_t i) const { y[i] = a[i] + b[i]; }
+};
+
+// ---- LayerNorm over the last dimension: x is (rows, C) ----
+
+struct LayerNormForward {  // per row r: y = (x - mean) * rstd * w + b; caches mean[r], rstd[r]
+  float* y;
+  float* mean;
+  float* rstd;
+  const float* x;
+  const float* w;
+  const float* b;
+  int64_t cols;
+  float eps;
+  DTRAIN_HD void operator()(int64_t r) const {
+    const float* xr = x + r * cols;
+    float* yr = y + r * cols;
+    float s = 0.f;
+    for (int64_t c = 0; c < cols; ++c) s += xr[c];
+    const float m = s / static_cast<float>(cols);
+    float v = 0.f;  // two passes: the variance of (x - mean), not E[x^2] - mean^2
+    for (int64_t c = 0; c < cols; ++c) {
+      const float d = xr[c] - m;
+      v += d * d;
+    }
+    const float rs = 1.f / sqrtf(v / static_cast<float>(cols) + eps);
+    for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - m) * rs * w[c] + b[c];
+    mean[r] = m;
+    rstd[r] = rs;
+  }
+};
+
+// Per row r, with xhat = (x - mean) * rstd and g = dy * w:
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) [+ residual: the gradient that reaches x
+// around the block, added here instead of in a pass of its own].
+struct LayerNormBackward {
+  float* dx;
+  const float* dy;
+  const float* x;
+  const float* mean;
+  const float* rstd;
+  const float* w;
+  const float* residual;  // (rows, C) or nullptr
+  int64_t cols;
+  DTRAIN_HD void operator()(int64_t r) const {
+    const float* xr = x + r * cols;
+    const float* dyr = dy + r * cols;
+    float* dxr = dx + r * cols;
+    const float m = mean[r], rs = rstd[r];
+    float sg = 0.f, sgx = 0.f;
+    for (int64_t c = 0; c < cols; ++c) {
+      const float g = dyr[c] * w[c];
+      sg += g;
+      sgx += g * (xr[c] - m) * rs;
+    }
+    const float n = static_cast<float>(cols);
+    const float mg = sg / n, mgx = sgx / n;
+    for (int64_t c = 0; c < cols; ++c) {
+      const float d = rs * (dyr[c] * w[c] - mg - (xr[c] - m) * rs * mgx);
+      dxr[c] = residual ? residual[r * cols + c] + d : d;
+    }
+  }
+};
+
+// Per column c, summing the rows in order: dw[c] (+)= sum_r dy[r,c] * xhat[r,c], db[c] (+)= sum_r dy[r,c].
+struct LayerNormParamGrad {
+  float* dw;
+  float* db;
+  const float* dy;
+  const float* x;
+  const float* mean;
+  const float* rstd;
+  int64_t rows, cols;
+  float beta_w, beta_b;
+  DTRAIN_HD void operator()(int64_t c) const {
+    float sw = 0.f, sb = 0.f;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float g = dy[r * cols + c];
+      sw += g * (x[r * cols + c] - mean[r]) * rstd[r];
+      sb += g;
+    }
+    dw[c] = accumulate(dw[c], sw, beta_w);
+    db[c] = accumulate(db[c], sb, beta_b);
+  }
+};
+
+// ---- GELU, tanh approximation (PyTorch's approximate="tanh") ----
+
+inline constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+inline constexpr float kGeluCubic = 0.044715f;
+
+// Note [Arithmetic tanh]: libm's tanhf is one scalar call per element (the CPU loop cannot
+// vectorise it without fast-math), ~15 ns, and GELU runs it on every element of the 4C-wide MLP
+// activation twice per step. GELU only needs tanh to an absolute error of a few float ulps of 1
+// (it adds tanh to 1), so tanh(u) = 1 - 2 / (1 + e^(2u)) with an exp of plain arithmetic:
+// e^v = 2^n e^r, n = round(v / ln 2), |r| <= ln 2 / 2, e^r by its degree-7 Taylor polynomial
+// (truncation < 5e-9 relative), 2^n built in the exponent bits. It vectorises on the CPU, runs
+// as is on the GPU, and stays within 3e-7 of tanh (gpt_layers_test.cpp checks it on a grid).
+DTRAIN_HD inline float arith_exp(float v) {  // v in [-87, 87]
+  constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693145751953125f, kLn2Lo = 1.42860682030941723e-6f;
+  constexpr float kRound = 12582912.f;  // 1.5 * 2^23: adding and subtracting it rounds to an integer
+  const float n = (v * kLog2e + kRound) - kRound;
+  const float r = (v - n * kLn2Hi) - n * kLn2Lo;
+  const float p =
+      1.f + r * (1.f + r * (0.5f + r * (1.f / 6 + r * (1.f / 24 + r * (1.f / 120 + r * (1.f / 720 + r * (1.f / 5040)))))));
+  return p * bits_float(static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23);
+}
+
+DTRAIN_HD inline float arith_tanh(float u) {
+  u = u < -9.f ? -9.f : (u > 9.f ? 9.f : u);  // |tanh| rounds to 1 beyond
+  return 1.f - 2.f / (1.f + arith_exp(2.f * u));
+}
+
+struct GeluForward {  // y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+  float* y;
+  const float* x;
+  DTRAIN_HD void operator()(int64_t i) const {
+    const float v = x[i];
+    y[i] = 0.5f * v * (1.f + arith_tanh(kGeluScale * (v + kGeluCubic * v * v * v)));
+  }
+};
+
+struct GeluBackward {  // dx = dy * (1/2 (1 + t) + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2))
+  float* dx;
+  const float* dy;
+  const float* x;
+  DTRAIN_HD void operator()(int64_t i) const {
+    const float v = x[i];
+    const float t = arith_tanh(kGeluScale * (v + kGeluCubic * v * v * v));
+    const float d = 0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * kGeluScale * (1.f + 3.f * kGeluCubic * v * v);
+    dx[i] = dy[i] * d;
+  }
+};
+
+// ---- Token + position embedding: tokens (B, T) int32, wte (V, C), wpe (context, C) ----
+
+struct EmbeddingForward {  // y[b, t, c] = wte[tokens[b, t], c] + wpe[t, c]; a token outside [0, V) gives NaN
+  float* y;
+  const int32_t* tokens;
+  const float* wte;
+  const float* wpe;
+  int64_t seq, cols, vocab;  // seq = T of this batch (<= context)
+  DTRAIN_HD void operator()(int64_t i) const {
+    const int64_t p = i / cols, c = i % cols;
+    const int32_t tok = tokens[p];
+    const float e = (tok >= 0 && tok < vocab) ? wte[static_cast<int64_t>(tok) * cols + c] : NAN;
+    y[i] = e + wpe[(p % seq) * cols + c];
+  }
+};
+
+// One call (n = 1): a stable counting sort of the positions by token, so the backward can
+// gather each vocabulary row's gradient in token order. offsets has vocab + 1 entries (row v's
+// positions are order[offsets[v] .. offsets[v+1])), cursor vocab; tokens outside [0, V) are left out.
+struct TokenBuckets {
+  int32_t* offsets;
+  int32_t* cursor;
+  int32_t* order;
+  const int32_t* tokens;
+  int64_t positions, vocab;
+  DTRAIN_HD void operator()(int64_t) const {
+    for (int64_t v = 0; v <= vocab; ++v) offsets[v] = 0;
+    for (int64_t p = 0; p < positions; ++p)
+      if (tokens[p] >= 0 && tokens[p] < vocab) ++offsets[tokens[p] + 1];
+    for (int64_t v = 0; v < vocab; ++v) {
+      offsets[v + 1] += offsets[v];
+      cursor[v] = offsets[v];
+    }
+    for (int64_t p = 0; p < positions; ++p)
+      if (tokens[p] >= 0 && tokens[p] < vocab) order[cursor[tokens[p]]++] = static_cast<int32_t>(p);
+  }
+};
+
+// Per (v, c): dwte[v, c] (+)= sum of dy[p, c] over the positions p holding token v, in
+// position order (a gather through TokenBuckets: no atomics, the same bits on any thread count).
+struct EmbeddingBackward {
+  float* dwte;
+  const float* dy;
+  const int32_t* offsets;
+  const int32_t* order;
+  int64_t cols;
+  float beta;
+  DTRAIN_HD void operator()(int64_t i) const {
+    const int64_t v = i / cols, c = i % cols;
+    float s = 0.f;
+    for (int32_t j = offsets[v]; j < offsets[v + 1]; ++j) s += dy[static_cast<int64_t>(order[j]) * cols + c];
+    dwte[i] = accumulate(dwte[i], s, beta);
+  }
+};
+
+// Per (t, c) of wpe (context rows): dwpe[t, c] (+)= sum_b dy[b, t, c]; rows t >= seq get 0.
+struct PositionBackward {
+  float* dwpe;
+  const float* dy;
+  int64_t batch, seq, cols;
+  float beta;
+  DTRAIN_HD void operator()(int64_t i) const {
+    const int64_t t = i / cols, c = i % cols;
+    float s = 0.f;
+    if (t < seq)
+      for (int64_t b = 0; b < batch; ++b) s += dy[(b * seq + t) * cols + c];
+    dwpe[i] = accumulate(dwpe[i], s, beta);
+  }
+};
+
+}  // namespace dtrain::kernels

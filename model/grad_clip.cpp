@@ -1,0 +1,47 @@
+#include "model/grad_clip.h"
+
+#include <algorithm>
+
+#include "core/ops.h"
+#include "model/grad_clip_kernels.h"
+#include "model/kernels.h"
+
+namespace dtrain {
+
+int64_t grad_norm_chunks(int64_t n) {
+  constexpr int64_t kElementsPerChunk = 1024;
+  return std::max<int64_t>(1, (n + kElementsPerChunk - 1) / kElementsPerChunk);
+}
+
+GradNormClipper::GradNormClipper(std::vector<Parameter*> params) : params_(std::move(params)) {
+  DTRAIN_CHECK(!params_.empty(), "gradient clipping needs parameters");
+  const Device device = params_[0]->value.device();
+  int64_t total = 0;
+  for (const Parameter* p : params_) {
+    first_partial_.push_back(total);
+    chunks_.push_back(grad_norm_chunks(p->grad.numel()));
+    total += chunks_.back();
+  }
+  partials_ = Tensor::zeros({total}, device);
+  result_ = Tensor::zeros({2}, device);
+}
+
+void GradNormClipper::clip(float max_norm) {
+  const Device device = result_.device();
+  fill(partials_, 0.f);  // absent gradients contribute nothing
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Parameter& p = *params_[i];
+    if (p.grad_is_zero) continue;
+    launch(device, chunks_[i],
+           kernels::SumSquaresStrided{partials_.data() + first_partial_[i], p.grad.data(), p.grad.numel(), chunks_[i]});
+  }
+  launch(device, 1, kernels::GlobalNormAndClipCoefficient{result_.data(), partials_.data(), partials_.numel(), max_norm});
+  if (max_norm <= 0.f) return;
+  // Scaled even when the coefficient is 1 (x * 1 is x, bit for bit): the host never looks.
+  for (Parameter* p : params_)
+    if (!p->grad_is_zero) launch(device, p->grad.numel(), kernels::ScaleByDeviceScalar{p->grad.data(), result_.data() + 1});
+}
+
+float GradNormClipper::last_norm() const { return result_.to_vector()[0]; }
+
+}  // namespace dtrain

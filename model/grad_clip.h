@@ -1,0 +1,41 @@
+// Gradient clipping by the global L2 norm, as torch.nn.utils.clip_grad_norm_(params, max_norm):
+// the norm of all gradients together, then every gradient scaled by min(1, max_norm / (norm +
+// 1e-6)). Everything stays on the parameters' device (a chunked sum of squares, a one-thread
+// total, a scale that reads the coefficient from device memory): no host round trip per step.
+// Run it after the gradient all-reduce, so every rank holds the same gradients, computes the
+// same bits and takes the same decision. No MPI here.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/module.h"
+
+namespace dtrain {
+
+class GradNormClipper {
+ public:
+  explicit GradNormClipper(std::vector<Parameter*> params);
+  // Computes the global norm of the gradients written since zero_grad() (an absent gradient
+  // counts as none, as PyTorch's None); with max_norm > 0 scales them by the coefficient.
+  // Enqueued on the device; returns without waiting.
+  void clip(float max_norm);
+  // The norm of the last clip(), before clipping (a device-to-host copy: waits for it). For logs.
+  float last_norm() const;
+  // The device tensor [norm, coefficient] of the last clip().
+  const Tensor& result() const { return result_; }
+
+ private:
+  std::vector<Parameter*> params_;
+  std::vector<int64_t> first_partial_;  // per parameter: where its chunks' sums go
+  std::vector<int64_t> chunks_;         // per parameter
+  Tensor partials_;
+  Tensor result_;
+};
+
+// Chunks of a gradient of n elements: about 1024 elements each (enough threads for a GPU, few
+// enough partials for the one-thread total).
+int64_t grad_norm_chunks(int64_t n);
+
+}  // namespace dtrain

@@ -1,0 +1,44 @@
+// Kernels of gradient clipping by the global norm (model/grad_clip.h), device-generic functors
+// (core/launch.h); CUDA instantiations in model/cuda/grad_clip_kernels.cu.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/launch.h"
+
+namespace dtrain::kernels {
+
+// One thread per chunk c of `chunks`: partial[c] = sum of g[i]^2 over i = c, c + chunks, ... < n.
+// Strided so that neighbouring GPU threads read neighbouring floats; a fixed chunk count and a
+// fixed order per chunk give the same bits on every device and thread count.
+struct SumSquaresStrided {
+  float* partial;  // [chunks]
+  const float* g;  // [n]
+  int64_t n, chunks;
+  DTRAIN_HD void operator()(int64_t c) const {
+    float s = 0.f;
+    for (int64_t i = c; i < n; i += chunks) s += g[i] * g[i];
+    partial[c] = s;
+  }
+};
+
+// One thread: out[0] = sqrt(sum of partial[0, count)), the global L2 norm; out[1] = the clip
+// coefficient min(1, max_norm / (norm + 1e-6)) as torch.nn.utils.clip_grad_norm_ computes it
+// in float (1 when max_norm is 0: no clipping). The partials are summed in double, in order.
+struct GlobalNormAndClipCoefficient {
+  float* out;  // [2]
+  const float* partial;
+  int64_t count;
+  float max_norm;
+  DTRAIN_HD void operator()(int64_t) const {
+    double total = 0;
+    for (int64_t i = 0; i < count; ++i) total += partial[i];
+    const float norm = static_cast<float>(sqrt(total));
+    const float coef = max_norm / (norm + 1e-6f);
+    out[0] = norm;
+    out[1] = max_norm > 0.f && coef < 1.f ? coef : 1.f;
+  }
+};
+
+}  // namespace dtrain::kernels
