@@ -15,7 +15,9 @@ reads slot s), and dtrain trains from the same file with the same settings (--in
      (max|w_dtrain - w_torch| / max|w_torch|, per tensor);
   2. the peer's model loads dtrain's file with strict=True (lm_head.weight re-tied to wte), and
      its validation loss over val slots 0..K-1 (the peer's batch() at rank 0 of 1) equals the
-     val_loss dtrain's --json line reports (--eval-batches K) within 1e-5.
+     val_loss dtrain's --json line reports (--eval-batches K) within 1e-5;
+  3. `dtrain sample --temperature 0` with dtrain's checkpoint prints the continuation the peer's
+     model (dtrain's weights loaded) writes greedily from the same prompt, byte for byte.
 Exit 77 (CTest: skipped) with the reason when torch cannot be imported or the peers are missing.
 """
 import json
@@ -101,6 +103,21 @@ def val_loss(model, val):
         return sum(model(*batch(val, i, 0, 1, BATCH, CONTEXT)).item() for i in range(EVAL_BATCHES)) / EVAL_BATCHES
 
 
+def greedy(model, prompt, n):
+    """The peer's model continuing `prompt` (bytes) by n bytes, each the argmax (the lowest id
+    among equals, as torch.argmax) over a window of the last CONTEXT bytes."""
+    ids = list(prompt)
+    t = model.transformer
+    with torch.no_grad():
+        for _ in range(n):
+            w = torch.tensor([ids[-CONTEXT:]])
+            x = t.wte(w) + t.wpe(torch.arange(w.shape[1]))
+            for block in t.h:
+                x = block(x)
+            ids.append(int(model.lm_head(t.ln_f(x))[0, -1].argmax()))
+    return bytes(ids)
+
+
 def main():
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -148,6 +165,15 @@ def main():
         check(got is not None and abs(peer_val - got) <= LOSS_BOUND,
               f"the peer's validation loss with dtrain's weights over {EVAL_BATCHES} val slots, {peer_val:.7f}, "
               f"equals dtrain's --json val_loss {got} (bound {LOSS_BOUND:g})")
+        prompt, n = b"import json\ndef ", 48  # longer than the context by the end: the window slides
+        want = greedy(loaded, prompt, n)
+        r = subprocess.run([DTRAIN, "sample", "--weights", ck, "--prompt", prompt.decode(), "--tokens", str(n),
+                            "--temperature", "0", "--threads", "1"], capture_output=True,
+                           env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+        got = r.stdout[:-1] if r.stdout.endswith(b"\n") else r.stdout
+        check(r.returncode == 0 and got == want,
+              f"dtrain sample --temperature 0 writes the peer's greedy continuation: {got!r} (exit {r.returncode}, "
+              f"{r.stderr.decode()[-300:].strip()}) vs the peer's {want!r}")
         print(f"     (the peer's own weights: val loss {val_loss(reference, val):.7f}; "
               f"metadata dtrain.model={metadata.get('dtrain.model')})")
     if failures:
