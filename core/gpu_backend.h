@@ -59,6 +59,11 @@ class GpuBackend {
   virtual void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                          const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
                          int64_t ldc) = 0;
+  // A batch of products of one shape, consecutive ones stride_* elements apart (core/ops.h gemm_batched).
+  virtual void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                                    const float* a, int64_t lda, int64_t stride_a, const float* b, int64_t ldb,
+                                    int64_t stride_b, float beta, float* c, int64_t ldc, int64_t stride_c,
+                                    int64_t count) = 0;
   virtual void set_allow_tf32(bool allow) = 0;
 
   // Streams.
@@ -73,7 +78,7 @@ class GpuBackend {
 // The CUDA plugin's entry point and what it returns. Bump the version whenever GpuBackend or this
 // struct changes: a plugin from another build is then refused instead of calling through a
 // vtable of another layout.
-inline constexpr uint32_t kGpuBackendApiVersion = 2;
+inline constexpr uint32_t kGpuBackendApiVersion = 3;  // 3: gemm_strided_batched
 inline constexpr const char* kGpuBackendLibrary = "libdtrain_cuda.so";
 inline constexpr const char* kGpuBackendEntryPoint = "dtrain_cuda_backend_init";
 struct GpuBackendPlugin {

@@ -90,14 +90,11 @@ void cpu_gemm_block(bool use_blis, bool trans_a, bool trans_b, int64_t m, int64_
 
 }  // namespace
 
-void gemm(Device device, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-          const float* b, float beta, float* c) {
-  if (m == 0 || n == 0) return;
-  const int64_t lda = trans_a ? m : k, ldb = trans_b ? k : n, ldc = n;
-  if (!device.is_cpu()) {
-    gpu_backend().gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    return;
-  }
+namespace {
+
+// One CPU product with leading dimensions, cut across the rank's threads (plan_gemm_split).
+void cpu_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+              const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   const bool use_blis = blis_enabled() && blis_wins(m, n, k);
   CpuWorkers& workers = *cpu_workers();
   const GemmSplit split = plan_gemm_split(m, n, k, workers.threads());
@@ -113,6 +110,58 @@ void gemm(Device device, bool trans_a, bool trans_b, int64_t m, int64_t n, int64
     else  // columns of op(B) and C
       cpu_gemm_block(use_blis, trans_a, trans_b, m, end - begin, k, alpha, a, lda,
                      b + (trans_b ? begin * ldb : begin), ldb, beta, c + begin, ldc);
+  });
+}
+
+}  // namespace
+
+void gemm(Device device, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          const float* b, float beta, float* c) {
+  if (m == 0 || n == 0) return;
+  const int64_t lda = trans_a ? m : k, ldb = trans_b ? k : n, ldc = n;
+  if (!device.is_cpu()) {
+    gpu_backend().gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  cpu_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void gemm_batched(Device device, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
+                  const GemmBatch& batch) {
+  if (m == 0 || n == 0 || batch.count <= 0) return;
+  DTRAIN_CHECK(lda >= (trans_a ? m : k) && ldb >= (trans_b ? k : n) && ldc >= n,
+               "gemm_batched: leading dimensions {}, {}, {} too small for {} x {} x {}", lda, ldb, ldc, m, n, k);
+  if (!device.is_cpu()) {
+    gpu_backend().gemm_strided_batched(trans_a, trans_b, m, n, k, alpha, a, lda, batch.stride_a, b, ldb,
+                                       batch.stride_b, beta, c, ldc, batch.stride_c, batch.count);
+    return;
+  }
+  const auto one = [&](int64_t i, bool threaded) {
+    const float* ai = a + i * batch.stride_a;
+    const float* bi = b + i * batch.stride_b;
+    float* ci = c + i * batch.stride_c;
+    if (threaded)
+      cpu_gemm(trans_a, trans_b, m, n, k, alpha, ai, lda, bi, ldb, beta, ci, ldc);
+    else
+      cpu_gemm_block(blis_enabled() && blis_wins(m, n, k), trans_a, trans_b, m, n, k, alpha, ai, lda, bi, ldb, beta,
+                     ci, ldc);
+  };
+  // Whole products per thread when there are enough of them and enough work to pay for a wake-up
+  // (kGemmMinFlopsPerThread); else each product alone, cut as gemm() cuts it.
+  CpuWorkers& workers = *cpu_workers();
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) *
+                       static_cast<double>(batch.count);
+  const int64_t parts = std::min({static_cast<int64_t>(workers.threads()), batch.count,
+                                  static_cast<int64_t>(flops / kGemmMinFlopsPerThread)});
+  if (parts <= 1 || batch.count < workers.threads()) {
+    for (int64_t i = 0; i < batch.count; ++i) one(i, true);
+    return;
+  }
+  const int64_t per_part = (batch.count + parts - 1) / parts;
+  workers.run(static_cast<int>(parts), [&](int part) {
+    const int64_t begin = std::min(batch.count, part * per_part), end = std::min(batch.count, begin + per_part);
+    for (int64_t i = begin; i < end; ++i) one(i, false);
   });
 }
 

@@ -20,6 +20,21 @@ void gemm(Device device, bool trans_a, bool trans_b, int64_t m, int64_t n, int64
 void gemm_bf16(Device device, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                const uint16_t* a, const uint16_t* b, float beta, float* c);
 
+// A batch of `count` products of one shape, with leading dimensions: for i in [0, count),
+// C_i = alpha * op(A_i) * op(B_i) + beta * C_i, A_i = a + i * stride_a (B and C alike). lda, ldb
+// and ldc are the row strides of A, B and C as stored (row-major), so a product may read or write
+// a block of a larger matrix: attention's per-head products over a causal block of rows (one call
+// per block for all B*H heads, model/attention.cpp). CPU: the products are shared among the
+// rank's threads, each one library call (alone, one product is cut as gemm() cuts it); CUDA: one
+// cublasSgemmStridedBatched. Same result every run at a given thread count.
+struct GemmBatch {
+  int64_t count = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // elements between consecutive products
+};
+void gemm_batched(Device device, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
+                  const GemmBatch& batch);
+
 void fill(Tensor& t, float value);
 // A vector of at least n ones on `device`, kept in `t` and only ever grown (a smaller n uses a
 // prefix): layers compute bias gradients as a GEMM against it.

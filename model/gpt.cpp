@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "model/activation.h"
-#include "model/attention_placeholder.h"  // PLACEHOLDER: model/attention.h once i21-attn is merged
+#include "model/attention.h"
 #include "model/gpt_kernels.h"
 #include "model/linear.h"
 

@@ -73,6 +73,7 @@ class Gpt : public Module {
   void set_grad_ready_hook(GradReadyHook hook) override;
   std::string describe() const override;
   const GptSpec& spec() const { return spec_; }
+  GptBlock& block(size_t i) { return *blocks_.at(i); }
 
  private:
   GptSpec spec_;

@@ -15,12 +15,10 @@ float InitRng::uniform(float lo, float hi) {
 }
 
 float InitRng::normal(float mean, float std) {
-  // Box-Muller in double from two 24-bit uniforms: 1 - u1 is in (0, 1], so the log is finite.
-  // log and cos of double round to the same float on every IEEE platform short of a value
-  // within 2^-29 of a float rounding boundary; the draws themselves are exact.
-  const double u1 = uniform(0.f, 1.f), u2 = uniform(0.f, 1.f);
-  const double z = std::sqrt(-2.0 * std::log(1.0 - u1)) * std::cos(2.0 * 3.14159265358979323846 * u2);
-  return static_cast<float>(mean + std * z);
+  // 1 - u lies in (0, 1], so the log is finite; one value per pair of draws (the cosine branch).
+  const float u1 = 1.f - uniform(0.f, 1.f), u2 = uniform(0.f, 1.f);
+  constexpr float kTwoPi = 6.28318530717958647692f;
+  return mean + std * std::sqrt(-2.f * std::log(u1)) * std::cos(kTwoPi * u2);
 }
 
 void normal_init(Tensor& t, float std, InitRng& rng) {

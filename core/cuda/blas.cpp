@@ -95,6 +95,21 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
                            c, d.ldc));
 }
 
+void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                          int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b, float beta,
+                          float* c, int64_t ldc, int64_t stride_c, int64_t count) {
+  if (m == 0 || n == 0 || count == 0) return;
+  const GemmDims d(m, n, k, lda, ldb, ldc);
+  BoundBlas blas;
+  CUBLAS_CHECK(cublasSetMathMode(blas.handle(), g_allow_tf32.load(std::memory_order_relaxed)
+                                                    ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                    : CUBLAS_DEFAULT_MATH));
+  // The column-major view of gemm() above, product by product.
+  CUBLAS_CHECK(cublasSgemmStridedBatched(blas.handle(), op(trans_b), op(trans_a), d.n, d.m, d.k, &alpha, b, d.ldb,
+                                         stride_b, a, d.lda, stride_a, &beta, c, d.ldc, stride_c,
+                                         to_int(count, "batch count")));
+}
+
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;

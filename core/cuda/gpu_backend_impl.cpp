@@ -37,6 +37,12 @@ class CudaGpuBackend final : public GpuBackend {
                  int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) override {
     cuda::gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
+  void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                            int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b, float beta,
+                            float* c, int64_t ldc, int64_t stride_c, int64_t count) override {
+    cuda::gemm_strided_batched(trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
+                               stride_c, count);
+  }
   void set_allow_tf32(bool allow) override { cuda::set_allow_tf32(allow); }
 
   Stream& compute_stream(int device) override { return cuda::compute_stream(device); }

@@ -235,21 +235,34 @@ TEST(Gpt, ForwardGivesLogitsPerPositionAndAcceptsShorterSequences) {
   EXPECT_NEAR(l, std::log(11.f), 0.05f);
 }
 
-// --amp bf16 reaches the block GEMMs and the head: the logits move by bf16 rounding, no more.
-TEST(Gpt, Bf16AutocastReachesTheGemmsWithinBf16Rounding) {
+// Largest |a - b| relative to the largest |a|.
+double rel_change(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, std::abs(double(a[i]) - b[i]));
+    scale = std::max(scale, std::abs(double(a[i])));
+  }
+  return worst / scale;
+}
+
+// --amp bf16 reaches every block's GEMMs and the head: each output moves by bf16 rounding, no more.
+TEST(Gpt, Bf16AutocastReachesTheBlocksAndTheHeadWithinBf16Rounding) {
   auto model = build_gpt(tiny(), Device::cpu(), 6);
   randomise(*model);
   const Tensor tokens = tokens_tensor({1, 4, 4, 9, 0, 10, 2, 4, 7, 7}, 2, 5);
-  const std::vector<float> fp32 = model->forward(tokens).to_vector();
+  const Tensor x = Tensor::from_vector(random_values(2 * 5 * 8, 21), {2, 5, 8});
+  const std::vector<float> logits32 = model->forward(tokens).to_vector();
+  std::vector<std::vector<float>> blocks32;
+  for (size_t i = 0; i < 2; ++i) blocks32.push_back(model->block(i).forward(x).to_vector());
   model->set_amp(AmpMode::kBf16);
-  const std::vector<float> bf16 = model->forward(tokens).to_vector();
-  double worst = 0, scale = 0;
-  for (size_t i = 0; i < fp32.size(); ++i) {
-    worst = std::max(worst, std::abs(double(fp32[i]) - bf16[i]));
-    scale = std::max(scale, std::abs(double(fp32[i])));
+  const double logits_change = rel_change(logits32, model->forward(tokens).to_vector());
+  EXPECT_GT(logits_change, 0.0);
+  EXPECT_LT(logits_change, 0.05);
+  for (size_t i = 0; i < 2; ++i) {
+    const double change = rel_change(blocks32[i], model->block(i).forward(x).to_vector());
+    EXPECT_GT(change, 0.0) << "block " << i;
+    EXPECT_LT(change, 0.05) << "block " << i;
   }
-  EXPECT_GT(worst, 0.0);
-  EXPECT_LT(worst / scale, 0.05);
 }
 
 }  // namespace

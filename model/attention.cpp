@@ -1,0 +1,159 @@
+#include "model/attention.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/ops.h"
+#include "model/attention_kernels.h"
+
+namespace dtrain {
+
+namespace {
+
+// Calls f(begin, end) for each causal block of rows [begin, end) of [0, time).
+template <class F>
+void for_each_block(int64_t time, F&& f) {
+  for (int64_t begin = 0; begin < time; begin += CausalSelfAttention::kCausalBlock)
+    f(begin, std::min(time, begin + CausalSelfAttention::kCausalBlock));
+}
+
+// A Linear whose own initialisation is replaced (GPT-2's normal draws come from the caller's rng).
+Linear make_linear(int64_t in, int64_t out, Device device) {
+  InitRng discarded(0);
+  return Linear(in, out, device, discarded);
+}
+
+void init_linear(Linear& layer, const char* name, float std, InitRng& rng) {
+  std::vector<Parameter*> params = layer.parameters();  // weight, bias
+  for (Parameter* p : params) p->name = fmt::format("{}.{}", name, p->name);
+  normal_init(params[0]->value, std, rng);
+  params[1]->value.zero_();
+}
+
+}  // namespace
+
+CausalSelfAttention::CausalSelfAttention(int64_t embd, int64_t heads, int64_t context, Device device, InitRng& rng,
+                                         float proj_std)
+    : embd_(embd),
+      heads_(heads),
+      head_size_(heads > 0 ? embd / heads : 0),
+      context_(context),
+      device_(device),
+      c_attn_(make_linear(embd > 0 ? embd : 1, embd > 0 ? checked_mul(3, embd, "c_attn width") : 1, device)),
+      c_proj_(make_linear(embd > 0 ? embd : 1, embd > 0 ? embd : 1, device)) {
+  DTRAIN_CHECK(embd > 0 && heads > 0 && context > 0,
+               "CausalSelfAttention(embd {}, heads {}, context {}): sizes must be positive", embd, heads, context);
+  DTRAIN_CHECK(embd % heads == 0, "CausalSelfAttention: embd {} is not a multiple of heads {}", embd, heads);
+  init_linear(c_attn_, "c_attn", 0.02f, rng);
+  init_linear(c_proj_, "c_proj", proj_std, rng);
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& input) {
+  DTRAIN_CHECK(input.ndim() == 3 && input.dim(2) == embd_ && input.dim(1) >= 1 && input.dim(1) <= context_,
+               "{} got input {} (want [B, T <= {}, {}])", describe(), shape_str(input.shape()), context_, embd_);
+  const int64_t B = input.dim(0), T = input.dim(1), C = embd_, H = heads_, hs = head_size_, BH = B * H;
+  batch_ = B;
+  time_ = T;
+  const Device dev = device_;
+  const Tensor qkv = c_attn_.forward(input.view({B * T, C}));  // (B*T, 3C)
+  ensure_tensor(qkv_heads_, {3, BH, T, hs}, dev);
+  launch(dev, 3 * BH * T, kernels::RowsToHeads{qkv_heads_.data(), qkv.data(), B, T, H, hs, 3});
+  const float* q = qkv_heads_.data();
+  const float* k = q + BH * T * hs;
+  const float* v = k + BH * T * hs;
+
+  // att = softmax(q k^T / sqrt(hs)), masked: per head (T, T), block by block (Note [Causal blocks]).
+  ensure_tensor(att_, {BH, T, T}, dev);
+  float* att = att_.data();
+  const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+  const GemmBatch heads_qk{BH, T * hs, T * hs, T * T};
+  for_each_block(T, [&](int64_t r0, int64_t r1) {
+    gemm_batched(dev, false, true, r1 - r0, r1, hs, scale, q + r0 * hs, hs, k, hs, 0.f, att + r0 * T, T, heads_qk);
+  });
+  launch(dev, BH * T, kernels::CausalSoftmaxForward{att, T, kCausalBlock});
+
+  // y = att v: rows of a block read the keys up to the block's end.
+  ensure_tensor(y_heads_, {BH, T, hs}, dev);
+  float* y = y_heads_.data();
+  const GemmBatch heads_av{BH, T * T, T * hs, T * hs};
+  for_each_block(T, [&](int64_t r0, int64_t r1) {
+    gemm_batched(dev, false, false, r1 - r0, hs, r1, 1.f, att + r0 * T, T, v, hs, 0.f, y + r0 * hs, hs, heads_av);
+  });
+  ensure_tensor(y_rows_, {B * T, C}, dev);
+  launch(dev, BH * T, kernels::HeadsToRows{y_rows_.data(), y, B, T, H, hs, 1});
+  return c_proj_.forward(y_rows_).view({B, T, C});
+}
+
+Tensor CausalSelfAttention::backward(const Tensor& grad_output, bool need_input_grad) {
+  const int64_t B = batch_, T = time_, C = embd_, H = heads_, hs = head_size_, BH = B * H;
+  DTRAIN_CHECK(att_.defined() && grad_output.numel() == B * T * C, "{} backward got {} after a forward of [{}, {}, {}]",
+               describe(), shape_str(grad_output.shape()), B, T, C);
+  const Device dev = device_;
+  const Tensor dy_rows = c_proj_.backward(grad_output.view({B * T, C}), true);  // fires c_proj's hooks
+  ensure_tensor(dy_heads_, {BH, T, hs}, dev);
+  launch(dev, BH * T, kernels::RowsToHeads{dy_heads_.data(), dy_rows.data(), B, T, H, hs, 1});
+  const float* dy = dy_heads_.data();
+  const float* q = qkv_heads_.data();
+  const float* k = q + BH * T * hs;
+  const float* v = k + BH * T * hs;
+  const float* att = att_.data();
+  ensure_tensor(dqkv_heads_, {3, BH, T, hs}, dev);
+  float* dq = dqkv_heads_.data();
+  float* dk = dq + BH * T * hs;
+  float* dv = dk + BH * T * hs;
+  const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+  const GemmBatch rows_by_keys{BH, T * T, T * hs, T * hs};  // (T, T) per head times (T, hs) per head
+  const GemmBatch rows_by_rows{BH, T * hs, T * hs, T * T};  // (T, hs) times (T, hs)^T
+
+  // dv = att^T dy: keys of block [c0, c1) are read by queries t >= c0 only.
+  for_each_block(T, [&](int64_t c0, int64_t c1) {
+    gemm_batched(dev, true, false, c1 - c0, hs, T - c0, 1.f, att + c0 * T + c0, T, dy + c0 * hs, hs, 0.f,
+                 dv + c0 * hs, hs, rows_by_keys);
+  });
+  // datt = dy v^T on the lower block triangle, then dscores = softmax backward, in place.
+  ensure_tensor(datt_, {BH, T, T}, dev);
+  float* ds = datt_.data();
+  for_each_block(T, [&](int64_t r0, int64_t r1) {
+    gemm_batched(dev, false, true, r1 - r0, r1, hs, 1.f, dy + r0 * hs, hs, v, hs, 0.f, ds + r0 * T, T, rows_by_rows);
+  });
+  launch(dev, BH * T, kernels::CausalSoftmaxBackward{ds, att, T, kCausalBlock});
+  // scores = scale q k^T: dq = scale ds k, dk = scale ds^T q.
+  for_each_block(T, [&](int64_t r0, int64_t r1) {
+    gemm_batched(dev, false, false, r1 - r0, hs, r1, scale, ds + r0 * T, T, k, hs, 0.f, dq + r0 * hs, hs,
+                 rows_by_keys);
+  });
+  for_each_block(T, [&](int64_t c0, int64_t c1) {
+    gemm_batched(dev, true, false, c1 - c0, hs, T - c0, scale, ds + c0 * T + c0, T, q + c0 * hs, hs, 0.f,
+                 dk + c0 * hs, hs, rows_by_keys);
+  });
+  ensure_tensor(dqkv_rows_, {B * T, 3 * C}, dev);
+  launch(dev, 3 * BH * T, kernels::HeadsToRows{dqkv_rows_.data(), dqkv_heads_.data(), B, T, H, hs, 3});
+  const Tensor dx = c_attn_.backward(dqkv_rows_, need_input_grad);  // fires c_attn's hooks
+  return dx.defined() ? dx.view({B, T, C}) : Tensor{};
+}
+
+std::vector<Parameter*> CausalSelfAttention::parameters() {
+  std::vector<Parameter*> out = c_attn_.parameters();
+  for (Parameter* p : c_proj_.parameters()) out.push_back(p);
+  return out;
+}
+
+std::string CausalSelfAttention::describe() const {
+  return fmt::format("CausalSelfAttention(embd={}, heads={}, context={})", embd_, heads_, context_);
+}
+
+void CausalSelfAttention::set_amp(AmpMode mode) {
+  c_attn_.set_amp(mode);
+  c_proj_.set_amp(mode);
+}
+
+void CausalSelfAttention::set_grad_ready_hook(GradReadyHook hook) {
+  c_attn_.set_grad_ready_hook(hook);
+  c_proj_.set_grad_ready_hook(hook);
+  Module::set_grad_ready_hook(std::move(hook));
+}
+
+}  // namespace dtrain

@@ -1,0 +1,99 @@
+// Causal self-attention's kernels (model/attention.cpp) as device-generic functors (core/launch.h),
+// instantiated for CUDA in model/cuda/attention_kernels.cu. B sequences of T tokens, H heads of
+// hs = C / H features. "Heads" tensors are (parts, B*H, T, hs): each head's T x hs matrix is
+// contiguous, as the per-head GEMMs want it; "rows" tensors are (B*T, parts*C) as Linear gives them
+// (parts = 3 for c_attn's q|k|v, 1 for the attention output).
+//
+// Note [Causal blocks]: the scores att = q k^T are computed in blocks of `block` query rows, block
+// i only against keys [0, end of block i): the keys after the block are masked for every row of it.
+// That is about half the products' work for T >> block (T = 256, block 64: 5/8 of the full
+// square). Every later product reads only that lower block triangle, so the softmax kernels also
+// zero the masked entries inside the diagonal block (u > t, u < end of t's block), which those
+// products do read; entries right of the block are never written nor read.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/launch.h"
+
+namespace dtrain::kernels {
+
+// One (part, b, h, t) segment of hs floats per i: heads[s, b*H + h, t, :] = rows[b*T + t, s*C + h*hs : +hs].
+// n = parts*B*H*T. A segment per i, not an element: the index arithmetic is paid once per hs floats.
+struct RowsToHeads {
+  float* heads;
+  const float* rows;
+  int64_t batch, time, heads_n, head_size, parts;
+  DTRAIN_HD void operator()(int64_t i) const {
+    const int64_t t = i % time, bh = i / time, h = bh % heads_n, sb = bh / heads_n, b = sb % batch, s = sb / batch;
+    const int64_t c = heads_n * head_size;
+    const float* src = rows + (b * time + t) * parts * c + s * c + h * head_size;
+    float* dst = heads + i * head_size;
+    for (int64_t d = 0; d < head_size; ++d) dst[d] = src[d];
+  }
+};
+
+// The inverse: rows[b*T + t, s*C + h*hs : +hs] = heads[s, b*H + h, t, :]; n = parts*B*H*T.
+struct HeadsToRows {
+  float* rows;
+  const float* heads;
+  int64_t batch, time, heads_n, head_size, parts;
+  DTRAIN_HD void operator()(int64_t i) const {
+    const int64_t t = i % time, bh = i / time, h = bh % heads_n, sb = bh / heads_n, b = sb % batch, s = sb / batch;
+    const int64_t c = heads_n * head_size;
+    float* dst = rows + (b * time + t) * parts * c + s * c + h * head_size;
+    const float* src = heads + i * head_size;
+    for (int64_t d = 0; d < head_size; ++d) dst[d] = src[d];
+  }
+};
+
+// The end (exclusive) of the causal block holding row t (Note [Causal blocks]).
+DTRAIN_HD inline int64_t causal_block_end(int64_t t, int64_t block, int64_t time) {
+  const int64_t end = (t / block + 1) * block;
+  return end < time ? end : time;
+}
+
+// One row r = (b*H + h)*T + t of att (B*H, T, T) per i, in place: att[r, u] = softmax over u <= t
+// of the scaled scores, max-subtracted (stable for any score); 0 for t < u < end of t's block.
+struct CausalSoftmaxForward {
+  float* att;
+  int64_t time, block;
+  DTRAIN_HD void operator()(int64_t r) const {
+    const int64_t t = r % time;
+    float* row = att + r * time;
+    float m = row[0];
+    for (int64_t u = 1; u <= t; ++u) m = row[u] > m ? row[u] : m;
+    float sum = 0.f;
+    for (int64_t u = 0; u <= t; ++u) {
+      const float e = expf(row[u] - m);
+      row[u] = e;
+      sum += e;
+    }
+    const float inv = 1.f / sum;  // sum >= 1: the max's own term is exp(0)
+    for (int64_t u = 0; u <= t; ++u) row[u] *= inv;
+    const int64_t end = causal_block_end(t, block, time);
+    for (int64_t u = t + 1; u < end; ++u) row[u] = 0.f;
+  }
+};
+
+// Softmax backward per row, in place over the incoming gradient: with p = att[r, :] and
+// g = grad[r, :] (dL/dp), grad[r, u] = p[u] * (g[u] - sum over u' <= t of p[u'] g[u']) for u <= t,
+// i.e. dL/dscore; 0 for t < u < end of t's block (the masked scores get no gradient).
+struct CausalSoftmaxBackward {
+  float* grad;
+  const float* att;
+  int64_t time, block;
+  DTRAIN_HD void operator()(int64_t r) const {
+    const int64_t t = r % time;
+    float* g = grad + r * time;
+    const float* p = att + r * time;
+    float dot = 0.f;
+    for (int64_t u = 0; u <= t; ++u) dot += p[u] * g[u];
+    for (int64_t u = 0; u <= t; ++u) g[u] = p[u] * (g[u] - dot);
+    const int64_t end = causal_block_end(t, block, time);
+    for (int64_t u = t + 1; u < end; ++u) g[u] = 0.f;
+  }
+};
+
+}  // namespace dtrain::kernels
