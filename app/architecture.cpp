@@ -18,6 +18,11 @@ constexpr const char* kDropout = "dtrain.dropout";
 constexpr const char* kInput = "dtrain.input_shape";
 constexpr const char* kClasses = "dtrain.classes";
 constexpr const char* kNormalize = "dtrain.normalize";
+constexpr const char* kLayers = "dtrain.layers";
+constexpr const char* kHeads = "dtrain.heads";
+constexpr const char* kEmbd = "dtrain.embd";
+constexpr const char* kContext = "dtrain.context";
+constexpr const char* kVocab = "dtrain.vocab";
 
 // Floats as the shortest text that reads back to the same float.
 std::string float_text(float v) { return fmt::format("{}", v); }
@@ -72,6 +77,8 @@ std::optional<Architecture> architecture_from_metadata(const safetensors::Metada
   auto kind_it = m.find(kModel);
   if (kind_it == m.end()) return std::nullopt;
   Architecture a;
+  if (kind_it->second == "gpt")
+    throw Error(fmt::format("{}: a GPT's weights (__metadata__ dtrain.model gpt): this command takes mlp or cnn", source));
   auto kind = parse_model_kind(kind_it->second);
   if (!kind) bad(source, kModel, kind_it->second, "mlp or cnn");
   a.model.kind = *kind;
@@ -102,6 +109,35 @@ void check_weights_fit(const safetensors::File& weights, const Architecture& arc
         throw Error(fmt::format("{}: tensor '{}' has shape {}, but the architecture ({}) needs {}", weights.source(),
                                 t.name, shape_str(info->shape), describe(arch), shape_str(t.shape)));
     }
+}
+
+safetensors::Metadata gpt_architecture_metadata(const GptSpec& spec) {
+  return {{"format", "pt"},
+          {kModel, "gpt"},
+          {kLayers, std::to_string(spec.layers)},
+          {kHeads, std::to_string(spec.heads)},
+          {kEmbd, std::to_string(spec.embd)},
+          {kContext, std::to_string(spec.context)},
+          {kVocab, std::to_string(spec.vocab)}};
+}
+
+std::optional<GptSpec> gpt_spec_from_metadata(const safetensors::Metadata& m, const std::string& source) {
+  auto kind = m.find(kModel);
+  if (kind == m.end() || kind->second != "gpt") return std::nullopt;
+  auto one = [&](const char* key) {
+    const std::string& text = require_key(m, source, key);
+    const std::vector<int64_t> v = parse_ints(source, key, text);
+    if (v.size() != 1 || v[0] > (int64_t{1} << 20)) bad(source, key, text, "a positive whole number up to 1048576");
+    return v[0];
+  };
+  GptSpec spec;
+  spec.layers = one(kLayers);
+  spec.heads = one(kHeads);
+  spec.embd = one(kEmbd);
+  spec.context = one(kContext);
+  spec.vocab = one(kVocab);
+  if (spec.embd % spec.heads != 0) bad(source, kHeads, require_key(m, source, kHeads), "a divisor of dtrain.embd");
+  return spec;
 }
 
 std::string describe(const Architecture& a) {

@@ -9,6 +9,7 @@
 #include "checkpoint/safetensors.h"
 #include "core/tensor.h"
 #include "data/mnist.h"
+#include "model/gpt.h"
 #include "model/models.h"
 
 namespace dtrain {
@@ -34,6 +35,14 @@ std::optional<Architecture> architecture_from_metadata(const safetensors::Metada
 // tensor '1.weight' has shape [256, 784], but the architecture (mlp 784-2500000-10) needs
 // [2500000, 784]", or names the tensor missing.
 void check_weights_fit(const safetensors::File& weights, const Architecture& arch);
+
+// --model gpt: {"format": "pt", "dtrain.model": "gpt", "dtrain.layers": "4", "dtrain.heads": "4",
+// "dtrain.embd": "256", "dtrain.context": "256", "dtrain.vocab": "256"}, so that `dtrain sample`
+// and `dtrain eval` rebuild the model from the file alone.
+safetensors::Metadata gpt_architecture_metadata(const GptSpec& spec);
+// The GPT a file records; nullopt when it records no "dtrain.model" or another model. Throws
+// Error "<source>: __metadata__ dtrain.heads: expected ..., got '...'" when it records one badly.
+std::optional<GptSpec> gpt_spec_from_metadata(const safetensors::Metadata& metadata, const std::string& source);
 
 // "mlp 784-256-10" / "cnn", for messages.
 std::string describe(const Architecture& arch);

@@ -16,6 +16,7 @@
 #include "app/divergence.h"
 #include "app/evaluate.h"
 #include "app/files.h"
+#include "app/lm_trainer.h"
 #include "app/preemption.h"
 #include "app/rank_agreement.h"
 #include "app/run_control.h"
@@ -365,7 +366,7 @@ void check_output_paths(Runtime& runtime, const TrainConfig& c) {
 
 TrainResult train(Runtime& runtime, const TrainConfig& config) {
   check_output_paths(runtime, config);
-  if (config.lm) throw Error("--model gpt: the language-model loop is not in this build yet", ErrorKind::kUsage);
+  if (config.lm) return train_language_model(runtime, config);
   return Trainer(runtime, config).run();
 }
 

@@ -1,0 +1,305 @@
+#include "app/lm_trainer.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <span>
+
+#include <fmt/format.h>
+
+#include "app/architecture.h"
+#include "app/checkpointing.h"
+#include "app/lm_batches.h"
+#include "app/preemption.h"
+#include "app/progress.h"
+#include "app/rank_agreement.h"
+#include "app/reporter.h"
+#include "app/run_control.h"
+#include "app/sample_log.h"
+#include "app/trace.h"
+#include "app/train_step.h"
+#include "comm/exchange.h"
+#include "comm/mpi_lifecycle.h"
+#include "core/memory.h"
+#include "model/gpt.h"
+#include "model/grad_clip.h"
+#include "model/loss.h"
+#include "train/root_broadcast.h"
+
+namespace dtrain {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Note [A language model's position]: a run stands at optimizer step `step` having consumed g0
+// training slots over all ranks (--accumulate slots per rank per step). Micro-batch m of the next
+// step reads slot g = g0 + m*N + r on rank r, so the slots of a step are consecutive in the slot
+// order whatever N is: a run resumed at another world size continues at g0, every slot once.
+// In state.json the step is global_step and g0 is samples_seen (and sample_in_epoch): a "sample"
+// of a language model is a slot of B sequences.
+struct LmPosition {
+  int64_t step = 0;   // optimizer steps done
+  int64_t slots = 0;  // g0: training slots consumed by all ranks
+};
+
+GptSpec gpt_spec(const LmSettings& lm, int64_t vocab) {
+  GptSpec spec;
+  spec.vocab = vocab;
+  spec.context = lm.context;
+  spec.layers = lm.layers;
+  spec.heads = lm.heads;
+  spec.embd = lm.embd;
+  return spec;
+}
+
+// Every rank maps the shards itself (nodes need not share a filesystem), and all learn every
+// rank's verdict: one bad shard is one line (with the rank when the ranks saw different things)
+// and every rank stops alike, with no MPI_Abort.
+LmBatches open_data(Runtime& rt, const TrainConfig& c) {
+  std::optional<LmBatches> data;
+  std::string mine;
+  try {
+    data.emplace(classify_errors(ErrorKind::kData, [&] { return LmBatches(c, rt.device()); }));
+  } catch (const Error& e) {
+    mine = fmt::format("{}\t{}", static_cast<int>(e.kind()), e.what());  // the kind travels with the line
+  }
+  const std::vector<std::string> verdicts = allgather_strings(rt.control(), mine);
+  for (size_t r = 0; r < verdicts.size(); ++r) {
+    if (verdicts[r].empty()) continue;
+    const bool all_alike = std::all_of(verdicts.begin(), verdicts.end(), [&](const std::string& v) { return v == verdicts[r]; });
+    const size_t tab = verdicts[r].find('\t');
+    const std::string line = verdicts[r].substr(tab + 1);
+    throw AgreedError(all_alike ? line : fmt::format("rank {}: {}", r, line),
+                      static_cast<ErrorKind>(std::stoi(verdicts[r].substr(0, tab))));
+  }
+  return std::move(*data);
+}
+
+class LmTrainer {
+ public:
+  LmTrainer(Runtime& runtime, const TrainConfig& config);
+  TrainResult run();
+
+ private:
+  void choose_starting_point();
+  // One optimizer step of --accumulate micro-batches; returns the last micro-batch's loss.
+  Tensor train_step();
+  // The mean loss over --eval-batches validation slots, each rank taking i = r, r+N, ...; collective.
+  double validation_loss();
+  checkpoint::TrainingState training_state() const;
+
+  Runtime& rt_;
+  const TrainConfig& c_;
+  const LmSettings& lm_;
+  LmBatches data_;
+  std::unique_ptr<Gpt> model_;
+  std::optional<DistributedDataParallel> ddp_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::optional<GradNormClipper> clipper_;
+  StepLrSchedule schedule_;
+  CrossEntropyLoss loss_fn_;
+  Tracer tracer_;
+  Reporter reporter_;
+  LmPosition pos_;
+  SampleLog sample_log_;  // the slots each rank reads (a test hook)
+  std::optional<RunControl> control_;
+};
+
+LmTrainer::LmTrainer(Runtime& runtime, const TrainConfig& c)
+    : rt_(runtime),
+      c_(c),
+      lm_(*c.lm),
+      data_(open_data(runtime, c)),
+      model_(build_gpt(gpt_spec(lm_, data_.vocab()), runtime.device(), c.seed,
+                       host_memory_bytes() / std::max(1, runtime.local_size()))),
+      schedule_{c.optimizer.lr, c.min_lr, c.warmup_steps, lm_.steps, c.lr_schedule == LrSchedule::Kind::kCosine},
+      tracer_(!c.output.trace_path.empty()),
+      reporter_(c.output, runtime.rank() == 0, false),
+      sample_log_(runtime.rank()) {
+  // Before the first collective whose count or shape a setting decides: ranks started with other
+  // flags (or other shards) fail here, in one line.
+  check_ranks_agree(runtime.control(), shared_settings(c, data_.train_tokens(), data_.val_tokens()));
+  model_->set_amp(c.amp);
+  if (runtime.size() > 1) {
+    DdpOptions ddp = c.ddp;
+    ddp.device_timing = !c.output.trace_path.empty() || !c.output.metrics_path.empty();
+    ddp_.emplace(*model_, runtime, ddp);
+  }
+  optimizer_ = make_optimizer(c.optimizer, model_->parameters());
+  if (c.clip_grad_norm > 0.f) clipper_.emplace(model_->parameters());
+  control_.emplace(runtime, c, *model_, *optimizer_, reporter_, gpt_architecture_metadata(gpt_spec(lm_, data_.vocab())),
+                   RunControl::Callbacks{[this] { return training_state(); },
+                                         [this] { return fmt::format("step {} (slot {})", pos_.step, pos_.slots); },
+                                         "no checkpoint of this step"});
+  choose_starting_point();
+}
+
+void LmTrainer::choose_starting_point() {
+  const CheckpointSettings& k = c_.checkpoints;
+  const std::optional<ResumedRun> resumed = classify_errors(ErrorKind::kCheckpoint, [&] {
+    return restore_checkpoint(rt_.control(), c_, *model_, *optimizer_);
+  });
+  if (!resumed && !k.init_weights.empty())
+    classify_errors(ErrorKind::kCheckpoint, [&] { load_initial_weights(rt_.control(), k.init_weights, *model_); });
+  int64_t parameters = 0;
+  for (Parameter* p : model_->parameters()) parameters += p->value.numel();
+  reporter_.start_lm(rt_, model_->describe(), c_, data_.train_tokens(), data_.val_tokens(), parameters);
+  if (!resumed) {
+    if (k.resume == ResumeMode::kAuto)
+      reporter_.note(fmt::format("resume: no checkpoint in {} (no {}/latest, no step-<N>): starting fresh", k.dir, k.dir));
+    if (!k.init_weights.empty()) reporter_.note(fmt::format("initial weights: {}", k.init_weights));
+    return;
+  }
+  const checkpoint::TrainingState& s = resumed->state;
+  if (ddp_ && resumed->buckets) ddp_->set_bucket_layout(*resumed->buckets);
+  pos_ = {s.global_step, s.samples_seen};
+  control_->resumed_from(resumed->path, s.global_step);
+  if (!resumed->chosen_because.empty()) reporter_.note("resume: " + resumed->chosen_because);
+  reporter_.note(fmt::format("resume: from {} (step {}, {} slots consumed){}", resumed->path, s.global_step,
+                             s.samples_seen, k.init_weights.empty() ? "" : "; --init-weights not used"));
+  if (s.world_size != rt_.size())
+    reporter_.note(fmt::format("resume: saved at world size {}, running at {}: continuing from slot {}, every slot "
+                               "once; not bitwise identical to continuing at world size {}",
+                               s.world_size, rt_.size(), s.samples_seen, s.world_size));
+  if (pos_.step >= lm_.steps)
+    reporter_.note(fmt::format("resume: the checkpoint has done {} of --steps {}: nothing left to train", pos_.step,
+                               lm_.steps));
+}
+
+Tensor LmTrainer::train_step() {
+  const int64_t world = rt_.size();
+  optimizer_->zero_grad();
+  Tensor loss;
+  for (int64_t m = 0; m < c_.accumulate; ++m) {
+    const bool ends_step = m + 1 == c_.accumulate;
+    const int64_t g = pos_.slots + m * world + rt_.rank();  // Note [A language model's position]
+    data_.stage_train(g);
+    if (sample_log_.enabled()) sample_log_.record(0, pos_.step + 1, std::span(&g, 1));
+    loss = forward_backward(*model_, ddp_ ? &*ddp_ : nullptr, loss_fn_, tracer_, data_.inputs(), data_.targets(),
+                            {c_.accumulate, ends_step});
+    control_->record_loss(loss, {pos_.step + 1, 0, pos_.step + 1});
+  }
+  if (clipper_) clipper_->clip(c_.clip_grad_norm);  // after the all-reduce: the same on every rank
+  optimizer_->set_lr(static_cast<float>(schedule_.lr_at(pos_.step)));
+  {
+    ScopedSpan span(&tracer_, "optimizer step");
+    optimizer_->step();
+  }
+  if (ddp_)
+    for (const std::string& note : ddp_->take_bucket_notes()) reporter_.note(note);
+  ++pos_.step;
+  pos_.slots += c_.accumulate * world;
+  return loss;
+}
+
+double LmTrainer::validation_loss() {
+  const int64_t batches = std::min(lm_.eval_batches, data_.val_slots());
+  model_->set_training(false);
+  CrossEntropyLoss mean_loss;
+  double sum = 0;
+  for (int64_t i = rt_.rank(); i < batches; i += rt_.size()) {
+    data_.stage_val(i);
+    sum += loss_value(mean_loss.forward(model_->forward(data_.inputs()), data_.targets()));
+  }
+  model_->set_training(true);
+  float total = static_cast<float>(sum);  // at most --eval-batches terms: float is plenty
+  rt_.control().allreduce(&total, 1, DType::kF32, ReduceOp::kSum);
+  return static_cast<double>(total) / static_cast<double>(batches);
+}
+
+checkpoint::TrainingState LmTrainer::training_state() const {
+  checkpoint::TrainingState s;  // Note [A language model's position]
+  s.epoch = 0;
+  s.step_in_epoch = pos_.step;
+  s.sample_in_epoch = pos_.slots;
+  s.global_step = pos_.step;
+  s.samples_seen = pos_.slots;
+  s.world_size = rt_.size();
+  s.seed = c_.seed;
+  s.lr_schedule_position = pos_.step;
+  s.lr = static_cast<float>(schedule_.lr_at(std::max<int64_t>(pos_.step - 1, 0)));
+  s.config = resume_config(c_);
+  if (ddp_ && ddp_->bucket_layout_final()) s.buckets = bucket_layout_json(ddp_->bucket_layout());
+  return s;
+}
+
+TrainResult LmTrainer::run() {
+  TrainResult result;
+  result.world_size = rt_.size();
+  result.device = rt_.device().str();
+  for (Parameter* p : model_->parameters()) result.parameters += p->value.numel();
+  const double tokens_per_step = static_cast<double>(c_.batch_size * lm_.context * c_.accumulate * rt_.size());
+  const int64_t first_step = pos_.step;  // resumed runs time only their own steps
+  const auto start = Clock::now();
+  auto interval_start = start;
+  int64_t interval_steps = 0;
+  double eval_seconds = 0;
+  Tensor loss;
+  bool stopped = false;
+  while (pos_.step < lm_.steps) {
+    set_collective_context(fmt::format("step {}", pos_.step + 1));
+    control_->begin_step();
+    loss = train_step();
+    control_->end_step({pos_.step, 0, pos_.step});
+    ++interval_steps;
+    const bool last = pos_.step == lm_.steps;
+    if (pos_.step % c_.output.log_interval == 0 || pos_.step == 1 || last) {
+      const float loss_now = loss_value(loss);  // a device-to-host copy: waits for the step
+      const double seconds = seconds_since(interval_start);
+      reporter_.lm_step({pos_.step, lm_.steps, loss_now, clipper_ ? clipper_->last_norm() : -1.f,
+                         schedule_.lr_at(pos_.step - 1), 1e3 * seconds / static_cast<double>(interval_steps),
+                         tokens_per_step * static_cast<double>(interval_steps) / seconds});
+      interval_start = Clock::now();
+      interval_steps = 0;
+    }
+    if (last || (lm_.eval_every > 0 && pos_.step % lm_.eval_every == 0)) {
+      const auto t0 = Clock::now();
+      set_collective_context(fmt::format("step {} evaluation", pos_.step));
+      result.val_loss = validation_loss();
+      reporter_.lm_eval(pos_.step, result.val_loss);
+      eval_seconds += seconds_since(t0);
+      interval_start = Clock::now();
+    }
+    const CheckpointSettings& k = c_.checkpoints;
+    if (!control_->at_step_boundary({.global_step = pos_.step,
+                                     .run_end = last,
+                                     .due = k.every > 0 && pos_.step % k.every == 0,
+                                     .can_save = true})) {
+      stopped = true;
+      break;
+    }
+  }
+  rt_.compute_stream().synchronize();
+  result.train_seconds = seconds_since(start) - eval_seconds;
+  result.stop_signal = control_->stopped_by();
+  result.diverged = control_->diverged();
+  control_->finish();
+  result.global_step = pos_.step;
+  if (stopped) return result;
+  float mean_loss = loss.defined() ? loss_value(loss) : 0.f;  // this rank's last loss, then the mean over ranks
+  rt_.control().allreduce(&mean_loss, 1, DType::kF32, ReduceOp::kSum);
+  result.train_loss = mean_loss / static_cast<float>(rt_.size());
+  if (!loss.defined()) result.val_loss = validation_loss();  // resumed at the end: nothing trained
+  result.tokens_per_second =
+      result.train_seconds > 0 ? tokens_per_step * static_cast<double>(lm_.steps - first_step) / result.train_seconds : 0;
+  if (tracer_.enabled()) {
+    const Tracer::Overlap o = tracer_.write(c_.output.trace_path, rt_.control());
+    result.allreduce_overlap = o.allreduce_ns > 0 ? o.overlapped_ns / o.allreduce_ns : 0.0;
+    reporter_.trace_written(c_.output.trace_path, tracer_.spans().size(), result.allreduce_overlap, o.allreduce_ns);
+  }
+  reporter_.finish_lm(result);
+  return result;
+}
+
+}  // namespace
+
+TrainResult train_language_model(Runtime& runtime, const TrainConfig& config) {
+  return LmTrainer(runtime, config).run();
+}
+
+}  // namespace dtrain

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# A tiny GPT (--model gpt, L1 H2 C16 T16) on byte-level llm.c shards of the Python json package
+# (written here as llmc_shards.py writes them): the loss falls and the validation loss is
+# printed; a checkpoint resumed with --resume auto at the same world size ends bitwise equal to the
+# uninterrupted run; resumed at another world size it continues from the saved slot position,
+# every training slot read once (DTRAIN_TEST_SAMPLE_LOG); a malformed shard is one line and exit
+# 65 (data); a bad GPT flag is one line and exit 2 (usage).
+#   lm_train_test.sh PATH/TO/dtrain NP [NP_RESUMED]
+set -uo pipefail
+DTRAIN=${1:?usage: lm_train_test.sh PATH/TO/dtrain NP [NP_RESUMED]}
+NP=${2:?usage: lm_train_test.sh PATH/TO/dtrain NP [NP_RESUMED]}
+NP2=${3:-$NP}
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+
+SRC=/usr/lib/python3.11/json
+if [ ! -d "$SRC" ] || ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+  echo "SKIPPED: needs $SRC and python3 with numpy to write the shards"
+  exit 77
+fi
+SHARDS="$WORK/shards"
+# llm.c's format (header of 256 int32: magic 20240520, version 1, count; uint16 tokens); the val
+# shard is the first 1/20 of the bytes, as llmc_shards.py and `dtrain data shard --bytes` split.
+/usr/bin/python3 - "$SHARDS" "$SRC" <<'PY'
+import glob, os, sys, numpy as np
+out, src = sys.argv[1], sys.argv[2]
+data = b"".join(open(f, "rb").read() for f in sorted(glob.glob(os.path.join(src, "*.py"))))
+os.makedirs(out, exist_ok=True)
+def write(path, toks):
+    h = np.zeros(256, dtype="<i4"); h[0], h[1], h[2] = 20240520, 1, len(toks)
+    with open(path, "wb") as f:
+        f.write(h.tobytes()); f.write(np.frombuffer(toks, dtype=np.uint8).astype("<u2").tobytes())
+n_val = min(len(data) // 20, 1 << 20)
+write(os.path.join(out, "bytes_val_000000.bin"), data[:n_val])
+write(os.path.join(out, "bytes_train_000000.bin"), data[n_val:])
+PY
+
+GPT=(train --model gpt --threads 1 --layers 1 --heads 2 --embd 16 --context 16 --batch-size 4
+     --lr 3e-3 --warmup-steps 2 --lr-schedule cosine --weight-decay 0.1 --beta2 0.95 --clip-grad-norm 1
+     --eval-batches 4 --shuffle off --log-interval 5)
+
+# 1. Trains: the loss falls, the log is llm.c's, the JSON line carries the contract's fields.
+if dtrain_at "$NP" "$WORK/train.log" "${GPT[@]}" --data "$SHARDS" --steps 30 --eval-every 10 --json --metrics "$WORK/m.jsonl"; then
+  first=$(sed -n 's/^step 1\/30 | loss \([0-9.]*\) .*/\1/p' "$WORK/train.log")
+  last=$(sed -n 's/^step 30\/30 | loss \([0-9.]*\) .*/\1/p' "$WORK/train.log")
+  echo "# loss: step 1 $first, step 30 $last"
+  check "the loss falls (step 1 $first > step 30 $last + 0.3)" \
+    /usr/bin/python3 -c "import sys; sys.exit(0 if float('$first') > float('$last') + 0.3 else 1)"
+  check "log lines: step | loss | norm | lr | ms | tokens/s" \
+    grep -Eq '^step 10/30 \| loss [0-9.]+ \| norm [0-9.]+ \| lr [0-9.]+e-0[0-9] \| [0-9]+ ms \| [0-9,]+ tokens/s$' "$WORK/train.log"
+  check "val loss at --eval-every and at the end (3 lines)" [ "$(grep -c '^val loss [0-9.]*$' "$WORK/train.log")" = 3 ]
+  check "--json: tokens_per_s, train_loss, val_loss, steps 30, world_size $NP, parameters" \
+    /usr/bin/python3 -c "
+import json, sys
+j = json.loads([l for l in open('$WORK/train.log') if l.startswith('{')][-1])
+assert j['steps'] == 30 and j['world_size'] == $NP and j['parameters'] > 0, j
+assert j['tokens_per_s'] > 0 and 0 < j['train_loss'] < 10 and 0 < j['val_loss'] < 10, j"
+  check "--metrics: step and eval records" bash -c "grep -q '\"type\":\"step\"' '$WORK/m.jsonl' && grep -q '\"type\":\"eval\"' '$WORK/m.jsonl'"
+else
+  not_ok "training run" "$(tail -3 "$WORK/train.log")"
+fi
+
+# 2. Resume: the uninterrupted run saves step-10 and step-20; a copy of its step-10 resumed with
+# --resume auto (at NP2 ranks) must end where it ended (bitwise at the same world size).
+ref="$WORK/ref" run="$WORK/run"
+export DTRAIN_TEST_SAMPLE_LOG="$WORK/slots-ref"
+if dtrain_at "$NP" "$WORK/ref.log" "${GPT[@]}" --data "$SHARDS" --steps 20 --checkpoint-every 10 --keep 5 --checkpoint-dir "$ref"; then
+  mkdir -p "$run" && cp -r "$ref/step-10" "$run/" && echo step-10 >"$run/latest"
+  export DTRAIN_TEST_SAMPLE_LOG="$WORK/slots-run"
+  if dtrain_at "$NP2" "$WORK/run.log" "${GPT[@]}" --data "$SHARDS" --steps 20 --checkpoint-every 10 --keep 5 --checkpoint-dir "$run" \
+      --resume auto; then
+    check "the resumed run says where it resumed" grep -q "^resume: from $run/step-10 (step 10, $((10 * NP)) slots consumed)" "$WORK/run.log"
+    if [ "$NP2" = "$NP" ]; then
+      check "resume at np $NP: final model.safetensors bitwise identical (cmp)" cmp "$ref/step-20/model.safetensors" "$run/step-20/model.safetensors"
+      check "resume at np $NP: optimizer state bitwise identical (cmp)" cmp "$ref/step-20/optimizer.safetensors" "$run/step-20/optimizer.safetensors"
+    else
+      check "resume at np $NP2 from np $NP: the world-size note" grep -q "^resume: saved at world size $NP, running at $NP2: continuing from slot $((10 * NP))" "$WORK/run.log"
+      # Slots read: the first run's steps 1-10, then the resumed run's steps 11-20: each once, none skipped.
+      total=$((10 * NP + 10 * NP2))
+      check "every slot 0..$((total - 1)) read once over the two runs" bash -c "
+        { awk '\$2 <= 10 { print \$3 }' '$WORK'/slots-ref.rank*; awk '{ print \$3 }' '$WORK'/slots-run.rank*; } | sort -n >'$WORK/slots'
+        seq 0 $((total - 1)) | cmp -s - '$WORK/slots'"
+    fi
+  else
+    not_ok "resumed run" "$(tail -3 "$WORK/run.log")"
+  fi
+else
+  not_ok "uninterrupted run" "$(tail -3 "$WORK/ref.log")"
+fi
+unset DTRAIN_TEST_SAMPLE_LOG
+
+# 3. A malformed shard through `dtrain train`: one line naming the file, exit 65 (data).
+bad="$WORK/bad" && mkdir -p "$bad" && cp "$SHARDS"/*.bin "$bad/"
+printf '\x01\x02\x03\x04' | dd of="$bad/bytes_train_000000.bin" bs=1 count=4 conv=notrunc status=none
+dtrain_at "$NP" "$WORK/bad.log" "${GPT[@]}" --steps 2 --data "$bad"
+status=$?
+check "a shard with a wrong magic: exit 65 (status $status)" [ "$status" = 65 ]
+check "one line naming the file" bash -c "[ \$(grep -c 'dtrain: error: .*bytes_train_000000.bin' '$WORK/bad.log') = 1 ]"
+
+# 4. A bad GPT flag: one usage line, exit 2.
+dtrain_at 1 "$WORK/flag.log" "${GPT[@]}" --data "$SHARDS" --heads 3
+status=$?
+check "--heads 3 with --embd 16: exit 2 (status $status)" [ "$status" = 2 ]
+check "one line naming the flag" grep -qx 'dtrain: error: --heads: must divide --embd 16 (each head takes embd / heads), got 3' "$WORK/flag.log"
+
+finish
