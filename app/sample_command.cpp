@@ -1,13 +1,13 @@
 #include "app/sample_command.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
 
 #include <fmt/format.h>
 
+#include "app/architecture.h"
 #include "app/train_options.h"
 #include "core/command_line.h"
 #include "core/error.h"
@@ -36,20 +36,6 @@ cxxopts::Options make_sample_options() {
     ("h,help", "Show this help");
   // clang-format on
   return o;
-}
-
-// A metadata value that must be a positive whole number ("dtrain.layers": "4").
-int64_t positive_entry(const safetensors::Metadata& metadata, const std::string& key, const std::string& source) {
-  const auto it = metadata.find(key);
-  if (it == metadata.end())
-    throw Error(fmt::format("{}: __metadata__ has no {} (sample needs a GPT written by dtrain train --model gpt)",
-                            source, key));
-  int64_t value = 0;
-  const std::string& text = it->second;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || value <= 0)
-    throw Error(fmt::format("{}: __metadata__ {}: expected a positive whole number, got '{}'", source, key, text));
-  return value;
 }
 
 // A file whose metadata claims a larger model than its tensors hold fails here, having
@@ -105,22 +91,18 @@ ParsedSample parse_sample_options(const std::vector<std::string>& args) {
   return out;
 }
 
-GptSpec gpt_spec_from_metadata(const safetensors::Metadata& metadata, const std::string& source) {
-  const auto model = metadata.find("dtrain.model");
-  if (model == metadata.end() || model->second != "gpt")
+GptSpec sample_gpt_spec(const safetensors::Metadata& metadata, const std::string& source) {
+  const std::optional<GptSpec> spec = gpt_spec_from_metadata(metadata, source);
+  if (!spec) {
+    const auto model = metadata.find("dtrain.model");
     throw Error(fmt::format("{}: not a GPT (__metadata__ dtrain.model is {}); sample needs weights written by "
                             "dtrain train --model gpt",
                             source, model == metadata.end() ? "absent" : "'" + model->second + "'"));
-  GptSpec s;
-  s.layers = positive_entry(metadata, "dtrain.layers", source);
-  s.heads = positive_entry(metadata, "dtrain.heads", source);
-  s.embd = positive_entry(metadata, "dtrain.embd", source);
-  s.context = positive_entry(metadata, "dtrain.context", source);
-  s.vocab = positive_entry(metadata, "dtrain.vocab", source);
-  if (s.embd % s.heads != 0)
-    throw Error(fmt::format("{}: __metadata__ dtrain.embd {} is not a multiple of dtrain.heads {}", source, s.embd,
-                            s.heads));
-  return s;
+  }
+  if (spec->vocab != kByteVocabulary)
+    throw Error(fmt::format("{}: sample needs a byte-level model (vocabulary 256); this one has vocabulary {}", source,
+                            spec->vocab));
+  return *spec;
 }
 
 int32_t sample_token(std::span<const float> logits, const SamplingSettings& settings, uint64_t draw) {
@@ -163,10 +145,7 @@ std::vector<int32_t> run_sample(Runtime& rt, const SampleConfig& c) {
       weights_step([&] { return read_weights_on_root(rt.control(), c.weights, &chosen_because); });
   const GptSpec spec = weights_step([&] {
     return agreed([&] {
-      GptSpec s = gpt_spec_from_metadata(weights.metadata(), weights.source());
-      if (s.vocab != kByteVocabulary)
-        throw Error(fmt::format("{}: sample needs a byte-level model (vocabulary 256); this one has vocabulary {}",
-                                weights.source(), s.vocab));
+      const GptSpec s = sample_gpt_spec(weights.metadata(), weights.source());
       check_size_fits(weights, s);
       return s;
     });

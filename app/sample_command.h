@@ -42,9 +42,10 @@ struct ParsedSample {
 // args excludes the program name and "sample". Throws UsageError (one line naming the flag).
 ParsedSample parse_sample_options(const std::vector<std::string>& args);
 
-// The GPT a file's metadata records. Throws Error "<source>: ..." when it records none, another
-// model, or a value that is not a positive whole number. Pure.
-GptSpec gpt_spec_from_metadata(const safetensors::Metadata& metadata, const std::string& source);
+// The byte-level GPT a file's metadata records (app/architecture.h reads it). Throws Error
+// "<source>: ..." when it records none, another model, a bad value, or a vocabulary other than
+// 256. Pure.
+GptSpec sample_gpt_spec(const safetensors::Metadata& metadata, const std::string& source);
 
 // Token `draw` (0, 1, ...) of a sampling run from one position's logits [V]: greedy at temperature
 // 0, else softmax(logits / temperature) over the top_k largest (all when 0 or >= V; ties kept by

@@ -56,8 +56,8 @@ safetensors::Metadata gpt_metadata() {
           {"dtrain.embd", "32"},   {"dtrain.context", "16"}, {"dtrain.vocab", "256"}};
 }
 
-TEST(SampleSpec, ReadsTheRecordedGpt) {
-  const GptSpec s = gpt_spec_from_metadata(gpt_metadata(), "m.safetensors");
+TEST(SampleSpec, ReadsTheRecordedByteLevelGpt) {
+  const GptSpec s = sample_gpt_spec(gpt_metadata(), "m.safetensors");
   EXPECT_EQ(s.layers, 2);
   EXPECT_EQ(s.heads, 2);
   EXPECT_EQ(s.embd, 32);
@@ -68,7 +68,7 @@ TEST(SampleSpec, ReadsTheRecordedGpt) {
 TEST(SampleSpec, RefusesOtherModelsAndBadValuesNamingTheFileAndKey) {
   auto fails_with = [](const safetensors::Metadata& m, const std::string& words) {
     try {
-      gpt_spec_from_metadata(m, "m.safetensors");
+      sample_gpt_spec(m, "m.safetensors");
       ADD_FAILURE() << "accepted, expected: " << words;
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("m.safetensors"), std::string::npos) << e.what();
@@ -89,7 +89,10 @@ TEST(SampleSpec, RefusesOtherModelsAndBadValuesNamingTheFileAndKey) {
   fails_with(m, "dtrain.vocab");
   m = gpt_metadata();
   m["dtrain.heads"] = "3";
-  fails_with(m, "multiple");
+  fails_with(m, "dtrain.heads");
+  m = gpt_metadata();
+  m["dtrain.vocab"] = "50257";
+  fails_with(m, "byte-level");
 }
 
 TEST(SampleToken, GreedyIsTheLargestLogitTheLowerIdAmongEquals) {
