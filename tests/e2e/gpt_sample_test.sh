@@ -32,6 +32,7 @@ sample() {
   OPENBLAS_NUM_THREADS=1 "$DTRAIN" sample --threads 1 "$@" >"$WORK/$name.out" 2>"$WORK/$name.err"
 }
 same() { cmp -s "$WORK/$1.out" "$WORK/$2.out"; }
+differ() { ! same "$1" "$2"; }
 N=40
 sample a --weights "$C" --prompt "def " --tokens $N --seed 1
 status=$?
@@ -42,7 +43,7 @@ check "the output is the prompt, then $N bytes, then a newline" \
 sample b --weights "$C" --prompt "def " --tokens $N --seed 1
 check "the same seed, the same text" same a b
 sample c --weights "$C" --prompt "def " --tokens $N --seed 2
-check "another seed, other text" ! same a c
+check "another seed, other text" differ a c
 sample g1 --weights "$C" --prompt "def " --tokens $N --temperature 0 --seed 1
 sample g2 --weights "$C" --prompt "def " --tokens $N --temperature 0 --seed 2
 check "temperature 0 (greedy): the same text whatever the seed" same g1 g2
@@ -76,7 +77,7 @@ refused no_prompt 2 "--prompt" --weights "$C" --tokens 3
 refused no_weights 2 "--weights" --prompt "def " --tokens 3
 refused negative_temperature 2 "--temperature" --weights "$C" --prompt "x" --tokens 3 --temperature -0.5
 refused negative_top_k 2 "--top-k" --weights "$C" --prompt "x" --tokens 3 --top-k -1
-refused unknown_flag 2 "--beam" --weights "$C" --prompt "x" --tokens 3 --beam 4
+refused unknown_flag 2 "beam" --weights "$C" --prompt "x" --tokens 3 --beam 4
 refused missing_weights 66 "$WORK/nowhere" --weights "$WORK/nowhere" --prompt "x" --tokens 3
 # A GPT over 300 tokens is not byte-level.
 V="$WORK/V300"
