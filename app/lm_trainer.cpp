@@ -141,25 +141,14 @@ LmTrainer::LmTrainer(Runtime& runtime, const TrainConfig& c)
 
 void LmTrainer::choose_starting_point() {
   const CheckpointSettings& k = c_.checkpoints;
-  const std::optional<ResumedRun> resumed = classify_errors(ErrorKind::kCheckpoint, [&] {
-    return restore_checkpoint(rt_.control(), c_, *model_, *optimizer_);
-  });
-  if (!resumed && !k.init_weights.empty())
-    classify_errors(ErrorKind::kCheckpoint, [&] { load_initial_weights(rt_.control(), k.init_weights, *model_); });
+  const std::optional<ResumedRun> resumed = control_->read_starting_point(*optimizer_);
   int64_t parameters = 0;
   for (Parameter* p : model_->parameters()) parameters += p->value.numel();
   reporter_.start_lm(rt_, model_->describe(), c_, data_.train_tokens(), data_.val_tokens(), parameters);
-  if (!resumed) {
-    if (k.resume == ResumeMode::kAuto)
-      reporter_.note(fmt::format("resume: no checkpoint in {} (no {}/latest, no step-<N>): starting fresh", k.dir, k.dir));
-    if (!k.init_weights.empty()) reporter_.note(fmt::format("initial weights: {}", k.init_weights));
-    return;
-  }
+  control_->announce_start(resumed, ddp_ ? &*ddp_ : nullptr);
+  if (!resumed) return;
   const checkpoint::TrainingState& s = resumed->state;
-  if (ddp_ && resumed->buckets) ddp_->set_bucket_layout(*resumed->buckets);
   pos_ = {s.global_step, s.samples_seen};
-  control_->resumed_from(resumed->path, s.global_step);
-  if (!resumed->chosen_because.empty()) reporter_.note("resume: " + resumed->chosen_because);
   reporter_.note(fmt::format("resume: from {} (step {}, {} slots consumed){}", resumed->path, s.global_step,
                              s.samples_seen, k.init_weights.empty() ? "" : "; --init-weights not used"));
   if (s.world_size != rt_.size())

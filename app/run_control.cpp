@@ -24,9 +24,35 @@ RunControl::RunControl(Runtime& runtime, const TrainConfig& c, Module& model, co
       stop_vote_(runtime.control()),
       loss_watch_(runtime.device(), runtime.device().is_cpu(), kVotePeriodMs) {}
 
-void RunControl::resumed_from(const std::string& path, int64_t global_step) {
-  last_saved_step_ = global_step;
-  newest_checkpoint_ = path;
+std::optional<ResumedRun> RunControl::read_starting_point(Optimizer& optimizer) {
+  const CheckpointSettings& k = c_.checkpoints;
+  // Whatever fails in reading, checking or loading them is about the files (a damaged one, one
+  // made for another model or run): a restart would fail the same way.
+  std::optional<ResumedRun> resumed = classify_errors(ErrorKind::kCheckpoint, [&] {
+    return restore_checkpoint(rt_.control(), c_, model_, optimizer);
+  });
+  if (!resumed && !k.init_weights.empty())
+    classify_errors(ErrorKind::kCheckpoint, [&] { load_initial_weights(rt_.control(), k.init_weights, model_); });
+  return resumed;
+}
+
+void RunControl::announce_start(const std::optional<ResumedRun>& resumed, DistributedDataParallel* ddp) {
+  const CheckpointSettings& k = c_.checkpoints;
+  if (!resumed) {
+    if (k.resume == ResumeMode::kAuto)
+      reporter_.note(fmt::format("resume: no checkpoint in {} (no {}/latest, no step-<N>): starting fresh", k.dir, k.dir));
+    if (!k.init_weights.empty()) reporter_.note(fmt::format("initial weights: {}", k.init_weights));
+    return;
+  }
+  if (ddp && resumed->buckets) {
+    ddp->set_bucket_layout(*resumed->buckets);  // the saving run's choice: the same buckets, no trials
+    reporter_.note(fmt::format("resume: buckets from the checkpoint ({:g} MiB first bucket, {:g} MiB cap)",
+                               static_cast<double>(resumed->buckets->first_bucket_bytes) / (1 << 20),
+                               static_cast<double>(resumed->buckets->bucket_cap_bytes) / (1 << 20)));
+  }
+  last_saved_step_ = resumed->state.global_step;
+  newest_checkpoint_ = resumed->path;
+  if (!resumed->chosen_because.empty()) reporter_.note("resume: " + resumed->chosen_because);
 }
 
 void RunControl::begin_step() {

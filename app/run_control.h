@@ -8,8 +8,10 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
+#include "app/checkpointing.h"
 #include "app/divergence.h"
 #include "app/preemption.h"
 #include "app/reporter.h"
@@ -17,6 +19,7 @@
 #include "checkpoint/safetensors.h"
 #include "checkpoint/training_state.h"
 #include "comm/runtime.h"
+#include "ddp/distributed_data_parallel.h"
 #include "model/module.h"
 #include "model/optimizer.h"
 #include "train/checkpointer.h"
@@ -44,8 +47,14 @@ class RunControl {
   RunControl(Runtime& runtime, const TrainConfig& config, Module& model, const Optimizer& optimizer,
              Reporter& reporter, safetensors::Metadata architecture, Callbacks callbacks);
 
-  // The run resumed from checkpoint `path` saved at `global_step`.
-  void resumed_from(const std::string& path, int64_t global_step);
+  // Where the run starts: a checkpoint (--resume, into the model and `optimizer`), else given
+  // weights (--init-weights, into the model), else nullopt and the seeded initialisation. Reads
+  // everything that can fail before anything is printed: a checkpoint that does not fit is the
+  // run's only line (a checkpoint error). Collective.
+  std::optional<ResumedRun> read_starting_point(Optimizer& optimizer);
+  // After the run's opening line: notes where it starts; from a checkpoint, hands its bucket
+  // layout to `ddp` (null on one rank) and remembers the checkpoint as the newest.
+  void announce_start(const std::optional<ResumedRun>& resumed, DistributedDataParallel* ddp);
   // Around each optimizer step: its first micro-batch starts, a micro-batch's loss, the step ends.
   void begin_step();
   void record_loss(const Tensor& loss, const StepPlace& at) { loss_watch_.record(loss, at); }

@@ -152,30 +152,12 @@ Trainer::Trainer(Runtime& runtime, const TrainConfig& c)
 // is the run's only line.
 void Trainer::choose_starting_point() {
   const CheckpointSettings& k = c_.checkpoints;
-  // Whatever fails in reading, checking or loading them is about the files (a damaged one, one
-  // made for another model or run): a restart would fail the same way.
-  const std::optional<ResumedRun> resumed = classify_errors(ErrorKind::kCheckpoint, [&] {
-    return restore_checkpoint(rt_.control(), c_, *model_, *optimizer_);
-  });
-  if (!resumed && !k.init_weights.empty())
-    classify_errors(ErrorKind::kCheckpoint, [&] { load_initial_weights(rt_.control(), k.init_weights, *model_); });
+  const std::optional<ResumedRun> resumed = control_->read_starting_point(*optimizer_);
   reporter_.start(rt_, model_->describe(), c_, data_.train->size(), data_.test->size());
-  if (!resumed) {
-    if (k.resume == ResumeMode::kAuto)
-      reporter_.note(fmt::format("resume: no checkpoint in {} (no {}/latest, no step-<N>): starting fresh", k.dir, k.dir));
-    if (!k.init_weights.empty()) reporter_.note(fmt::format("initial weights: {}", k.init_weights));
-    return;
-  }
+  control_->announce_start(resumed, ddp_ ? &*ddp_ : nullptr);
+  if (!resumed) return;
   const checkpoint::TrainingState& s = resumed->state;
-  if (ddp_ && resumed->buckets) {
-    ddp_->set_bucket_layout(*resumed->buckets);  // the saving run's choice: the same buckets, no trials
-    reporter_.note(fmt::format("resume: buckets from the checkpoint ({:g} MiB first bucket, {:g} MiB cap)",
-                               static_cast<double>(resumed->buckets->first_bucket_bytes) / (1 << 20),
-                               static_cast<double>(resumed->buckets->bucket_cap_bytes) / (1 << 20)));
-  }
   pos_ = {s.epoch, s.step_in_epoch, s.sample_in_epoch, s.global_step, s.samples_seen};
-  control_->resumed_from(resumed->path, s.global_step);
-  if (!resumed->chosen_because.empty()) reporter_.note("resume: " + resumed->chosen_because);
   reporter_.note(fmt::format("resume: from {} (global step {}; epoch {}, {} step(s) and {} samples into it){}",
                              resumed->path, s.global_step, s.epoch + 1, s.step_in_epoch, s.sample_in_epoch,
                              k.init_weights.empty() ? "" : "; --init-weights not used"));

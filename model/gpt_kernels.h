@@ -129,8 +129,14 @@ DTRAIN_HD inline float arith_exp(float v) {  // v in [-87, 87]
 }
 
 DTRAIN_HD inline float arith_tanh(float u) {
-  u = u < -9.f ? -9.f : (u > 9.f ? 9.f : u);  // |tanh| rounds to 1 beyond
-  return 1.f - 2.f / (1.f + arith_exp(2.f * u));
+  // tanh(|u|) with |u| capped at 10 (where 1 - 2/(1 + e^20) rounds to 1), then u's sign. The
+  // cap is an integer select on the bits (non-negative floats order as their bits): a float
+  // select blocks the CPU loop's vectoriser (it may trap); NaN caps to 10 (GELU's x * ... stays NaN).
+  const uint32_t bits = float_bits(u);
+  uint32_t mag = bits & 0x7fffffffu;
+  mag = mag > 0x41200000u ? 0x41200000u : mag;  // 10.0f
+  const float t = 1.f - 2.f / (1.f + arith_exp(2.f * bits_float(mag)));
+  return bits_float(float_bits(t) | (bits & 0x80000000u));
 }
 
 struct GeluForward {  // y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))

@@ -22,11 +22,9 @@ float LrSchedule::lr_at(int64_t epoch) const {
   return base_lr;
 }
 
-namespace {
-
-// A float as the decimal it was written as (1e-3f is 0.0010000000474974513 as a double; the peer
-// holds 0.001): the shortest decimal that reads back to the float, as a double.
-double as_written(float value) {
+// 0.999f is 0.99899999797 as a double, PyTorch holds 0.999: the shortest decimal that reads back
+// to the float, as a double.
+double decimal_as_written(float value) {
   char text[32];
   const auto end = std::to_chars(text, text + sizeof text, value).ptr;
   double out = value;
@@ -34,10 +32,8 @@ double as_written(float value) {
   return out;
 }
 
-}  // namespace
-
 double StepLrSchedule::lr_at(int64_t step) const {
-  const double lr = as_written(base_lr), lowest = as_written(min_lr);
+  const double lr = decimal_as_written(base_lr), lowest = decimal_as_written(min_lr);
   if (step < warmup_steps) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
   if (!cosine) return lr;
   // The decay spans steps warmup_steps .. total_steps - 1 (at least one step, as the peer's max(1, ...)).

@@ -32,6 +32,10 @@ struct StepLrSchedule {
   double lr_at(int64_t step) const;
 };
 
+// A float hyper-parameter as the decimal it was written as (1e-3f as 0.001, not 0.0010000000475),
+// as PyTorch and the peer hold it: the schedules and AdamW compute from it in double.
+double decimal_as_written(float value);
+
 const char* lr_schedule_name(LrSchedule::Kind kind);                               // "none", "step", "cosine"
 std::optional<LrSchedule::Kind> parse_lr_schedule_kind(const std::string& name);  // the names above
 

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/named_enum.h"
 #include "model/kernels.h"
+#include "model/lr_schedule.h"
 
 namespace dtrain {
 
@@ -104,29 +105,15 @@ AdamW::AdamW(std::vector<Parameter*> params, AdamWOptions options)
   steps_.assign(params_.size(), 0);
 }
 
-namespace {
-
-// A float hyper-parameter as the decimal it was written as (0.999f is 0.99899999797 as a double;
-// PyTorch holds 0.999): the shortest decimal that reads back to the float, as a double.
-double as_written(float value) {
-  char text[32];
-  const auto end = std::to_chars(text, text + sizeof text, value).ptr;
-  double out = value;
-  std::from_chars(text, end, out);
-  return out;
-}
-
-}  // namespace
-
 void AdamW::step() {
   for (size_t i = 0; i < params_.size(); ++i) {
     Parameter& p = *params_[i];
     if (p.grad_is_zero) continue;
     const double t = static_cast<double>(++steps_[i]);  // per parameter, as PyTorch's state["step"]
-    const double lr = as_written(lr_), beta1 = as_written(opt_.beta1), beta2 = as_written(opt_.beta2);
+    const double lr = decimal_as_written(lr_), beta1 = decimal_as_written(opt_.beta1), beta2 = decimal_as_written(opt_.beta2);
     const double bias_correction1 = 1 - std::pow(beta1, t), bias_correction2 = 1 - std::pow(beta2, t);
     const bool decays = !opt_.decay_matrices_only || p.value.shape().size() >= 2;
-    const double weight_decay = decays ? as_written(opt_.weight_decay) : 0.0;
+    const double weight_decay = decays ? decimal_as_written(opt_.weight_decay) : 0.0;
     launch(p.value.device(), p.value.numel(),
            kernels::AdamWUpdate{p.value.data(), p.grad.data(), m_[i].data(), v_[i].data(),
                                 static_cast<float>(1 - lr * weight_decay), opt_.beta1,

@@ -9,6 +9,7 @@
 #include "gradcheck.h"
 #include "model/activation.h"
 #include "model/embedding.h"
+#include "model/gpt_kernels.h"
 #include "model/layernorm.h"
 
 namespace dtrain {
@@ -82,6 +83,21 @@ TEST(GELU, TanhApproximationMatchesPyTorch) {
   std::vector<float> y = g.forward(Tensor::from_vector(std::vector<float>{1.f, -0.5f, 2.5f, -3.f, 0.f}, {5})).to_vector();
   const float expected[] = {0.841192007f, -0.154285997f, 2.48491573f, -0.00363743305f, 0.f};
   for (int i = 0; i < 5; ++i) EXPECT_NEAR(y[i], expected[i], 2e-7f * (1.f + std::abs(expected[i]))) << i;
+}
+
+// Note [Arithmetic tanh]: within 3e-7 of tanh (absolute) over the whole line, NaN kept by GELU.
+TEST(GELU, ArithmeticTanhIsWithinAFewUlpsOfOne) {
+  double worst = 0;
+  for (int i = -200000; i <= 200000; ++i) {
+    const float u = static_cast<float>(i) * 1e-4f;  // [-20, 20]
+    worst = std::max(worst, std::abs(static_cast<double>(kernels::arith_tanh(u)) - std::tanh(static_cast<double>(u))));
+  }
+  EXPECT_LT(worst, 3e-7);
+  EXPECT_EQ(kernels::arith_tanh(1e30f), 1.f);
+  EXPECT_EQ(kernels::arith_tanh(-INFINITY), -1.f);
+  EXPECT_EQ(kernels::arith_tanh(0.f), 0.f);
+  GELU g;
+  EXPECT_TRUE(std::isnan(g.forward(Tensor::from_vector(std::vector<float>{NAN}, {1})).to_vector()[0]));
 }
 
 TEST(GradCheck, GELU) {
