@@ -51,6 +51,16 @@ CausalSelfAttention::CausalSelfAttention(int64_t embd, int64_t heads, int64_t co
   init_linear(c_proj_, "c_proj", proj_std, rng);
 }
 
+// Heads per pass of the products and softmax kernels: on the GPU all of them in each call (a few
+// large launches); on the CPU one head at a time, so that a head's T x T probabilities stay in
+// cache from the scores' product through the softmax to att v, and through the five steps of
+// backward (256 KiB at T = 256, 4 MiB at 1024, where all heads together are 8 MiB and 200 MiB).
+// Measured at B=8 T=256 C=256 H=4 (1 thread, thread CPU time, loaded machine): 53.7-57.3 ms
+// one head at a time, 54.3-63.5 ms all 32 at once; the larger T it is meant for is unmeasured.
+int64_t CausalSelfAttention::heads_per_pass(int64_t heads_total) const {
+  return device_.is_cpu() ? 1 : heads_total;
+}
+
 Tensor CausalSelfAttention::forward(const Tensor& input) {
   DTRAIN_CHECK(input.ndim() == 3 && input.dim(2) == embd_ && input.dim(1) >= 1 && input.dim(1) <= context_,
                "{} got input {} (want [B, T <= {}, {}])", describe(), shape_str(input.shape()), context_, embd_);
@@ -61,29 +71,31 @@ Tensor CausalSelfAttention::forward(const Tensor& input) {
   const Tensor qkv = c_attn_.forward(input.view({B * T, C}));  // (B*T, 3C)
   ensure_tensor(qkv_heads_, {3, BH, T, hs}, dev);
   launch(dev, 3 * BH * T, kernels::RowsToHeads{qkv_heads_.data(), qkv.data(), B, T, H, hs, 3});
-  const float* q = qkv_heads_.data();
-  const float* k = q + BH * T * hs;
-  const float* v = k + BH * T * hs;
-
-  // att = softmax(q k^T / sqrt(hs)), masked: per head (T, T), block by block (Note [Causal blocks]).
   ensure_tensor(att_, {BH, T, T}, dev);
-  float* att = att_.data();
-  const float scale = 1.f / std::sqrt(static_cast<float>(hs));
-  const GemmBatch heads_qk{BH, T * hs, T * hs, T * T};
-  for_each_block(T, [&](int64_t r0, int64_t r1) {
-    gemm_batched(dev, false, true, r1 - r0, r1, hs, scale, q + r0 * hs, hs, k, hs, 0.f, att + r0 * T, T, heads_qk);
-  });
-  launch(dev, BH * T, kernels::CausalSoftmaxForward{att, T, kCausalBlock});
-
-  // y = att v: rows of a block read the keys up to the block's end.
   ensure_tensor(y_heads_, {BH, T, hs}, dev);
-  float* y = y_heads_.data();
-  const GemmBatch heads_av{BH, T * T, T * hs, T * hs};
-  for_each_block(T, [&](int64_t r0, int64_t r1) {
-    gemm_batched(dev, false, false, r1 - r0, hs, r1, 1.f, att + r0 * T, T, v, hs, 0.f, y + r0 * hs, hs, heads_av);
-  });
+  const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+  const int64_t group = heads_per_pass(BH);
+  for (int64_t g0 = 0; g0 < BH; g0 += group) {
+    const int64_t n = std::min(group, BH - g0);
+    const float* q = qkv_heads_.data() + g0 * T * hs;  // heads [g0, g0 + n): (n, T, hs)
+    const float* k = q + BH * T * hs;
+    const float* v = k + BH * T * hs;
+    float* att = att_.data() + g0 * T * T;  // (n, T, T)
+    float* y = y_heads_.data() + g0 * T * hs;
+    // att = softmax(q k^T / sqrt(hs)), masked, block by block (Note [Causal blocks]).
+    const GemmBatch heads_qk{n, T * hs, T * hs, T * T};
+    for_each_block(T, [&](int64_t r0, int64_t r1) {
+      gemm_batched(dev, false, true, r1 - r0, r1, hs, scale, q + r0 * hs, hs, k, hs, 0.f, att + r0 * T, T, heads_qk);
+    });
+    launch(dev, n * T, kernels::CausalSoftmaxForward{att, T, kCausalBlock});
+    // y = att v: rows of a block read the keys up to the block's end.
+    const GemmBatch heads_av{n, T * T, T * hs, T * hs};
+    for_each_block(T, [&](int64_t r0, int64_t r1) {
+      gemm_batched(dev, false, false, r1 - r0, hs, r1, 1.f, att + r0 * T, T, v, hs, 0.f, y + r0 * hs, hs, heads_av);
+    });
+  }
   ensure_tensor(y_rows_, {B * T, C}, dev);
-  launch(dev, BH * T, kernels::HeadsToRows{y_rows_.data(), y, B, T, H, hs, 1});
+  launch(dev, BH * T, kernels::HeadsToRows{y_rows_.data(), y_heads_.data(), B, T, H, hs, 1});
   return c_proj_.forward(y_rows_).view({B, T, C});
 }
 
@@ -95,40 +107,44 @@ Tensor CausalSelfAttention::backward(const Tensor& grad_output, bool need_input_
   const Tensor dy_rows = c_proj_.backward(grad_output.view({B * T, C}), true);  // fires c_proj's hooks
   ensure_tensor(dy_heads_, {BH, T, hs}, dev);
   launch(dev, BH * T, kernels::RowsToHeads{dy_heads_.data(), dy_rows.data(), B, T, H, hs, 1});
-  const float* dy = dy_heads_.data();
-  const float* q = qkv_heads_.data();
-  const float* k = q + BH * T * hs;
-  const float* v = k + BH * T * hs;
-  const float* att = att_.data();
   ensure_tensor(dqkv_heads_, {3, BH, T, hs}, dev);
-  float* dq = dqkv_heads_.data();
-  float* dk = dq + BH * T * hs;
-  float* dv = dk + BH * T * hs;
-  const float scale = 1.f / std::sqrt(static_cast<float>(hs));
-  const GemmBatch rows_by_keys{BH, T * T, T * hs, T * hs};  // (T, T) per head times (T, hs) per head
-  const GemmBatch rows_by_rows{BH, T * hs, T * hs, T * T};  // (T, hs) times (T, hs)^T
-
-  // dv = att^T dy: keys of block [c0, c1) are read by queries t >= c0 only.
-  for_each_block(T, [&](int64_t c0, int64_t c1) {
-    gemm_batched(dev, true, false, c1 - c0, hs, T - c0, 1.f, att + c0 * T + c0, T, dy + c0 * hs, hs, 0.f,
-                 dv + c0 * hs, hs, rows_by_keys);
-  });
-  // datt = dy v^T on the lower block triangle, then dscores = softmax backward, in place.
   ensure_tensor(datt_, {BH, T, T}, dev);
-  float* ds = datt_.data();
-  for_each_block(T, [&](int64_t r0, int64_t r1) {
-    gemm_batched(dev, false, true, r1 - r0, r1, hs, 1.f, dy + r0 * hs, hs, v, hs, 0.f, ds + r0 * T, T, rows_by_rows);
-  });
-  launch(dev, BH * T, kernels::CausalSoftmaxBackward{ds, att, T, kCausalBlock});
-  // scores = scale q k^T: dq = scale ds k, dk = scale ds^T q.
-  for_each_block(T, [&](int64_t r0, int64_t r1) {
-    gemm_batched(dev, false, false, r1 - r0, hs, r1, scale, ds + r0 * T, T, k, hs, 0.f, dq + r0 * hs, hs,
-                 rows_by_keys);
-  });
-  for_each_block(T, [&](int64_t c0, int64_t c1) {
-    gemm_batched(dev, true, false, c1 - c0, hs, T - c0, scale, ds + c0 * T + c0, T, q + c0 * hs, hs, 0.f,
-                 dk + c0 * hs, hs, rows_by_keys);
-  });
+  const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+  const int64_t group = heads_per_pass(BH);
+  for (int64_t g0 = 0; g0 < BH; g0 += group) {
+    const int64_t n = std::min(group, BH - g0);
+    const float* dy = dy_heads_.data() + g0 * T * hs;  // heads [g0, g0 + n)
+    const float* q = qkv_heads_.data() + g0 * T * hs;
+    const float* k = q + BH * T * hs;
+    const float* v = k + BH * T * hs;
+    const float* att = att_.data() + g0 * T * T;
+    float* ds = datt_.data() + g0 * T * T;
+    float* dq = dqkv_heads_.data() + g0 * T * hs;
+    float* dk = dq + BH * T * hs;
+    float* dv = dk + BH * T * hs;
+    const GemmBatch rows_by_keys{n, T * T, T * hs, T * hs};  // (T, T) per head times (T, hs) per head
+    const GemmBatch rows_by_rows{n, T * hs, T * hs, T * T};  // (T, hs) times (T, hs)^T
+    // dv = att^T dy: keys of block [c0, c1) are read by queries t >= c0 only.
+    for_each_block(T, [&](int64_t c0, int64_t c1) {
+      gemm_batched(dev, true, false, c1 - c0, hs, T - c0, 1.f, att + c0 * T + c0, T, dy + c0 * hs, hs, 0.f,
+                   dv + c0 * hs, hs, rows_by_keys);
+    });
+    // datt = dy v^T on the lower block triangle, then dscores = softmax backward, in place.
+    for_each_block(T, [&](int64_t r0, int64_t r1) {
+      gemm_batched(dev, false, true, r1 - r0, r1, hs, 1.f, dy + r0 * hs, hs, v, hs, 0.f, ds + r0 * T, T,
+                   rows_by_rows);
+    });
+    launch(dev, n * T, kernels::CausalSoftmaxBackward{ds, att, T, kCausalBlock});
+    // scores = scale q k^T: dq = scale ds k, dk = scale ds^T q.
+    for_each_block(T, [&](int64_t r0, int64_t r1) {
+      gemm_batched(dev, false, false, r1 - r0, hs, r1, scale, ds + r0 * T, T, k, hs, 0.f, dq + r0 * hs, hs,
+                   rows_by_keys);
+    });
+    for_each_block(T, [&](int64_t c0, int64_t c1) {
+      gemm_batched(dev, true, false, c1 - c0, hs, T - c0, scale, ds + c0 * T + c0, T, q + c0 * hs, hs, 0.f,
+                   dk + c0 * hs, hs, rows_by_keys);
+    });
+  }
   ensure_tensor(dqkv_rows_, {B * T, 3 * C}, dev);
   launch(dev, 3 * BH * T, kernels::HeadsToRows{dqkv_rows_.data(), dqkv_heads_.data(), B, T, H, hs, 3});
   const Tensor dx = c_attn_.backward(dqkv_rows_, need_input_grad);  // fires c_attn's hooks

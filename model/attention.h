@@ -30,6 +30,8 @@ class CausalSelfAttention : public Module {
   static constexpr int64_t kCausalBlock = 64;
 
  private:
+  int64_t heads_per_pass(int64_t heads_total) const;
+
   int64_t embd_, heads_, head_size_, context_;
   Device device_;
   Linear c_attn_, c_proj_;

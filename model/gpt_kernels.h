@@ -84,22 +84,46 @@ struct LayerNormBackward {
   }
 };
 
-// Per column c, summing the rows in order: dw[c] (+)= sum_r dy[r,c] * xhat[r,c], db[c] (+)= sum_r dy[r,c].
-struct LayerNormParamGrad {
-  float* dw;
-  float* db;
+// Note [LayerNorm parameter gradient]: dw[c] = sum_r dy[r,c] xhat[r,c] and db[c] = sum_r dy[r,c]
+// in two fixed-order stages: partial sums over chunks of kLayerNormChunk rows (one call per
+// (chunk, column)), then the chunks in order per column. One call per column alone would give
+// a GPU C threads (768 for GPT-2) each walking every row; the chunks give it rows/256 x C. The
+// chunk size is a constant, not a device property, so the CPU and the GPU sum in the same order
+// and every thread count gives the same bits.
+inline constexpr int64_t kLayerNormChunk = 256;
+
+struct LayerNormParamPartial {  // per (chunk k, column c): partial[k, c] and partial[chunks + k, c]
+  float* partial;               // (2, chunks, C): the dw sums, then the db sums
   const float* dy;
   const float* x;
   const float* mean;
   const float* rstd;
-  int64_t rows, cols;
-  float beta_w, beta_b;
-  DTRAIN_HD void operator()(int64_t c) const {
+  int64_t rows, cols, chunks;
+  DTRAIN_HD void operator()(int64_t i) const {
+    const int64_t k = i / cols, c = i % cols;
+    const int64_t end = (k + 1) * kLayerNormChunk < rows ? (k + 1) * kLayerNormChunk : rows;
     float sw = 0.f, sb = 0.f;
-    for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t r = k * kLayerNormChunk; r < end; ++r) {
       const float g = dy[r * cols + c];
       sw += g * (x[r * cols + c] - mean[r]) * rstd[r];
       sb += g;
+    }
+    partial[i] = sw;
+    partial[chunks * cols + i] = sb;
+  }
+};
+
+struct LayerNormParamGrad {  // per column c: dw[c] (+)= sum_k partial[k, c], db[c] likewise
+  float* dw;
+  float* db;
+  const float* partial;
+  int64_t cols, chunks;
+  float beta_w, beta_b;
+  DTRAIN_HD void operator()(int64_t c) const {
+    float sw = 0.f, sb = 0.f;
+    for (int64_t k = 0; k < chunks; ++k) {
+      sw += partial[k * cols + c];
+      sb += partial[(chunks + k) * cols + c];
     }
     dw[c] = accumulate(dw[c], sw, beta_w);
     db[c] = accumulate(db[c], sb, beta_b);

@@ -37,9 +37,15 @@ Tensor LayerNorm::backward_impl(const Tensor& grad_output, const float* residual
                shape_str(grad_output.shape()), shape_str(input_.shape()));
   // Parameters first (bias, then weight: reverse order), so their all-reduce overlaps dx.
   const float beta_b = take_grad_beta(bias_), beta_w = take_grad_beta(weight_);
+  // Note [LayerNorm parameter gradient]
+  const int64_t chunks = (rows + kernels::kLayerNormChunk - 1) / kernels::kLayerNormChunk;
+  ensure_tensor(partial_, {2, chunks, channels_}, dev);
+  launch(dev, chunks * channels_,
+         kernels::LayerNormParamPartial{partial_.data(), grad_output.data(), input_.data(), mean_.data(), rstd_.data(),
+                                        rows, channels_, chunks});
   launch(dev, channels_,
-         kernels::LayerNormParamGrad{weight_.grad.data(), bias_.grad.data(), grad_output.data(), input_.data(),
-                                     mean_.data(), rstd_.data(), rows, channels_, beta_w, beta_b});
+         kernels::LayerNormParamGrad{weight_.grad.data(), bias_.grad.data(), partial_.data(), channels_, chunks, beta_w,
+                                     beta_b});
   grad_ready(bias_);
   grad_ready(weight_);
   if (!need_input_grad) return {};

@@ -1,7 +1,7 @@
 // LayerNorm(C) over the last dimension, eps 1e-5, as torch.nn.LayerNorm: parameters "weight"
 // (ones) and "bias" (zeros). forward caches each row's mean and 1/std for backward; the weight
-// and bias gradients are summed over the rows in row order per column (no atomics: the same
-// bits on every thread count).
+// and bias gradients are summed over the rows in a fixed order per column (no atomics: the same
+// bits on every thread count and device; Note [LayerNorm parameter gradient]).
 #pragma once
 
 #include "model/module.h"
@@ -26,6 +26,7 @@ class LayerNorm : public Module {
   float eps_;
   Parameter weight_, bias_;
   Tensor input_, output_, mean_, rstd_, grad_input_;
+  Tensor partial_;  // (2, row chunks, C): Note [LayerNorm parameter gradient]
 };
 
 }  // namespace dtrain

@@ -5,6 +5,7 @@
 DTRAIN_REGISTER_KERNEL(dtrain::kernels::AddTensors)
 DTRAIN_REGISTER_KERNEL(dtrain::kernels::LayerNormForward)
 DTRAIN_REGISTER_KERNEL(dtrain::kernels::LayerNormBackward)
+DTRAIN_REGISTER_KERNEL(dtrain::kernels::LayerNormParamPartial)
 DTRAIN_REGISTER_KERNEL(dtrain::kernels::LayerNormParamGrad)
 DTRAIN_REGISTER_KERNEL(dtrain::kernels::GeluForward)
 DTRAIN_REGISTER_KERNEL(dtrain::kernels::GeluBackward)

@@ -1,7 +1,7 @@
 // gemm_batched (core/ops.h): every product of a strided batch, each a block of a larger matrix
 // (leading dimensions above the product's width), against a naive loop; the entries outside the
-// blocks untouched; the same floats at 1 and 2 threads, whether the batch is shared among threads
-// or each product cut as gemm() cuts it.
+// blocks untouched; at 2 threads the same floats when the batch is shared among the threads, and
+// within rounding when one product is cut as gemm() cuts it.
 #include <random>
 #include <tuple>
 #include <vector>
@@ -68,7 +68,12 @@ TEST_P(GemmBatched, EveryProductMatchesNaiveLoopAndNothingElseIsWritten) {
   std::vector<double> want;
   const std::vector<float> got = run_case(c, 1, &want);
   for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5 * (c.k + 1)) << i;
-  EXPECT_EQ(run_case(c, 2), got) << "2 threads changed the floats";
+  const std::vector<float> two = run_case(c, 2);
+  if (shape < 4) {  // whole products per thread: the same library call each, the same floats
+    EXPECT_EQ(two, got) << "2 threads changed the floats";
+  } else {  // one product cut in two: each half its own call, equal within rounding (gemm()'s contract)
+    for (size_t i = 0; i < two.size(); ++i) ASSERT_NEAR(two[i], want[i], 1e-5 * (c.k + 1)) << i;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(TransposesAndShapes, GemmBatched,

@@ -75,6 +75,34 @@ TEST(LayerNorm, BackwardAddIsBackwardPlusTheResidualBitForBit) {
   EXPECT_EQ(a.parameters()[0]->grad.to_vector(), b.parameters()[0]->grad.to_vector());
 }
 
+// Over 600 rows (two full chunks of 256 and a partial one: Note [LayerNorm parameter gradient])
+// the weight and bias gradients are the double-precision sums within float rounding.
+TEST(LayerNorm, ParameterGradientsOverSeveralRowChunksAreTheSumsOverAllRows) {
+  const int64_t rows = 600, cols = 5;
+  LayerNorm ln(cols, Device::cpu());
+  randomise(ln, 30);
+  const Tensor x = random_tensor({rows, cols}, 31), dy = random_tensor({rows, cols}, 32);
+  ln.forward(x);
+  ln.parameters()[0]->grad_is_zero = ln.parameters()[1]->grad_is_zero = true;
+  ln.backward(dy);
+  const std::vector<float> xv = x.to_vector(), g = dy.to_vector();
+  const std::vector<float> dw = ln.parameters()[0]->grad.to_vector(), db = ln.parameters()[1]->grad.to_vector();
+  std::vector<double> want_w(cols, 0.0), want_b(cols, 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    double mean = 0, var = 0;
+    for (int64_t c = 0; c < cols; ++c) mean += xv[r * cols + c] / double(cols);
+    for (int64_t c = 0; c < cols; ++c) var += (xv[r * cols + c] - mean) * (xv[r * cols + c] - mean) / double(cols);
+    for (int64_t c = 0; c < cols; ++c) {
+      want_w[c] += g[r * cols + c] * (xv[r * cols + c] - mean) / std::sqrt(var + 1e-5);
+      want_b[c] += g[r * cols + c];
+    }
+  }
+  for (int64_t c = 0; c < cols; ++c) {
+    EXPECT_NEAR(dw[c], want_w[c], 1e-4 * (1 + std::abs(want_w[c]))) << c;
+    EXPECT_NEAR(db[c], want_b[c], 1e-4 * (1 + std::abs(want_b[c]))) << c;
+  }
+}
+
 // ---- GELU ----
 
 TEST(GELU, TanhApproximationMatchesPyTorch) {

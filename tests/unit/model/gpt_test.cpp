@@ -196,6 +196,34 @@ TEST(Gpt, GradReadyHooksFireInReverseParameterOrderOncePerBackward) {
   }
 }
 
+// A block's parameters are ready while backward is still in the blocks before it: when a hook
+// of block i fires, that parameter's gradient is final (finite) and block i-1's gradients are
+// not yet written (still the NaN left there), so DDP's bucket all-reduce overlaps the rest.
+TEST(Gpt, ABlocksHooksFireBeforeTheBlockBeforeItRunsItsBackward) {
+  auto model = build_gpt(GptSpec{11, 5, 3, 2, 8}, Device::cpu(), 2);
+  std::map<std::string, Parameter*> by_name;
+  for (Parameter* p : model->parameters()) {
+    by_name[p->name] = p;
+    p->grad.copy_from(Tensor::from_vector(std::vector<float>(p->grad.numel(), NAN), p->grad.shape()));
+    p->grad_is_zero = true;
+  }
+  int checked = 0;
+  model->set_grad_ready_hook([&](Parameter& p) {
+    for (float v : p.grad.to_vector()) ASSERT_TRUE(std::isfinite(v)) << p.name;
+    for (int i = 1; i < 3; ++i) {
+      if (p.name.rfind("transformer.h." + std::to_string(i) + ".", 0) != 0) continue;
+      const Parameter* earlier = by_name["transformer.h." + std::to_string(i - 1) + ".mlp.c_proj.bias"];
+      EXPECT_TRUE(std::isnan(earlier->grad.to_vector()[0])) << p.name << " fired after block " << i - 1 << " ran";
+      ++checked;
+    }
+  });
+  CrossEntropyLoss loss;
+  loss.forward(model->forward(tokens_tensor({1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 2, 5)),
+               tokens_tensor({2, 3, 4, 5, 6, 7, 8, 9, 10, 0}, 10, 1).view({10}));
+  model->backward(loss.backward());
+  EXPECT_EQ(checked, 2 * 12);
+}
+
 // After zero_grad (grad_is_zero) the gradients' memory is stale, here NaN: the first backward
 // overwrites every gradient, and the next accumulates onto it.
 TEST(Gpt, BackwardAfterZeroGradOverwritesStaleMemoryThenAccumulates) {
