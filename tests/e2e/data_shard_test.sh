@@ -5,7 +5,7 @@
 # earlier run, and one line with the contract's status for each way it can fail.
 #   data_shard_test.sh PATH/TO/dtrain PATH/TO/llmc_shards.py
 set -uo pipefail
-DTRAIN=$(realpath "${1:?usage: data_shard_test.sh PATH/TO/dtrain PATH/TO/llmc_shards.py}")
+DTRAIN=$(realpath -e "${1:?usage: data_shard_test.sh PATH/TO/dtrain PATH/TO/llmc_shards.py}") || exit 1
 PEER=${2:?usage: data_shard_test.sh PATH/TO/dtrain PATH/TO/llmc_shards.py}
 PYTHON=/usr/bin/python3
 if [ ! -f "$PEER" ]; then echo "SKIPPED: the peer $PEER is not there"; exit 77; fi

@@ -54,7 +54,9 @@ TEST(DataFormat, IdxFilesRawOrGzip) {
   put(b.file("train-images-idx3-ubyte"), "x");
   EXPECT_EQ(detect_data_format(b.path().string()), DataFormat::kIdx);
 #ifdef DTRAIN_FMNIST_DIR
-  if (std::filesystem::exists(DTRAIN_FMNIST_DIR)) EXPECT_EQ(detect_data_format(DTRAIN_FMNIST_DIR), DataFormat::kIdx);
+  if (std::filesystem::exists(DTRAIN_FMNIST_DIR)) {
+    EXPECT_EQ(detect_data_format(DTRAIN_FMNIST_DIR), DataFormat::kIdx);
+  }
 #endif
 }
 

@@ -33,9 +33,9 @@ std::vector<uint8_t> shard_bytes(int32_t magic, int32_t version, int32_t count, 
   header[0] = magic;
   header[1] = version;
   header[2] = count;
-  std::vector<uint8_t> out(1024);
+  std::vector<uint8_t> out(1024 + body.size());
   std::memcpy(out.data(), header.data(), 1024);
-  out.insert(out.end(), body.begin(), body.end());
+  if (!body.empty()) std::memcpy(out.data() + 1024, body.data(), body.size());
   return out;
 }
 
