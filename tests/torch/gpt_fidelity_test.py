@@ -13,7 +13,8 @@ reads slot s), and dtrain trains from the same file with the same settings (--in
 --shuffle off). Checks:
   1. every tensor of dtrain's final model.safetensors within 1e-4 of PyTorch's
      (max|w_dtrain - w_torch| / max|w_torch|, per tensor), but for the key third of each
-     c_attn.bias at the peer's eps 1e-8 (Note [The key bias]); a second pair of runs at AdamW eps
+     c_attn.bias at the peer's eps 1e-8, held to 1e-3 around its exact value 0 (Note [The key
+     bias]); a second pair of runs at AdamW eps
      1e-6 holds every tensor, key bias included, to the same bound;
   2. the peer's model loads dtrain's file with strict=True (lm_head.weight re-tied to wte), and
      its validation loss over val slots 0..K-1 (the peer's batch() at rank 0 of 1) equals the
@@ -57,16 +58,20 @@ from llmc_shards import write_bytes_dataset  # noqa: E402
 #   at 0. Measured (L2 H2 C32, 50 steps): every other tensor within 3e-7 of PyTorch float32 (the
 #   q and v thirds of c_attn.bias within 5e-9 absolutely); the key bias 1.2e-6 and 1.4e-6 from
 #   PyTorch float32, which is itself 8.6e-7 from float64 (the whole tensor: 1.0e-4 and 1.4e-4 of
-#   max|c_attn.bias| = 0.0146, against float32/float64 PyTorch's 5.9e-5). So at eps 1e-8 the
-#   key third is held to what it is, noise near zero (|b_k| <= 1e-4 * max|c_attn.bias|), and the
-#   rest to 1e-4; at eps 1e-6 the same noise moves it 100 times less, and every tensor whole is
-#   held to 1e-4.
+#   max|c_attn.bias| = 0.0146, against float32/float64 PyTorch's 5.9e-5). Being noise, it moves
+#   with any change of summation order: dtrain's |b_k| / max|c_attn.bias| read 7.5e-5, then 8.8e-5
+#   after the attention kernel changed its loop order, and 1.5e-4 under an unrelated mutant;
+#   PyTorch's is 5.5e-5 to 5.9e-5. So at eps 1e-8 the key third is held to what it is, noise near
+#   its exact value 0 (|b_k| <= KEY_BIAS_BOUND = 1e-3 of max|c_attn.bias|, 10x the weights' bound,
+#   still far below any real update), and the rest to 1e-4; at eps 1e-6 the same noise moves it
+#   100 times less, and every tensor whole, key bias included, is held to 1e-4.
 TEXT = "/usr/lib/python3.11/json"
 LAYERS, HEADS, EMBD, CONTEXT, VOCAB, BATCH = 2, 2, 32, 32, 256, 4
 # The peer's hyper-parameters (its argparse defaults, but for the step count), as lr_at reads them.
 HP = types.SimpleNamespace(lr=1e-3, warmup=10, steps=50, wd=0.1, clip=1.0)
 EVAL_BATCHES = 4
 WEIGHT_BOUND, LOSS_BOUND = 1e-4, 1e-5
+KEY_BIAS_BOUND = 1e-3  # Note [The key bias]
 failures = []
 
 
@@ -165,8 +170,8 @@ def compare_weights(weights, expected, what, key_bias_apart):
             print(f"     {name:36s} max|d|/max|w| = {rel:.2e} (q, v); key bias |b_k|/max|w| = {noise:.2e}, "
                   f"the peer's {(w[key].abs().max() / scale).item():.2e}, differing by "
                   f"{((d - w)[key].abs().max() / scale).item():.2e}")
-            check(noise <= WEIGHT_BOUND, f"{what}: {name}'s key bias stays rounding noise near its exact value 0 "
-                                         f"(Note [The key bias]): {noise:.2e} <= {WEIGHT_BOUND:g}")
+            check(noise <= KEY_BIAS_BOUND, f"{what}: {name}'s key bias stays rounding noise near its exact value 0 "
+                                           f"(Note [The key bias]): {noise:.2e} <= {KEY_BIAS_BOUND:g}")
         else:
             rel = ((d - w).abs().max() / scale).item()
             print(f"     {name:36s} max|d|/max|w| = {rel:.2e}")
