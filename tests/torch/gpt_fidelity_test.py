@@ -42,7 +42,7 @@ import safetensors_io  # noqa: E402
 
 DTRAIN = os.path.abspath(sys.argv[1])
 PEERS = os.path.abspath(sys.argv[2] if len(sys.argv) > 2 else os.environ.get("DTRAIN_PEERS_DIR", ""))
-if not os.path.isfile(os.path.join(PEERS, "torch_gpt_peer.py")) or not os.path.isfile(os.path.join(PEERS, "llmc_shards.py")):
+if not all(os.path.isfile(os.path.join(PEERS, name)) for name in ("torch_gpt_peer.py", "llmc_shards.py")):
     print(f"skipped: torch_gpt_peer.py and llmc_shards.py not found in '{PEERS}' (pass the peers' folder)")
     sys.exit(77)
 sys.path.insert(0, PEERS)
