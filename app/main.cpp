@@ -1,7 +1,8 @@
 // `dtrain`: the command-line trainer. `dtrain train [flags]` runs data-parallel training on as
 // many ranks as it was started with (dtrain-launch, mpirun -np N, srun, or one process alone);
 // `dtrain eval --weights FILE` evaluates trained weights; `dtrain data shard` writes token shards. Flags are parsed before anything
-// starts, so --help and flag errors need no MPI job.
+// starts, so --help and flag errors need no MPI job. `dtrain sample` continues a prompt with a
+// byte-level GPT.
 #include <unistd.h>
 
 #include <cstdio>
@@ -13,10 +14,12 @@
 #include <fmt/format.h>
 
 #include "app/bench_allreduce.h"
+#include "app/bench_gemm.h"
 #include "app/data_command.h"
 #include "app/divergence.h"
 #include "app/eval_command.h"
 #include "app/flight_report.h"
+#include "app/sample_command.h"
 #include "app/train_options.h"
 #include "app/trainer.h"
 #include "comm/mpi_lifecycle.h"
@@ -31,9 +34,11 @@ namespace {
 constexpr const char* kUsage =
     "usage: dtrain train [flags]                 (dtrain train --help for the flags)\n"
     "       dtrain eval --weights FILE [flags]   (dtrain eval --help)\n"
+    "       dtrain sample --weights FILE --prompt TEXT --tokens N   (text from a byte-level GPT)\n"
     "       dtrain flight-report DIR             (where a hung or timed-out job stopped)\n"
     "       dtrain bench allreduce [flags]       (dtrain bench allreduce --help)\n"
     "       dtrain data shard --bytes PATH... -o DIR (token shards from text; dtrain data shard --help)\n"
+    "       dtrain bench gemm [flags]            (this binary's float32 GEMM rate)\n"
     "  runs on every rank it is started with: dtrain-launch -n 2 -- dtrain train --epochs 1\n";
 
 bool is_rank_zero_before_init() {
@@ -138,6 +143,15 @@ int run_eval(const std::vector<std::string>& args, int* argc, char*** argv) {
   });
 }
 
+int run_sample(const std::vector<std::string>& args, int* argc, char*** argv) {
+  return with_flags(args, dtrain::parse_sample_options, [&](const dtrain::ParsedSample& parsed) {
+    return with_runtime(argc, argv, parsed.config.runtime, [&](dtrain::Runtime& runtime) {
+      dtrain::run_sample(runtime, parsed.config);
+      return 0;
+    });
+  });
+}
+
 int run_bench_allreduce_command(const std::vector<std::string>& args, int* argc, char*** argv) {
   return with_flags(args, dtrain::parse_bench_allreduce_options, [&](const dtrain::ParsedBenchAllreduce& parsed) {
     return with_runtime(argc, argv, parsed.config.runtime, [&](dtrain::Runtime& runtime) {
@@ -170,9 +184,20 @@ int run_data(const std::vector<std::string>& args) {
                     });
 }
 
+int run_bench_gemm_command(const std::vector<std::string>& args, int* argc, char*** argv) {
+  return with_flags(args, dtrain::parse_bench_gemm_options, [&](const dtrain::ParsedBenchGemm& parsed) {
+    return with_runtime(argc, argv, parsed.config.runtime, [&](dtrain::Runtime& runtime) {
+      const dtrain::GemmRate rate = dtrain::run_bench_gemm(runtime, parsed.config);
+      if (rate.wrong > 0) fmt::print(stderr, "dtrain: error: bench gemm: {} result element(s) wrong\n", rate.wrong);
+      return rate.wrong > 0 ? dtrain::kExitFailure : 0;
+    });
+  });
+}
+
 int run_bench(const std::vector<std::string>& args, int* argc, char*** argv) {
+  if (!args.empty() && args[0] == "gemm") return run_bench_gemm_command({args.begin() + 1, args.end()}, argc, argv);
   if (args.empty() || args[0] != "allreduce")
-    return usage_error(fmt::format("bench: expected a benchmark name ('allreduce'), got '{}'",
+    return usage_error(fmt::format("bench: expected a benchmark name ('allreduce' or 'gemm'), got '{}'",
                                    args.empty() ? "" : args[0]));
   return run_bench_allreduce_command({args.begin() + 1, args.end()}, argc, argv);
 }
@@ -193,6 +218,7 @@ int main(int argc, char** argv) {
   if (args[0] == "bench") return run_bench({args.begin() + 1, args.end()}, &argc, &argv);
   if (args[0] == "eval") return run_eval({args.begin() + 1, args.end()}, &argc, &argv);
   if (args[0] == "data") return run_data({args.begin() + 1, args.end()});
+  if (args[0] == "sample") return run_sample({args.begin() + 1, args.end()}, &argc, &argv);
   if (args[0] == "flight-report") {
     if (args.size() != 2) return usage_error("flight-report: expected one directory (dtrain flight-report DIR)");
     try {
@@ -204,5 +230,6 @@ int main(int argc, char** argv) {
       return dtrain::kExitFailure;
     }
   }
-  return usage_error(fmt::format("unknown command '{}'; expected 'train', 'eval', 'bench', 'data' or 'flight-report'", args[0]));
+  return usage_error(fmt::format(
+      "unknown command '{}'; expected 'train', 'eval', 'sample', 'bench', 'data' or 'flight-report'", args[0]));
 }

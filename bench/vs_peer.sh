@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # dtrain against the PyTorch DDP peer (gloo, CPU), same job, same sitting, one table.
-#   bash bench/vs_peer.sh [--model mlp|cnn] [--epochs N] [--repeat R] [--coretype NAME]
+#   bash bench/vs_peer.sh [--model mlp|cnn|gpt] [--epochs N] [--repeat R] [--coretype NAME]
 # Seed MLP on Fashion-MNIST (np 1 and 2, hidden 256 and 2048), or with --model cnn the LeNet-style
 # CNN (np 1 and 2); batch 64 per rank, SGD lr 0.01 momentum 0.9; 1 BLAS/torch thread per rank
 # (the peer's default). Each figure is the median of R runs. Every row also shows test accuracy:
@@ -10,8 +10,10 @@
 # cores of this machine allow, the ceiling for any 2-rank scaling efficiency measured here.
 # Both programs multiply with the same OpenBLAS; --coretype exports OPENBLAS_CORETYPE=NAME to
 # both (e.g. SkylakeX for AVX-512 kernels), otherwise each runs with the environment as it is.
+# --model gpt: the GPT language model against torch_gpt_peer.py instead (bench/vs_peer_gpt.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+for arg in "$@"; do [ "$arg" = gpt ] && exec bash bench/vs_peer_gpt.sh "$@"; done
 epochs=1; repeat=3; model=mlp
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -23,7 +25,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 case "$model" in mlp) configs=("1 256" "2 256" "2 2048") ;; cnn) configs=("1 256" "2 256") ;;
-  *) echo "bench: --model: expected mlp or cnn, got '$model'" >&2; exit 2 ;; esac
+  *) echo "bench: --model: expected mlp, cnn or gpt, got '$model'" >&2; exit 2 ;; esac
 peer=${DTRAIN_PEER:-../shared/peers/torch_ddp_fmnist.py}
 [ -f "$peer" ] || { echo "bench: peer script not found at $peer (set DTRAIN_PEER)" >&2; exit 1; }
 if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
