@@ -15,6 +15,8 @@ std::string_view project_relative(std::string_view file) {
   constexpr std::string_view kSourceDir = DTRAIN_SOURCE_DIR;
   if (!kSourceDir.empty() && file.starts_with(kSourceDir)) return file.substr(kSourceDir.size());
 #endif
+  // ccache with CCACHE_BASEDIR makes __FILE__ relative to the build folder ("../../app/x.cpp").
+  while (file.starts_with("../") || file.starts_with("./")) file.remove_prefix(file.starts_with("./") ? 2 : 3);
   return file;
 }
 

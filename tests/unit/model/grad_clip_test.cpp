@@ -3,6 +3,7 @@
 #include <cmath>
 #include <memory>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "model/grad_clip.h"
@@ -20,7 +21,7 @@ struct Params {
       std::vector<float> g(static_cast<size_t>(n));
       for (auto& v : g) v = 0.01f * static_cast<float>((k++ * 37) % 101 - 50);
       owned.push_back(std::make_unique<Parameter>(
-          Parameter{"p" + std::to_string(owned.size()), Tensor::zeros({n}), Tensor::from_vector(g, {n})}));
+          Parameter{fmt::format("p{}", owned.size()), Tensor::zeros({n}), Tensor::from_vector(g, {n})}));
       ptrs.push_back(owned.back().get());
     }
   }
