@@ -17,6 +17,7 @@
 #include "app/rank_agreement.h"
 #include "app/reporter.h"
 #include "app/run_control.h"
+#include "comm/launch_channel.h"
 #include "app/sample_log.h"
 #include "app/trace.h"
 #include "app/train_step.h"
@@ -288,7 +289,9 @@ TrainResult LmTrainer::run() {
 }  // namespace
 
 TrainResult train_language_model(Runtime& runtime, const TrainConfig& config) {
-  return LmTrainer(runtime, config).run();
+  LmTrainer trainer(runtime, config);
+  report_reached_training();  // Note [Reaching training] in app/trainer.h
+  return trainer.run();
 }
 
 }  // namespace dtrain

@@ -27,6 +27,7 @@
 #include "checkpoint/finite.h"
 #include "comm/exchange.h"
 #include "comm/flight_recorder.h"
+#include "comm/launch_channel.h"
 #include "comm/mpi_lifecycle.h"
 #include "core/memory.h"
 #include "core/ops.h"
@@ -348,7 +349,9 @@ void check_output_paths(Runtime& runtime, const TrainConfig& c) {
 TrainResult train(Runtime& runtime, const TrainConfig& config) {
   check_output_paths(runtime, config);
   if (config.lm) return train_language_model(runtime, config);
-  return Trainer(runtime, config).run();
+  Trainer trainer(runtime, config);
+  report_reached_training();  // Note [Reaching training]
+  return trainer.run();
 }
 
 }  // namespace dtrain

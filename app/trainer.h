@@ -8,6 +8,9 @@
 
 namespace dtrain {
 
+// Note [Reaching training]: once the data is loaded, the model built and broadcast and a checkpoint
+// restored, the run tells dtrain-launch (comm/launch_channel.h) that this rank reached training:
+// its --start-timeout bounds start-up only, never a run that outlasts it.
 TrainResult train(Runtime& runtime, const TrainConfig& config);
 
 }  // namespace dtrain

@@ -6,6 +6,7 @@
 # them); --max-restarts relaunches with --resume auto and gives up after K restarts.
 #   supervision_test.sh CASE DTRAIN_LAUNCH LAUNCH_TEST_RANK [DTRAIN]
 # CASE: dead_rank_signal | dead_rank_error_line | dead_rank_dtrain_train | start_timeout |
+#       dtrain_train_outlasts_start_timeout |
 #       sigint | sigterm_ignored | restart_resumes | restart_gives_up. Prints ok/not ok lines; exit 1 on a failure,
 # 77 (skipped) when a case's inputs are missing.
 set -uo pipefail
@@ -123,6 +124,25 @@ case_dead_rank_dtrain_train() {
   check "exit status 137" [ "$status" = 137 ]
   check "the job ends within ${BOUND_S} s of the kill" within_bound "$elapsed_ms"
   check "no dtrain process of the job is left" none_alive_after "$t0" $ranks
+}
+
+# dtrain train tells dtrain-launch it reached training: a run that outlasts --start-timeout is not
+# ended as a start-up that took too long (before, every job ended after 300 s with exit 124).
+case_dtrain_train_outlasts_start_timeout() {
+  if [ -z "$dtrain" ] || [ ! -x "$dtrain" ] || [ ! -e "$DATA/train-images-idx3-ubyte.gz" ]; then
+    echo "SKIPPED: needs the dtrain binary and $DATA"; exit 77
+  fi
+  local t0; t0=$(now_ms)
+  start -n 2 --start-timeout 15 -- "$dtrain" train --epochs 1000 --train-limit 640 --test-limit 64 --threads 1
+  local i
+  for ((i = 0; i < 300; i++)); do grep -q '^Train Epoch: 1 ' "$work/out" && break; sleep 0.1; done
+  # Past the bound, with a margin: the job must still be training.
+  while [ $(($(now_ms) - t0)) -le 17000 ] && kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
+  check "the job is still running 2 s past --start-timeout" kill -0 "$pid"
+  kill -INT "$pid" 2>/dev/null
+  finish "$t0"; show
+  check "no start-up line" bash -c "! grep -q 'start-up took longer' '$work/out'"
+  check "exit status 130 (interrupted), not 124" [ "$status" = 130 ]
 }
 
 case_start_timeout() {
