@@ -107,7 +107,7 @@ case_dead_rank_dtrain_train() {
   if [ -z "$dtrain" ] || [ ! -x "$dtrain" ] || [ ! -e "$DATA/train-images-idx3-ubyte.gz" ]; then
     echo "SKIPPED: needs the dtrain binary and $DATA"; exit 77
   fi
-  # Training without the launch channel call yet: no start-up bound.
+  # No start-up bound: the killed rank is the subject here.
   start -n 2 --start-timeout 0 -- "$dtrain" train --epochs 50 --test-limit 500
   local i victim="" ranks=""
   for ((i = 0; i < 300; i++)); do
