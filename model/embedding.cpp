@@ -9,15 +9,6 @@
 
 namespace dtrain {
 
-namespace {
-
-void pack_bf16(const Tensor& src, Tensor& dst) {  // dst = bf16(src), reused while the shape holds
-  ensure_tensor(dst, src.shape(), src.device(), DType::kBF16);
-  launch(src.device(), src.numel(), kernels::PackBF16{dst.data_as<uint16_t>(), src.data(), 1.f});
-}
-
-}  // namespace
-
 TokenEmbedding::TokenEmbedding(int64_t vocab, int64_t context, int64_t channels, Device device)
     : vocab_(vocab), context_(context), channels_(channels) {
   DTRAIN_CHECK(vocab > 0 && context > 0 && channels > 0, "TokenEmbedding(vocab {}, context {}, channels {}): sizes must be positive",
