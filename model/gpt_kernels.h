@@ -210,6 +210,10 @@ struct EmbeddingForward {  // y[b, t, c] = wte[tokens[b, t], c] + wpe[t, c]; a t
 // in ceil(log2(B*T)) rounds of B*T threads (MergeByToken: each element finds its place in the
 // partner run by binary search), then V + 1 threads find where each token's positions begin
 // (TokenOffsets). Tokens outside [0, V) sort last as if they were V and belong to no row.
+// Measured on the CPU, 1 thread, machine load 10 (no GPU here): the whole embedding backward at
+// B*T = 8192, V = 50257, C = 64 took 34-37 ms against 22-24 ms with the serial sort; at GPT-2's
+// sizes a CPU step takes seconds, so the CPU pays that for one code path tested everywhere.
+// On a GPU it is unmeasured.
 
 // The sort key's token: out-of-range tokens count as `vocab`, after every real one.
 DTRAIN_HD inline int64_t bucket_token(const int32_t* tokens, int32_t p, int64_t vocab) {
