@@ -186,6 +186,11 @@ void cpu_parallel_ranges(int64_t n, void (*body)(const void* ctx, int64_t begin,
   });
 }
 
+void pack_bf16(const Tensor& src, Tensor& dst) {
+  ensure_tensor(dst, src.shape(), src.device(), DType::kBF16);
+  launch(src.device(), src.numel(), kernels::PackBF16{dst.data_as<uint16_t>(), src.data(), 1.f});
+}
+
 void gemm_bf16(Device device, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                const uint16_t* a, const uint16_t* b, float beta, float* c) {
   if (m == 0 || n == 0) return;

@@ -20,6 +20,10 @@ void gemm(Device device, bool trans_a, bool trans_b, int64_t m, int64_t n, int64
 void gemm_bf16(Device device, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                const uint16_t* a, const uint16_t* b, float beta, float* c);
 
+// dst = bf16(src) (core/kernels.h PackBF16), same shape, on src's device: gemm_bf16's operands.
+// dst is reused while its shape holds (a layer packs into the same tensor every step).
+void pack_bf16(const Tensor& src, Tensor& dst);
+
 // A batch of `count` products of one shape, with leading dimensions: for i in [0, count),
 // C_i = alpha * op(A_i) * op(B_i) + beta * C_i, A_i = a + i * stride_a (B and C alike). lda, ldb
 // and ldc are the row strides of A, B and C as stored (row-major), so a product may read or write

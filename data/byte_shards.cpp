@@ -121,13 +121,19 @@ ByteShardSummary write_byte_shards(const std::vector<std::string>& paths, const 
     for (const std::string& p : paths) given += (given.empty() ? "" : " ") + p;
     bad_input(fmt::format("no text found in {} (files, or folders of *.py *.txt *.md *.rst *.h *.c)", given));
   }
+  const auto total = static_cast<int64_t>(data.size());
+  const int64_t nval = validation_bytes(total, val_fraction);
+  // A split under 2 tokens has no (input, target) pair: training or evaluation on it would fail
+  // later, far from the cause, so refuse before anything is written.
+  if (nval < 2 || total - nval < 2)
+    bad_input(fmt::format("{}: {} bytes of text split into {} validation and {} training tokens; each split needs "
+                          "at least 2 (more text, or another --val-fraction)",
+                          out_dir, total, nval, total - nval));
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec || !fs::is_directory(out_dir, ec))
     throw Error(fmt::format("{}: cannot create the output folder: {}", out_dir, ec ? ec.message() : "not a folder"),
                 ErrorKind::kOutput);
-  const auto total = static_cast<int64_t>(data.size());
-  const int64_t nval = validation_bytes(total, val_fraction);
   ByteShardSummary s;
   s.val_tokens = nval;
   s.train_tokens = total - nval;

@@ -37,7 +37,8 @@ struct ByteShardSummary {
 // out_dir/bytes_val_000000.bin (the first validation_bytes of them) and bytes_train_%06d.bin (the
 // rest, kByteShardTokens each at most), each atomically; creates out_dir when missing; removes
 // bytes_train_%06d.bin files of a larger earlier run, which would otherwise join the split.
-// Throws Error: kData for unreadable input or no text at all, kOutput when out_dir cannot be
+// Throws Error: kData for unreadable input, no text at all, or a split (validation or training)
+// under 2 tokens, which holds no (input, target) pair; then nothing is written. kOutput when out_dir cannot be
 // written, kResources when the text does not fit in memory.
 ByteShardSummary write_byte_shards(const std::vector<std::string>& paths, const std::string& out_dir,
                                    std::optional<double> val_fraction = std::nullopt);

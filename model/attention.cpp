@@ -20,17 +20,8 @@ void for_each_block(int64_t time, F&& f) {
     f(begin, std::min(time, begin + CausalSelfAttention::kCausalBlock));
 }
 
-// A Linear whose own initialisation is replaced (GPT-2's normal draws come from the caller's rng).
-Linear make_linear(int64_t in, int64_t out, Device device) {
-  InitRng discarded(0);
-  return Linear(in, out, device, discarded);
-}
-
-void init_linear(Linear& layer, const char* name, float std, InitRng& rng) {
-  std::vector<Parameter*> params = layer.parameters();  // weight, bias
-  for (Parameter* p : params) p->name = fmt::format("{}.{}", name, p->name);
-  normal_init(params[0]->value, std, rng);
-  params[1]->value.zero_();
+void prefix_names(Linear& layer, const char* name) {
+  for (Parameter* p : layer.parameters()) p->name = fmt::format("{}.{}", name, p->name);
 }
 
 }  // namespace
@@ -42,13 +33,15 @@ CausalSelfAttention::CausalSelfAttention(int64_t embd, int64_t heads, int64_t co
       head_size_(heads > 0 ? embd / heads : 0),
       context_(context),
       device_(device),
-      c_attn_(make_linear(embd > 0 ? embd : 1, embd > 0 ? checked_mul(3, embd, "c_attn width") : 1, device)),
-      c_proj_(make_linear(embd > 0 ? embd : 1, embd > 0 ? embd : 1, device)) {
+      // Draws in member order: c_attn's weight, then c_proj's (GPT-2's init, NormalInit).
+      c_attn_(embd > 0 ? embd : 1, embd > 0 ? checked_mul(3, embd, "c_attn width") : 1, device, rng,
+              NormalInit{0.02f}),
+      c_proj_(embd > 0 ? embd : 1, embd > 0 ? embd : 1, device, rng, NormalInit{proj_std}) {
   DTRAIN_CHECK(embd > 0 && heads > 0 && context > 0,
                "CausalSelfAttention(embd {}, heads {}, context {}): sizes must be positive", embd, heads, context);
   DTRAIN_CHECK(embd % heads == 0, "CausalSelfAttention: embd {} is not a multiple of heads {}", embd, heads);
-  init_linear(c_attn_, "c_attn", 0.02f, rng);
-  init_linear(c_proj_, "c_proj", proj_std, rng);
+  prefix_names(c_attn_, "c_attn");
+  prefix_names(c_proj_, "c_proj");
 }
 
 // Heads per pass of the products and softmax kernels: on the GPU all of them in each call (a few

@@ -1,5 +1,7 @@
 #include "model/embedding.h"
 
+#include <utility>
+
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -8,15 +10,6 @@
 #include "model/gpt_kernels.h"
 
 namespace dtrain {
-
-namespace {
-
-void pack_bf16(const Tensor& src, Tensor& dst) {  // dst = bf16(src), reused while the shape holds
-  ensure_tensor(dst, src.shape(), src.device(), DType::kBF16);
-  launch(src.device(), src.numel(), kernels::PackBF16{dst.data_as<uint16_t>(), src.data(), 1.f});
-}
-
-}  // namespace
 
 TokenEmbedding::TokenEmbedding(int64_t vocab, int64_t context, int64_t channels, Device device)
     : vocab_(vocab), context_(context), channels_(channels) {
@@ -50,10 +43,18 @@ Tensor TokenEmbedding::backward(const Tensor& grad_output, bool) {
   launch(dev, context_ * channels_,
          kernels::PositionBackward{wpe_.grad.data(), grad_output.data(), batch, seq, channels_, take_grad_beta(wpe_)});
   grad_ready(wpe_);
-  ensure_tensor(buckets_, {2 * vocab_ + 1 + positions}, dev, DType::kI32);
+  // The positions sorted by (token, position), then where each token's run begins: Note [Token buckets].
+  ensure_tensor(buckets_, {vocab_ + 1 + 2 * positions}, dev, DType::kI32);
   int32_t* offsets = buckets_.data_as<int32_t>();
-  int32_t* order = offsets + 2 * vocab_ + 1;
-  launch(dev, 1, kernels::TokenBuckets{offsets, offsets + vocab_ + 1, order, tokens_.data_as<int32_t>(), positions, vocab_});
+  int32_t* order = offsets + vocab_ + 1;
+  int32_t* scratch = order + positions;
+  const int32_t* tokens = tokens_.data_as<int32_t>();
+  launch(dev, positions, kernels::IotaI32{order});  // runs of width 1, sorted
+  for (int64_t width = 1; width < positions; width *= 2) {
+    launch(dev, positions, kernels::MergeByToken{scratch, order, tokens, positions, width, vocab_});
+    std::swap(order, scratch);
+  }
+  launch(dev, vocab_ + 1, kernels::TokenOffsets{offsets, order, tokens, positions, vocab_});
   launch(dev, vocab_ * channels_,
          kernels::EmbeddingBackward{wte_.grad.data(), grad_output.data(), offsets, order, channels_, take_grad_beta(wte_)});
   grad_ready(wte_);

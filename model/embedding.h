@@ -1,6 +1,6 @@
 // The GPT's input and output layers. TokenEmbedding: tokens I32 (B, T) -> wte[token] + wpe[t],
 // F32 (B, T, C), with parameters "wte.weight" (V, C) and "wpe.weight" (context, C); its
-// backward is a gather in token order (model/gpt_kernels.h TokenBuckets), the same bits on
+// backward is a gather in token order (model/gpt_kernels.h Note [Token buckets]), the same bits on
 // every thread count. TiedLmHead: logits (N, V) = x (N, C) wte^T, the output layer that shares
 // the token embedding's weight (GPT-2's tying).
 //
@@ -31,7 +31,7 @@ class TokenEmbedding : public Module {
   int64_t vocab_, context_, channels_;
   Parameter wte_, wpe_;
   Tensor tokens_, output_;
-  Tensor buckets_;  // I32: offsets (V + 1), cursor (V), order (B*T)
+  Tensor buckets_;  // I32: offsets (V + 1), then two buffers of B*T positions (the sort ping-pongs)
 };
 
 // Not a Module: it owns no parameter (wte belongs to the TokenEmbedding). With AmpMode::kBf16

@@ -65,15 +65,6 @@ void prefix_names(Module& m, const std::string& prefix) {
   for (Parameter* p : m.parameters()) p->name = prefix + p->name;
 }
 
-// A Linear with GPT-2's init: weight N(0, std) (over the uniform draws Linear made), bias 0.
-std::unique_ptr<Linear> gpt_linear(int64_t in, int64_t out, Device device, InitRng& rng, float std) {
-  auto l = std::make_unique<Linear>(in, out, device, rng);
-  auto p = l->parameters();
-  normal_init(p[0]->value, std, rng);
-  p[1]->value.zero_();
-  return l;
-}
-
 }  // namespace
 
 std::vector<LayerSize> plan_gpt(const GptSpec& s) {
@@ -115,8 +106,8 @@ int64_t gpt_parameter_count(const GptSpec& spec) {
 GptBlock::GptBlock(int64_t embd, int64_t heads, int64_t context, Device device, InitRng& rng, float proj_std)
     : embd_(embd), ln_1_(embd, device), ln_2_(embd, device) {
   attn_ = std::make_unique<CausalSelfAttention>(embd, heads, context, device, rng, proj_std);
-  c_fc_ = gpt_linear(embd, 4 * embd, device, rng, kInitStd);
-  c_proj_ = gpt_linear(4 * embd, embd, device, rng, proj_std);
+  c_fc_ = std::make_unique<Linear>(embd, 4 * embd, device, rng, NormalInit{kInitStd});
+  c_proj_ = std::make_unique<Linear>(4 * embd, embd, device, rng, NormalInit{proj_std});
   gelu_ = std::make_unique<GELU>();
   prefix_names(ln_1_, "ln_1.");
   prefix_names(*attn_, "attn.");

@@ -23,6 +23,7 @@ GradNormClipper::GradNormClipper(std::vector<Parameter*> params) : params_(std::
     total += chunks_.back();
   }
   partials_ = Tensor::zeros({total}, device);
+  group_sums_ = Tensor::zeros({(total + kernels::kNormGroup - 1) / kernels::kNormGroup}, device);
   result_ = Tensor::zeros({2}, device);
 }
 
@@ -35,7 +36,9 @@ void GradNormClipper::clip(float max_norm) {
     launch(device, chunks_[i],
            kernels::SumSquaresStrided{partials_.data() + first_partial_[i], p.grad.data(), p.grad.numel(), chunks_[i]});
   }
-  launch(device, 1, kernels::GlobalNormAndClipCoefficient{result_.data(), partials_.data(), partials_.numel(), max_norm});
+  launch(device, group_sums_.numel(), kernels::SumGroups{group_sums_.data(), partials_.data(), partials_.numel()});
+  launch(device, 1,
+         kernels::GlobalNormAndClipCoefficient{result_.data(), group_sums_.data(), group_sums_.numel(), max_norm});
   if (max_norm <= 0.f) return;
   // Scaled even when the coefficient is 1 (x * 1 is x, bit for bit): the host never looks.
   for (Parameter* p : params_)

@@ -1,7 +1,8 @@
 // Gradient clipping by the global L2 norm, as torch.nn.utils.clip_grad_norm_(params, max_norm):
 // the norm of all gradients together, then every gradient scaled by min(1, max_norm / (norm +
-// 1e-6)). Everything stays on the parameters' device (a chunked sum of squares, a one-thread
-// total, a scale that reads the coefficient from device memory): no host round trip per step.
+// 1e-6)). Everything stays on the parameters' device (a chunked sum of squares, the chunk sums
+// added in groups of 1024, a one-thread total of the groups, a scale that reads the coefficient
+// from device memory): no host round trip per step.
 // Run it after the gradient all-reduce, so every rank holds the same gradients, computes the
 // same bits and takes the same decision. No MPI here.
 #pragma once
@@ -31,11 +32,12 @@ class GradNormClipper {
   std::vector<int64_t> first_partial_;  // per parameter: where its chunks' sums go
   std::vector<int64_t> chunks_;         // per parameter
   Tensor partials_;
+  Tensor group_sums_;  // [ceil(partials / kernels::kNormGroup)]
   Tensor result_;
 };
 
-// Chunks of a gradient of n elements: about 1024 elements each (enough threads for a GPU, few
-// enough partials for the one-thread total).
+// Chunks of a gradient of n elements: about 1024 elements each (enough threads for a GPU; their
+// sums are added in groups of kernels::kNormGroup, then the groups on one thread).
 int64_t grad_norm_chunks(int64_t n);
 
 }  // namespace dtrain

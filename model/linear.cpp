@@ -8,26 +8,24 @@
 
 namespace dtrain {
 
-namespace {
-
-// dst = bf16(src), same shape, on src's device; dst is reused while its shape holds.
-void pack_bf16(const Tensor& src, Tensor& dst) {
-  ensure_tensor(dst, src.shape(), src.device(), DType::kBF16);
-  launch(src.device(), src.numel(), kernels::PackBF16{dst.data_as<uint16_t>(), src.data(), 1.f});
-}
-
-}  // namespace
-
-Linear::Linear(int64_t in_features, int64_t out_features, Device device, InitRng& rng, bool bias)
+Linear::Linear(int64_t in_features, int64_t out_features, Device device, bool bias)
     : in_(in_features), out_(out_features), has_bias_(bias) {
   DTRAIN_CHECK(in_ > 0 && out_ > 0, "Linear({}, {}): feature counts must be positive", in_, out_);
   checked_mul(out_, in_, fmt::format("Linear({}, {}) weight", in_, out_));  // before any allocation
   weight_ = {"weight", Tensor::empty({out_, in_}, device), Tensor::zeros({out_, in_}, device)};
+  if (has_bias_) bias_ = {"bias", Tensor::empty({out_}, device), Tensor::zeros({out_}, device)};
+}
+
+Linear::Linear(int64_t in_features, int64_t out_features, Device device, InitRng& rng, bool bias)
+    : Linear(in_features, out_features, device, bias) {
   uniform_init(weight_.value, fan_in_bound(in_), rng);
-  if (has_bias_) {
-    bias_ = {"bias", Tensor::empty({out_}, device), Tensor::zeros({out_}, device)};
-    uniform_init(bias_.value, fan_in_bound(in_), rng);
-  }
+  if (has_bias_) uniform_init(bias_.value, fan_in_bound(in_), rng);
+}
+
+Linear::Linear(int64_t in_features, int64_t out_features, Device device, InitRng& rng, NormalInit init)
+    : Linear(in_features, out_features, device, true) {
+  normal_init(weight_.value, init.std, rng);  // the weight's draws only: rng advances by in x out
+  bias_.value.zero_();
 }
 
 Tensor Linear::forward(const Tensor& input) {

@@ -9,9 +9,17 @@
 
 namespace dtrain {
 
+// GPT-2's initialisation of a Linear: weight N(0, std^2), bias zero (attention's and the MLP's).
+struct NormalInit {
+  float std;
+};
+
 class Linear : public Module {
  public:
+  // PyTorch's default: weight and bias U(-1/sqrt(in), 1/sqrt(in)), drawn from rng in that order.
   Linear(int64_t in_features, int64_t out_features, Device device, InitRng& rng, bool bias = true);
+  // With a bias, initialised as `init` says; the weight's in x out normal draws come from rng.
+  Linear(int64_t in_features, int64_t out_features, Device device, InitRng& rng, NormalInit init);
   Tensor forward(const Tensor& input) override;
   Tensor backward(const Tensor& grad_output, bool need_input_grad = true) override;
   std::vector<Parameter*> parameters() override;
@@ -20,6 +28,7 @@ class Linear : public Module {
   bool absorb_following_relu() override { return relu_ = true; }
 
  private:
+  Linear(int64_t in_features, int64_t out_features, Device device, bool bias);  // allocated, not initialised
   Tensor pre_activation_grad(const Tensor& grad_output);
 
   int64_t in_, out_;

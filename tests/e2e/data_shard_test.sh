@@ -95,8 +95,11 @@ expect_failure "no -o" 2 "-o: required" shard --bytes "$tree"
 expect_failure "no --bytes" 2 "--bytes: required" shard "$tree" -o "$WORK/o3"
 expect_failure "no paths" 2 "data shard: expected text files or folders" shard --bytes -o "$WORK/o4"
 expect_failure "--val-fraction 1" 2 "--val-fraction: must be above 0 and below 1, got 1" shard --bytes "$tree" -o "$WORK/o5" --val-fraction 1
+printf 'twenty bytes of text\n' >"$WORK/small.txt"
+expect_failure "a validation split under 2 tokens" 65 "$WORK/o6: 21 bytes of text split into 1 validation and 20 train" \
+  shard --bytes "$WORK/small.txt" -o "$WORK/o6"
 expect_failure "no subcommand" 2 "data: expected 'shard'" frobnicate
-for o in o1 o2 o4 o5; do [ -e "$WORK/$o" ] && not_ok "no output after a failure" "$WORK/$o exists"; done
+for o in o1 o2 o4 o5 o6; do [ -e "$WORK/$o" ] && not_ok "no output after a failure" "$WORK/$o exists"; done
 
 if [ "$failures" -gt 0 ]; then echo "$failures failure(s)"; exit 1; fi
 echo "all passed"

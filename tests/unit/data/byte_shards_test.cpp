@@ -1,5 +1,5 @@
 // Byte-level shards: llmc_shards.py's walk order and split, the files written, stale shards of a
-// larger earlier run removed, and one line for input that cannot be used.
+// larger earlier run removed, and one line for input that cannot be used (a split under 2 tokens too).
 #include "data/byte_shards.h"
 
 #include <filesystem>
@@ -95,11 +95,35 @@ TEST(ByteShards, UnusableInputIsOneLine) {
   put(d.file("empty/a.pyc"), "binary");
   EXPECT_THAT(error_of([&] { write_byte_shards({d.file("empty")}, d.file("out")); }).first,
               HasSubstr("no text found in " + d.file("empty")));
-  put(d.file("in.txt"), "some text");
+  put(d.file("in.txt"), std::string(40, 't'));  // 2 validation bytes: the smallest usable split
   put(d.file("file"), "x");
   const auto [out, out_kind] = error_of([&] { write_byte_shards({d.file("in.txt")}, d.file("file/sub")); });
   EXPECT_THAT(out, HasSubstr(d.file("file/sub") + ": cannot create the output folder"));
   EXPECT_EQ(out_kind, ErrorKind::kOutput);
+}
+
+TEST(ByteShards, ASplitUnderTwoTokensIsRefusedNamingTheOutputFolder) {
+  TempDir d;
+  auto error_of = [](auto work) -> std::pair<std::string, ErrorKind> {
+    try {
+      work();
+    } catch (const Error& e) {
+      return {e.what(), e.kind()};
+    }
+    return {"", ErrorKind::kFailure};
+  };
+  put(d.file("small.txt"), std::string(39, 's'));  // 39 / 20 = 1 validation byte
+  const auto [small, kind] = error_of([&] { write_byte_shards({d.file("small.txt")}, d.file("o1")); });
+  EXPECT_EQ(small, d.file("o1") + ": 39 bytes of text split into 1 validation and 38 training tokens; each split "
+                                   "needs at least 2 (more text, or another --val-fraction)");
+  EXPECT_EQ(kind, ErrorKind::kData);
+  put(d.file("big.txt"), std::string(1000, 'b'));
+  EXPECT_THAT(error_of([&] { write_byte_shards({d.file("big.txt")}, d.file("o2"), 0.001); }).first,
+              HasSubstr("split into 1 validation and 999 training tokens"));
+  EXPECT_THAT(error_of([&] { write_byte_shards({d.file("big.txt")}, d.file("o3"), 0.9995); }).first,
+              HasSubstr("split into 999 validation and 1 training tokens"));
+  for (const char* o : {"o1", "o2", "o3"}) EXPECT_FALSE(fs::exists(d.file(o))) << o;  // nothing written
+  EXPECT_EQ(write_byte_shards({d.file("big.txt")}, d.file("o4"), 0.002).val_tokens, 2);  // the limit itself is fine
 }
 
 }  // namespace

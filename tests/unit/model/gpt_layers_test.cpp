@@ -184,6 +184,36 @@ TEST(TokenEmbedding, BackwardIsThePositionOrderSumOnAnyThreadCount) {
   set_cpu_threads(1);
 }
 
+// The parallel bucket build (Note [Token buckets]) at a position count that is no power of two
+// (the merge rounds end on a partial run) and with tokens outside [0, V), which belong to no
+// row: still the host loop's floats, bit for bit, on 1 and on 3 threads.
+TEST(TokenEmbedding, BucketsOfAnOddPositionCountAndOutOfRangeTokensGiveThePositionOrderSum) {
+  const int64_t vocab = 50, channels = 8, batch = 3, seq = 37;  // 111 positions
+  std::vector<int32_t> ids(static_cast<size_t>(batch * seq));
+  std::vector<float> pick = random_values(ids.size(), 21, 0.f, 1.f);
+  for (size_t p = 0; p < ids.size(); ++p) ids[p] = static_cast<int32_t>(pick[p] * 60.f) - 3;  // -3 .. 56
+  const Tensor tokens = tokens_tensor(ids, batch, seq);
+  const Tensor dy = random_tensor({batch, seq, channels}, 22, -10.f, 10.f);
+  std::vector<float> expected(static_cast<size_t>(vocab * channels), 0.f);
+  const std::vector<float> g = dy.to_vector();
+  for (size_t p = 0; p < ids.size(); ++p)
+    if (ids[p] >= 0 && ids[p] < vocab)
+      for (int64_t c = 0; c < channels; ++c) expected[ids[p] * channels + c] += g[p * channels + c];
+  for (int threads : {1, 3}) {
+    ASSERT_EQ(set_cpu_threads(threads), threads);
+    TokenEmbedding e(vocab, seq, channels, Device::cpu());
+    e.wte().grad_is_zero = e.wpe().grad_is_zero = true;
+    e.forward(tokens);
+    e.backward(dy);
+    const std::vector<float> got = e.wte().grad.to_vector();
+    ASSERT_EQ(got.size(), expected.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < got.size(); ++i) differ += std::memcmp(&got[i], &expected[i], sizeof(float)) != 0;
+    EXPECT_EQ(differ, 0u) << "threads " << threads;
+  }
+  set_cpu_threads(1);
+}
+
 TEST(TokenEmbedding, RefusesTokensLongerThanTheContextOrNotInt32) {
   TokenEmbedding e(5, 4, 3, Device::cpu());
   EXPECT_THROW(e.forward(tokens_tensor({0, 1, 2, 3, 4}, 1, 5)), Error);

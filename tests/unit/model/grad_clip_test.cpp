@@ -53,6 +53,24 @@ TEST(GradNormClipper, NormMatchesNaiveSumAndLargeNormsAreScaledToMax) {
   EXPECT_NEAR(ps.naive_norm(), 1.0, 1e-5) << "after clipping the global norm is max_norm";
 }
 
+// 2500 one-element gradients: 2500 chunk sums, three groups of the second stage (the last one
+// partial); every group must reach the total.
+TEST(GradNormClipper, TotalOverSeveralGroupsOfChunkSumsCountsEveryChunk) {
+  std::vector<std::unique_ptr<Parameter>> owned;
+  std::vector<Parameter*> ptrs;
+  double naive = 0;
+  for (int i = 0; i < 2500; ++i) {
+    const float v = 0.001f * static_cast<float>(i % 97 + 1);
+    naive += static_cast<double>(v) * v;
+    owned.push_back(std::make_unique<Parameter>(
+        Parameter{fmt::format("q{}", i), Tensor::zeros({1}), Tensor::from_vector(std::vector<float>{v}, {1})}));
+    ptrs.push_back(owned.back().get());
+  }
+  GradNormClipper clipper(ptrs);
+  clipper.clip(0.f);
+  EXPECT_NEAR(clipper.last_norm(), std::sqrt(naive), 1e-6 * std::sqrt(naive));
+}
+
 TEST(GradNormClipper, SmallNormsAndMaxZeroLeaveGradientsBitwiseAlone) {
   for (float max_norm : {1e6f, 0.f}) {
     Params ps;
