@@ -19,7 +19,7 @@ check "evaluation counted the 997 test samples once" [ "$(grep -c '^Test set: .*
 # With --clip-grad-norm the joined ranks clip the same all-reduced gradient as the others: else
 # their parameters drift from rank 0's. The last evaluation sums every rank's share with its own
 # parameters; `dtrain eval` of rank 0's saved weights on one rank must give the same loss.
-timeout 120 bash -c "$(declare -f start_dtrain dtrain_at); DTRAIN=$DTRAIN; dtrain_at $NP $WORK/clip.log train --threads 1 --data $DATA --sampler uneven --train-limit 1000 --test-limit 997 --batch-size 333 --epochs 1 --clip-grad-norm 0.01 --checkpoint-dir $WORK/clip"
+timeout 120 bash -c "$(declare -f start_dtrain dtrain_at); DTRAIN=$DTRAIN; dtrain_at $NP $WORK/clip.log train --threads 1 --data $DATA --sampler uneven --train-limit 1000 --test-limit 997 --batch-size 333 --epochs 1 --lr 0.5 --clip-grad-norm 0.01 --checkpoint-dir $WORK/clip"
 status=$?
 check "the uneven job with --clip-grad-norm finished (exit $status)" [ "$status" = 0 ]
 OPENBLAS_NUM_THREADS=1 "$DTRAIN" eval --threads 1 --data "$DATA" --test-limit 997 --weights "$WORK/clip" >"$WORK/eval.log" 2>&1

@@ -278,6 +278,8 @@ TEST(TrainOptions, GptWrongValuesAndMisplacedFlagsAreOneLineUsageErrors) {
   EXPECT_EQ(lm_error_of({"--epochs", "2"}), "--epochs: not with --model gpt (language models train --steps)");
   EXPECT_EQ(lm_error_of({"--hidden", "64"}), "--hidden: not with --model gpt (an image-model flag)");
   EXPECT_EQ(lm_error_of({"--data-format", "idx"}), "--data-format idx: --model gpt trains on token shards (llmc)");
+  EXPECT_EQ(lm_error_of({"--progress", "on"}),
+            "--progress on: not with --model gpt (its log is a line every --log-interval steps)");
   EXPECT_EQ(lm_error_of({"--data-format", "npy"}), "--data-format: expected auto, idx or llmc, got 'npy'");
   EXPECT_EQ(lm_error_of({"--optimizer", "sgd", "--beta2", "0.95"}), "--beta2: only with --optimizer adamw");
   EXPECT_EQ(usage_error_of({"--model", "gpt"}).substr(0, 34), "--data: --model gpt needs --data D");
