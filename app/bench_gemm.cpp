@@ -31,8 +31,7 @@ ParsedBenchGemm parse_bench_gemm_options(const std::vector<std::string>& args) {
     return out;
   }
   const cxxopts::ParseResult& r = flags.result;
-  out.config.runtime =
-      parse_train_options({"--device", "cpu", "--threads", std::to_string(r["threads"].as<int>())}).config.runtime;
+  out.config.runtime = parse_runtime_flags("cpu", r["threads"].as<int>());
   out.config.size = r["size"].as<int64_t>();
   if (out.config.size < 1 || out.config.size > 16384)
     throw UsageError(fmt::format("--size: must be in [1, 16384], got {}", out.config.size));

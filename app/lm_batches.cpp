@@ -42,7 +42,8 @@ int64_t LmBatches::train_tokens() const { return streams_->shards.train.size(); 
 int64_t LmBatches::val_tokens() const { return streams_->shards.val.size(); }
 int64_t LmBatches::val_slots() const { return streams_->val_slots.slots(); }
 
-void LmBatches::stage_train(int64_t g) { stage(false, streams_->train_slots.slot(g)); }
+void LmBatches::stage_train(int64_t g) { stage(false, train_slot(g)); }
+int64_t LmBatches::train_slot(int64_t g) { return streams_->train_slots.slot(g); }
 void LmBatches::stage_val(int64_t i) { stage(true, i % streams_->val_slots.slots()); }
 
 void LmBatches::stage(bool val, int64_t slot) {

@@ -26,6 +26,8 @@ class LmBatches {
   // Stages training slot number g of the run's slot order (shuffled per epoch or not), or
   // validation slot i (in order): inputs() and targets() hold it until the next call.
   void stage_train(int64_t g);
+  // The slot of the training stream that counter g reads (what stage_train(g) stages).
+  int64_t train_slot(int64_t g);  // not const: the sampler keeps the epoch's permutation
   void stage_val(int64_t i);
   const Tensor& inputs() const { return inputs_; }
   const Tensor& targets() const { return targets_; }

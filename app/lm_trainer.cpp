@@ -128,7 +128,7 @@ LmTrainer::LmTrainer(Runtime& runtime, const TrainConfig& c)
   model_->set_amp(c.amp);
   if (runtime.size() > 1) {
     DdpOptions ddp = c.ddp;
-    ddp.device_timing = !c.output.trace_path.empty() || !c.output.metrics_path.empty();
+    ddp.device_timing = c.runtime.device_timing;  // --trace or --metrics (app/train_options.cpp)
     ddp_.emplace(*model_, runtime, ddp);
   }
   optimizer_ = make_optimizer(c.optimizer, model_->parameters());
@@ -169,7 +169,10 @@ Tensor LmTrainer::train_step() {
     const bool ends_step = m + 1 == c_.accumulate;
     const int64_t g = pos_.slots + m * world + rt_.rank();  // Note [A language model's position]
     data_.stage_train(g);
-    if (sample_log_.enabled()) sample_log_.record(0, pos_.step + 1, std::span(&g, 1));
+    if (sample_log_.enabled()) {  // the slot read, not the counter: they differ when shuffled
+      const int64_t slot = data_.train_slot(g);
+      sample_log_.record(0, pos_.step + 1, std::span(&slot, 1));
+    }
     loss = forward_backward(*model_, ddp_ ? &*ddp_ : nullptr, loss_fn_, tracer_, data_.inputs(), data_.targets(),
                             {c_.accumulate, ends_step});
     control_->record_loss(loss, {pos_.step + 1, 0, pos_.step + 1});

@@ -68,12 +68,9 @@ ParsedSample parse_sample_options(const std::vector<std::string>& args) {
     return out;
   }
   const cxxopts::ParseResult& r = flags.result;
-  // The train flags' own parser checks the shared ones, so every command reads them alike.
-  const TrainConfig t = parse_train_options({"--device", r["device"].as<std::string>(), "--threads",
-                                             std::to_string(r["threads"].as<int>())})
-                            .config;
+  // The train flags' own rules check --device and --threads (no --data needed to sample).
   SampleConfig& c = out.config;
-  c.runtime = t.runtime;
+  c.runtime = parse_runtime_flags(r["device"].as<std::string>(), r["threads"].as<int>());
   if (!r.count("weights")) throw UsageError("--weights: required (FILE.safetensors or a checkpoint directory)");
   c.weights = r["weights"].as<std::string>();
   if (!r.count("prompt") || r["prompt"].as<std::string>().empty())

@@ -338,6 +338,9 @@ void read_lm(const cxxopts::ParseResult& r, TrainConfig& c) {
                                             std::string_view(flag) == "epochs" ? "language models train --steps"
                                                                                : "an image-model flag"));
   require(c.data.format != DataFormat::kIdx, "--data-format idx: --model gpt trains on token shards (llmc)");
+  // The progress line counts samples of epochs; a language model's log is its per-step line.
+  require(c.output.progress != ProgressMode::kOn,
+          "--progress on: not with --model gpt (its log is a line every --log-interval steps)");
   LmSettings& lm = *c.lm;
   lm.layers = r["layers"].as<int64_t>();
   lm.heads = r["heads"].as<int64_t>();
@@ -372,6 +375,22 @@ void read_lm(const cxxopts::ParseResult& r, TrainConfig& c) {
           fmt::format("--min-lr: must be in [0, --lr {}], got {}", c.optimizer.lr, c.min_lr));
 }
 
+// --data-format auto: what DIR holds decides, and a model that cannot train on it is a usage
+// error here, in one line, not a loader failure later. A folder with neither format is left to
+// the loader, whose line names what is missing.
+void detect_format(TrainConfig& c) {
+  if (c.data.format != DataFormat::kAuto) return;
+  try {
+    c.data.format = detect_data_format(c.data.dir);
+  } catch (const Error&) {
+    return;
+  }
+  require(c.data.format != DataFormat::kLlmc || c.lm.has_value(),
+          fmt::format("--data: {} holds llm.c token shards: use --model gpt", c.data.dir));
+  require(c.data.format != DataFormat::kIdx || !c.lm.has_value(),
+          fmt::format("--data: {} holds IDX image files: --model gpt trains on llm.c token shards", c.data.dir));
+}
+
 }  // namespace
 
 ParsedTrain parse_train_options(const std::vector<std::string>& args) {
@@ -387,6 +406,7 @@ ParsedTrain parse_train_options(const std::vector<std::string>& args) {
   for (auto read : {read_data, read_model, read_optimisation, read_distributed, read_device, read_checkpoints, read_output,
                     read_lm})
     read(r, out.config);
+  detect_format(out.config);
   const TrainConfig& c = out.config;
   // After read_lm: --model gpt's optimizer is AdamW unless the flag says otherwise.
   require(r.count("beta2") == 0 || c.optimizer.kind == OptimizerKind::kAdamW, "--beta2: only with --optimizer adamw");
@@ -398,6 +418,14 @@ ParsedTrain parse_train_options(const std::vector<std::string>& args) {
           fmt::format("--sampler uneven: checkpoints are saved at epoch ends only (--checkpoint-every 0), got {}",
                       c.checkpoints.every));
   return out;
+}
+
+RuntimeOptions parse_runtime_flags(const std::string& device, int threads) {
+  cxxopts::Options options = make_train_options();
+  const ParsedFlags flags = parse_flags(options, {"--device", device, "--threads", std::to_string(threads)});
+  TrainConfig c;
+  read_device(flags.result, c);
+  return c.runtime;
 }
 
 }  // namespace dtrain

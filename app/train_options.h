@@ -19,4 +19,9 @@ struct ParsedTrain {
 // args excludes the program name and the "train" subcommand.
 ParsedTrain parse_train_options(const std::vector<std::string>& args);
 
+// --device and --threads checked by the train flags' own rules, with nothing else: for the
+// commands that run on a device without training data (`dtrain sample`, `dtrain bench gemm`),
+// so they need no --data folder (the default one is Fashion-MNIST's).
+RuntimeOptions parse_runtime_flags(const std::string& device, int threads);
+
 }  // namespace dtrain

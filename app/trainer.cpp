@@ -262,6 +262,9 @@ bool Trainer::run_epoch(TrainResult& result) {
 void Trainer::join_step() {
   optimizer_->zero_grad();
   ddp_->join_backward();
+  // The others clip the all-reduced gradient before their step: so must this rank, or its
+  // parameters drift from theirs.
+  if (clipper_) clipper_->clip(c_.clip_grad_norm);
   optimizer_->step();
   for (const std::string& note : ddp_->take_bucket_notes()) reporter_.note(note);
   ++pos_.global_step;

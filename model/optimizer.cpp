@@ -60,8 +60,9 @@ void Sgd::step() {
     if (p.grad_is_zero) continue;
     float* buf = momentum_.empty() ? nullptr : momentum_[i].data();
     const bool first = !stepped_[i];
+    const bool decays = !opt_.decay_matrices_only || p.value.shape().size() >= 2;
     launch(p.value.device(), p.value.numel(),
-           kernels::SgdUpdate{p.value.data(), p.grad.data(), buf, lr_, opt_.weight_decay, first ? 0.f : opt_.momentum,
+           kernels::SgdUpdate{p.value.data(), p.grad.data(), buf, lr_, decays ? opt_.weight_decay : 0.f, first ? 0.f : opt_.momentum,
                               first ? 1.f : 1.f - opt_.dampening, opt_.nesterov ? 1.f : 0.f,
                               opt_.nesterov ? opt_.momentum : 1.f});
     stepped_[i] = true;
@@ -141,7 +142,8 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec, std::vector
     o.decay_matrices_only = spec.decay_matrices_only;
     return std::make_unique<AdamW>(std::move(params), o);
   }
-  return std::make_unique<Sgd>(std::move(params), SgdOptions{spec.lr, spec.momentum, 0.f, spec.weight_decay, spec.nesterov});
+  return std::make_unique<Sgd>(std::move(params), SgdOptions{spec.lr, spec.momentum, 0.f, spec.weight_decay, spec.nesterov,
+                                                                  spec.decay_matrices_only});
 }
 
 }  // namespace dtrain

@@ -75,6 +75,8 @@ struct SgdOptions {
   float dampening = 0.f;
   float weight_decay = 0.f;
   bool nesterov = false;
+  // As AdamWOptions::decay_matrices_only: the same groups whatever the optimizer.
+  bool decay_matrices_only = false;
 };
 
 class Sgd : public Optimizer {
@@ -125,7 +127,7 @@ struct OptimizerSpec {
   bool nesterov = false;
   float eps = 1e-8f;  // AdamW's denominator term, PyTorch's default
   float beta2 = 0.999f;  // AdamW's second-moment decay, PyTorch's default (GPT-2 runs use 0.95)
-  bool decay_matrices_only = false;  // AdamW: see AdamWOptions
+  bool decay_matrices_only = false;  // see AdamWOptions (SGD and AdamW alike)
 };
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec, std::vector<Parameter*> params);
 

@@ -60,6 +60,23 @@ status=$?
 check "a prompt longer than the context (exit $status, $(head -c 200 "$WORK/l.err"))" \
   [ "$(stat -c %s "$WORK/l.out" 2>/dev/null)" = $((${#long} + 8 + 1)) ]
 
+# No training data is needed to sample or to time a GEMM: with the default --data folder
+# (Fashion-MNIST's) hidden by an empty tmpfs in a private mount namespace, both still run.
+hidden=/usr/share/datasets
+if [ -d "$hidden" ] && unshare -rm true 2>/dev/null; then
+  unshare -rm bash -c "mount -t tmpfs none $hidden && OPENBLAS_NUM_THREADS=1 '$DTRAIN' sample --threads 1 \
+    --weights '$C' --prompt 'def ' --tokens $N --seed 1" >"$WORK/nodata.out" 2>"$WORK/nodata.err"
+  status=$?
+  check "sample without the default data folder: exit 0 (got $status: $(head -c 200 "$WORK/nodata.err"))" [ "$status" -eq 0 ]
+  check "sample without the default data folder: the same text" same a nodata
+  unshare -rm bash -c "mount -t tmpfs none $hidden && '$DTRAIN' bench gemm --threads 1 --size 16 --repeat 1" \
+    >"$WORK/gemm.out" 2>"$WORK/gemm.err"
+  status=$?
+  check "bench gemm without the default data folder: exit 0 (got $status: $(head -c 200 "$WORK/gemm.err"))" [ "$status" -eq 0 ]
+else
+  echo "# skipped the no-data-folder cases: no $hidden or no unshare -rm here"
+fi
+
 # refused NAME STATUS WORDS ARGS...: one line "dtrain: error: ...WORDS...", exit STATUS, no text.
 refused() {
   local name=$1 status=$2 words=$3

@@ -3,7 +3,7 @@
 # (written here as llmc_shards.py writes them): the loss falls and the validation loss is
 # printed; a checkpoint resumed with --resume auto at the same world size ends bitwise equal to the
 # uninterrupted run; resumed at another world size it continues from the saved slot position,
-# every training slot read once (DTRAIN_TEST_SAMPLE_LOG); a malformed shard is one line and exit
+# every training slot read once (DTRAIN_TEST_SAMPLE_LOG), shuffled too; a malformed shard is one line and exit
 # 65 (data); a bad GPT flag is one line and exit 2 (usage).
 #   lm_train_test.sh PATH/TO/dtrain NP [NP_RESUMED]
 set -uo pipefail
@@ -88,6 +88,34 @@ else
   not_ok "uninterrupted run" "$(tail -3 "$WORK/ref.log")"
 fi
 unset DTRAIN_TEST_SAMPLE_LOG
+
+# 2b. Shuffled (--shuffle on), resumed at another world size: the log records the slot read (not
+# the counter), so the two runs together must read exactly the slots an uninterrupted run at NP2
+# reads for the same counters (one seeded permutation per epoch), each once, and not in order.
+total=$((10 * NP + 10 * NP2))
+if [ "$NP2" != "$NP" ] && [ $((total % NP2)) = 0 ]; then
+  SHUF=("${GPT[@]/off/on}")  # the only "off" in GPT is --shuffle's value
+  sref="$WORK/sref" srun="$WORK/srun"
+  export DTRAIN_TEST_SAMPLE_LOG="$WORK/sslots-ref"
+  if dtrain_at "$NP" "$WORK/sref.log" "${SHUF[@]}" --data "$SHARDS" --steps 20 --checkpoint-every 10 --checkpoint-dir "$sref" &&
+      mkdir -p "$srun" && cp -r "$sref/step-10" "$srun/" && echo step-10 >"$srun/latest" &&
+      DTRAIN_TEST_SAMPLE_LOG="$WORK/sslots-run" dtrain_at "$NP2" "$WORK/srun.log" "${SHUF[@]}" --data "$SHARDS" --steps 20 \
+        --checkpoint-every 10 --checkpoint-dir "$srun" --resume auto &&
+      DTRAIN_TEST_SAMPLE_LOG="$WORK/sslots-all" dtrain_at "$NP2" "$WORK/sall.log" "${SHUF[@]}" --data "$SHARDS" \
+        --steps $((total / NP2)); then
+    { awk '$2 <= 10 { print $3 }' "$WORK"/sslots-ref.rank*; awk '{ print $3 }' "$WORK"/sslots-run.rank*; } | sort -n >"$WORK/sslots"
+    awk '{ print $3 }' "$WORK"/sslots-all.rank* | sort -n >"$WORK/sslots-expected"
+    echo "# shuffled slots read: $(tr '\n' ' ' <"$WORK/sslots" | cut -c1-80)..."
+    check "shuffled: $total slots read, each once" [ "$(sort -u "$WORK/sslots" | wc -l)" = "$total" ]
+    check "shuffled: the slots are the permutation's, not the counters 0..$((total - 1))" \
+      bash -c "! seq 0 $((total - 1)) | cmp -s - '$WORK/sslots'"
+    check "shuffled: resumed at np $NP2 from np $NP, the slots an uninterrupted np $NP2 run reads" \
+      cmp -s "$WORK/sslots-expected" "$WORK/sslots"
+  else
+    not_ok "shuffled runs" "$(tail -3 "$WORK/sref.log" "$WORK/srun.log" "$WORK/sall.log" 2>/dev/null)"
+  fi
+  unset DTRAIN_TEST_SAMPLE_LOG
+fi
 
 # 3. A malformed shard through `dtrain train`: one line naming the file, exit 65 (data).
 bad="$WORK/bad" && mkdir -p "$bad" && cp "$SHARDS"/*.bin "$bad/"

@@ -1,6 +1,13 @@
 // `dtrain train` flags: defaults are the seeds' job, and every wrong flag or value is a
 // one-line UsageError naming the flag.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
 
 #include "core/error.h"
 #include "app/train_options.h"
@@ -271,6 +278,8 @@ TEST(TrainOptions, GptWrongValuesAndMisplacedFlagsAreOneLineUsageErrors) {
   EXPECT_EQ(lm_error_of({"--epochs", "2"}), "--epochs: not with --model gpt (language models train --steps)");
   EXPECT_EQ(lm_error_of({"--hidden", "64"}), "--hidden: not with --model gpt (an image-model flag)");
   EXPECT_EQ(lm_error_of({"--data-format", "idx"}), "--data-format idx: --model gpt trains on token shards (llmc)");
+  EXPECT_EQ(lm_error_of({"--progress", "on"}),
+            "--progress on: not with --model gpt (its log is a line every --log-interval steps)");
   EXPECT_EQ(lm_error_of({"--data-format", "npy"}), "--data-format: expected auto, idx or llmc, got 'npy'");
   EXPECT_EQ(lm_error_of({"--optimizer", "sgd", "--beta2", "0.95"}), "--beta2: only with --optimizer adamw");
   EXPECT_EQ(usage_error_of({"--model", "gpt"}).substr(0, 34), "--data: --model gpt needs --data D");
@@ -280,6 +289,28 @@ TEST(TrainOptions, GptWrongValuesAndMisplacedFlagsAreOneLineUsageErrors) {
             "--data-format llmc: token shards train --model gpt");
   EXPECT_EQ(usage_error_of({"--data", "/tmp", "--beta2", "0.95"}), "--beta2: only with --optimizer adamw");
   EXPECT_EQ(usage_error_of({"--data", "/tmp", "--model", "rnn"}), "--model: expected mlp, cnn or gpt, got 'rnn'");
+}
+
+// --data-format auto detects what --data holds: token shards with an image model, or IDX files
+// with --model gpt, are one usage line each (not a loader failure later).
+TEST(TrainOptions, AutoDataFormatDetectsAndRefusesTheWrongModel) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / fmt::format("dtrain_format_{}", ::getpid());
+  fs::create_directories(root / "shards");
+  fs::create_directories(root / "idx");
+  {
+    std::ofstream shard(root / "shards" / "tiny_train_000000.bin", std::ios::binary);
+    const int32_t header[3] = {20240520, 1, 0};
+    shard.write(reinterpret_cast<const char*>(header), sizeof header);
+    std::ofstream(root / "idx" / "train-images-idx3-ubyte") << "x";
+  }
+  const std::string shards = (root / "shards").string(), idx = (root / "idx").string();
+  EXPECT_EQ(usage_error_of({"--data", shards}), fmt::format("--data: {} holds llm.c token shards: use --model gpt", shards));
+  EXPECT_EQ(usage_error_of({"--data", idx, "--model", "gpt"}),
+            fmt::format("--data: {} holds IDX image files: --model gpt trains on llm.c token shards", idx));
+  EXPECT_EQ(parse_train_options({"--data", shards, "--model", "gpt"}).config.data.format, DataFormat::kLlmc);
+  EXPECT_EQ(parse_train_options({"--data", idx}).config.data.format, DataFormat::kIdx);
+  fs::remove_all(root);
 }
 
 }  // namespace

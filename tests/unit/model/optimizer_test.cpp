@@ -175,5 +175,26 @@ TEST(AdamW, DecayOnlyOnMatricesAndBeta2) {
   }
 }
 
+// The same groups with SGD (--model gpt --optimizer sgd --weight-decay): L2 decay on the 2-d
+// tensor only, the 1-d one steps on its gradient alone.
+TEST(Sgd, DecayOnlyOnMatrices) {
+  const float lr = 0.1f, wd = 0.5f;
+  Parameter bias{"b", Tensor::from_vector(std::vector<float>{1.f, -2.f, 0.5f, 3.f}, {4}), Tensor::zeros({4})};
+  Parameter weight{"w", Tensor::from_vector(std::vector<float>{1.f, -2.f, 0.5f, 3.f}, {2, 2}), Tensor::zeros({2, 2})};
+  SgdOptions o{lr, 0.f, 0.f, wd, false};
+  o.decay_matrices_only = true;
+  Sgd opt({&bias, &weight}, o);
+  const std::vector<float> g = {0.1f, -0.2f, 0.3f, 0.4f}, p0 = {1.f, -2.f, 0.5f, 3.f};
+  bias.grad.copy_from(Tensor::from_vector(g, {4}));
+  weight.grad.copy_from(Tensor::from_vector(g, {2, 2}));
+  bias.grad_is_zero = weight.grad_is_zero = false;
+  opt.step();
+  const std::vector<float> got_b = bias.value.to_vector(), got_w = weight.value.to_vector();
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_NEAR(got_b[i], p0[i] - lr * g[i], 1e-6) << "bias " << i << ": no decay";
+    EXPECT_NEAR(got_w[i], p0[i] - lr * (g[i] + wd * p0[i]), 1e-6) << "weight " << i << ": decayed";
+  }
+}
+
 }  // namespace
 }  // namespace dtrain
