@@ -19,8 +19,9 @@
 //     are (dtrain-launch does not restart on it: a resumed run would diverge the same way);
 //   - the checkpoint writer refuses non-finite tensors by itself (checkpoint/finite.h), and
 //     --init-weights and resuming refuse them, naming the file and the tensor.
-//   Gradient norms are not computed (there is no clipping): a non-finite gradient reaches the
-//   parameters in the same step and the loss (or the snapshot check) in the next.
+//   The gradient norm is not checked on the host (--clip-grad-norm keeps it on the device): a
+//   non-finite gradient (or norm, through the clip coefficient) reaches the parameters in the
+//   same step and the loss (or the snapshot check) in the next.
 #pragma once
 
 #include <chrono>
