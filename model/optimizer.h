@@ -25,9 +25,15 @@ std::optional<OptimizerKind> parse_optimizer_kind(const std::string& name);  // 
 // Tensors are float32, shaped as the parameter; counts are the per-parameter step counts (int64
 // here; PyTorch holds them as float32 0-d tensors).
 struct OptimizerState {
+  // A whole tensor, or (ZeRO: Note [Sharded optimizer state] in checkpoint/checkpoint_layout.h)
+  // one rank's contiguous slice of it: `value` is then 1-D, elements [offset, offset + numel) of
+  // the flattened tensor whose shape is `full_shape`.
   struct Entry {
     std::string name;
     Tensor value;
+    int64_t offset = 0;
+    std::vector<int64_t> full_shape = {};  // empty: `value` is the whole tensor
+    bool is_slice() const { return !full_shape.empty(); }
   };
   struct Count {
     std::string name;
