@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "core/error.h"
 #include "core/stream.h"
 #include "core/tensor.h"
 
@@ -70,6 +71,13 @@ class Communicator {
   virtual WorkHandle allreduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) = 0;
   virtual WorkHandle broadcast_async(void* buf, int64_t count, DType dtype, int root) = 0;
   virtual WorkHandle allgather_async(const void* send, void* recv, int64_t count_per_rank, DType dtype) = 0;
+  // `send` holds size() blocks of count_per_rank elements; rank r receives the reduction over
+  // every rank of block r in `recv` (count_per_rank elements). In place when recv == send + r *
+  // count_per_rank (NCCL's rule; ZeRO-2 reduces a bucket into its owner's slice that way). Same
+  // deadlines, flight recorder and consistency checks as allreduce_async. Until a backend has
+  // its own, this one throws naming the backend.
+  virtual WorkHandle reduce_scatter_async(const void* send, void* recv, int64_t count_per_rank, DType dtype,
+                                          ReduceOp op);
   virtual WorkHandle barrier_async() = 0;
 
   // A zeroed buffer for in-place all-reduces of `numel` elements. A backend that reduces faster
@@ -91,6 +99,9 @@ class Communicator {
     allgather_async(send, recv, count_per_rank, dtype)->wait();
   }
   void barrier() { barrier_async()->wait(); }
+  void reduce_scatter(const void* send, void* recv, int64_t count_per_rank, DType dtype, ReduceOp op) {
+    reduce_scatter_async(send, recv, count_per_rank, dtype, op)->wait();
+  }
 
   // Tensor conveniences (in place, whole tensor), ordered after the kernels queued on the
   // tensor's compute stream (Note [Ordering a collective after its producer]), unlike the raw
@@ -107,6 +118,10 @@ class Communicator {
 // allreduce_after is the one place that is said for a bucket's all-reduce: every comm hook,
 // plain or compressed, issues through it, after its own kernels (the 16-bit pack) are queued;
 // the reducer and the backends do no ordering of their own. Work::wait() orders the other way.
+inline WorkHandle Communicator::reduce_scatter_async(const void*, void*, int64_t, DType, ReduceOp) {
+  throw Error(backend() + ": reduce_scatter is not implemented for this backend");
+}
+
 inline void order_after(Stream& producer, Communicator& comm) { comm.stream().wait(*producer.record()); }
 inline void Communicator::allreduce(Tensor& t, ReduceOp op) {
   order_after(compute_stream(t.device()), *this);
