@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <iterator>
 #include <new>
 
 #include <fmt/format.h>
@@ -29,16 +30,17 @@ struct ProgressBoard::Slot {
 static_assert(std::atomic<int64_t>::is_always_lock_free, "the board is shared between processes");
 
 namespace {
-constexpr const char* kKindNames[] = {"?", "allreduce", "broadcast", "allgather", "barrier"};
+constexpr const char* kKindNames[] = {"?", "allreduce", "broadcast", "allgather", "barrier", "reduce_scatter"};
+constexpr int kKinds = static_cast<int>(std::size(kKindNames));
 }  // namespace
 
 int ProgressBoard::kind_code(const std::string& kind) {
-  for (int i = 1; i < 5; ++i)
+  for (int i = 1; i < kKinds; ++i)
     if (kind == kKindNames[i]) return i;
   return 0;
 }
 
-const char* ProgressBoard::kind_name(int code) { return code > 0 && code < 5 ? kKindNames[code] : "?"; }
+const char* ProgressBoard::kind_name(int code) { return code > 0 && code < kKinds ? kKindNames[code] : "?"; }
 
 std::unique_ptr<ProgressBoard> ProgressBoard::create(MPI_Comm world) {
   std::unique_ptr<ProgressBoard> b(new ProgressBoard);

@@ -24,9 +24,9 @@ const char* collective_state_name(CollectiveState state);  // "enqueued", "start
 
 struct CollectiveRecord {
   int64_t seq = 0;          // 1, 2, ... in issue order on this communicator
-  std::string kind;         // "allreduce", "broadcast", "allgather", "barrier"
+  std::string kind;         // "allreduce", "broadcast", "allgather", "reduce_scatter", "barrier"
   DType dtype = DType::kF32;
-  int64_t count = 0;        // elements (per rank, for allgather)
+  int64_t count = 0;        // elements (per rank, for allgather and reduce_scatter)
   std::string label;        // "epoch 1 step 120 | bucket 3"
   CollectiveState state = CollectiveState::kEnqueued;
   int64_t enqueued_ns = 0, started_ns = 0, completed_ns = 0;  // steady clock; 0 until then

@@ -89,17 +89,17 @@ WorkHandle MpiCommunicator::submit(const char* kind, DType dtype, int64_t count,
   });
 }
 
-void MpiCommunicator::check_same_collective(int64_t seq, int64_t count) const {
+void MpiCommunicator::check_same_collective(int64_t seq, const char* kind, int64_t count) const {
   if (!board_) return;
   const std::vector<ProgressBoard::Entry> board = board_->read();
   // Every rank has arrived: all are in collective `seq` unless one skipped or repeated one.
   if (std::string differs = different_collective_text(board, board_->local_rank()); !differs.empty()) throw Error(differs);
   const std::string differs = not_arrived_text(board, board_->local_rank(), seq,
-                                               ProgressBoard::kind_code("allreduce"), count,
+                                               ProgressBoard::kind_code(kind), count,
                                                static_cast<int>(DType::kF32));
   if (!differs.empty())
-    throw Error(fmt::format("ranks issued different collectives: rank {} is in #{}: allreduce of {} float32; {}", rank_,
-                            seq, count, differs));
+    throw Error(fmt::format("ranks issued different collectives: rank {} is in #{}: {} of {} float32; {}", rank_,
+                            seq, kind, count, differs));
 }
 
 void MpiCommunicator::check_header(int64_t seq, const char* kind, int64_t count, DType dtype) {
@@ -130,7 +130,8 @@ WorkHandle MpiCommunicator::allreduce_async(void* buf, int64_t count, DType dtyp
   if (count == 0) return WorkQueue::completed();
   if (shm_ && ShmAllreduce::supports(dtype)) {
     return submit("allreduce", dtype, count, [this, buf, count, op](int64_t seq) {
-      shm_->allreduce(static_cast<float*>(buf), count, op, [this, seq, count] { check_same_collective(seq, count); });
+      shm_->allreduce(static_cast<float*>(buf), count, op,
+                      [this, seq, count] { check_same_collective(seq, "allreduce", count); });
     });
   }
   MPI_Datatype type = mpi_datatype(dtype);
@@ -195,6 +196,42 @@ WorkHandle MpiCommunicator::allgather_async(const void* send, void* recv, int64_
                 [this, sendbuf, recv, n, type, count_per_rank, dtype](int64_t seq) {
                   check_header(seq, "allgather", count_per_rank, dtype);
                   MPI_CHECK(MPI_Allgather(sendbuf, n, type, recv, n, type, comm_));
+                });
+}
+
+WorkHandle MpiCommunicator::reduce_scatter_async(const void* send, void* recv, int64_t count_per_rank, DType dtype,
+                                                  ReduceOp op) {
+  check_count(count_per_rank, send, "reduce_scatter");
+  check_count(count_per_rank, recv, "reduce_scatter");
+  DTRAIN_CHECK(op != ReduceOp::kAvg || !is_integer(dtype),
+               "reduce_scatter: ReduceOp::kAvg needs a floating-point dtype, got {}", dtype_name(dtype));
+  // MPI_Reduce_scatter_block's count is int, and Open MPI sizes its scratch by the whole buffer.
+  DTRAIN_CHECK(count_per_rank * size_ <= kMaxChunk,
+               "reduce_scatter: {} elements per rank x {} ranks exceeds MPI's int count", count_per_rank, size_);
+  if (count_per_rank == 0) return WorkQueue::completed();
+  const size_t block = static_cast<size_t>(count_per_rank) * dtype_size(dtype);
+  const auto* in = static_cast<const char*>(send);
+  auto* out = static_cast<char*>(recv);
+  // In place by NCCL's rule (recv is this rank's block of send); any other overlap is an error.
+  const bool in_place = out == in + static_cast<size_t>(rank_) * block;
+  const auto in_at = reinterpret_cast<uintptr_t>(in), out_at = reinterpret_cast<uintptr_t>(out);
+  DTRAIN_CHECK(in_place || out_at + block <= in_at || out_at >= in_at + static_cast<size_t>(size_) * block,
+               "reduce_scatter: the receive buffer overlaps the send buffer but is not rank {}'s block of it", rank_);
+  MPI_Datatype type = mpi_datatype(dtype);
+  MPI_Op sum = ops_.sum(dtype);
+  return submit("reduce_scatter", dtype, count_per_rank,
+                [this, in, out, in_place, block, count_per_rank, dtype, op, type, sum](int64_t seq) {
+                  check_header(seq, "reduce_scatter", count_per_rank, dtype);
+                  const int n = static_cast<int>(count_per_rank);
+                  if (in_place) {
+                    // MPI's in-place form reads the whole buffer and leaves the result at its start.
+                    char* whole = const_cast<char*>(in);
+                    MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, whole, n, type, sum, comm_));
+                    if (whole != out) std::memmove(out, whole, block);
+                  } else {
+                    MPI_CHECK(MPI_Reduce_scatter_block(in, out, n, type, sum, comm_));
+                  }
+                  if (op == ReduceOp::kAvg) divide_in_place(out, count_per_rank, dtype, size_);
                 });
 }
 

@@ -64,6 +64,12 @@ class MpiCommunicator final : public Communicator {
   // recv holds size() * count_per_rank elements, rank r's block at r * count_per_rank. `send`
   // may be this rank's own block of `recv` (then it is sent in place).
   WorkHandle allgather_async(const void* send, void* recv, int64_t count_per_rank, DType dtype) override;
+  // The dtypes and ops of allreduce_async; count_per_rank 0 is a completed no-op. Float32 on one
+  // node goes through ShmAllreduce (each rank's block with the bits the shared-memory all-reduce
+  // gives those elements), else MPI_Reduce_scatter_block (MPI_IN_PLACE when in place: the other
+  // blocks of `send` are then MPI's scratch and hold nothing meaningful afterwards).
+  WorkHandle reduce_scatter_async(const void* send, void* recv, int64_t count_per_rank, DType dtype,
+                                  ReduceOp op) override;
   WorkHandle barrier_async() override;
   // CPU float32 buffers come from a node-shared window when the shared-memory all-reduce is
   // on (collective then: every rank calls it alike), so all-reduces of them need no copy in.
@@ -77,8 +83,9 @@ class MpiCommunicator final : public Communicator {
  private:
   // Records the collective, then runs `body` on the communication thread under the watchdog.
   WorkHandle submit(const char* kind, DType dtype, int64_t count, std::function<void(int64_t seq)> body);
-  // After every rank arrived in shared-memory all-reduce `seq`: all of them are in the same one.
-  void check_same_collective(int64_t seq, int64_t count) const;
+  // After every rank arrived in shared-memory collective `seq` (`kind` of `count` float32): all
+  // of them are in the same one.
+  void check_same_collective(int64_t seq, const char* kind, int64_t count) const;
   // --debug-collectives: every rank's header of MPI collective `seq` agrees, or all throw.
   void check_header(int64_t seq, const char* kind, int64_t count, DType dtype);
 

@@ -29,6 +29,17 @@ WorkHandle SelfCommunicator::allgather_async(const void* send, void* recv, int64
   return WorkQueue::completed();
 }
 
+WorkHandle SelfCommunicator::reduce_scatter_async(const void* send, void* recv, int64_t count_per_rank, DType dtype,
+                                                   ReduceOp op) {
+  DTRAIN_CHECK(count_per_rank >= 0 && (count_per_rank == 0 || (send != nullptr && recv != nullptr)),
+               "reduce_scatter: {} elements from {} to {}", count_per_rank, send, recv);
+  DTRAIN_CHECK(op != ReduceOp::kAvg || !is_integer(dtype),
+               "reduce_scatter: ReduceOp::kAvg needs a floating-point dtype, got {}", dtype_name(dtype));
+  if (count_per_rank > 0 && send != recv)
+    std::memmove(recv, send, static_cast<size_t>(count_per_rank) * dtype_size(dtype));
+  return WorkQueue::completed();
+}
+
 WorkHandle SelfCommunicator::barrier_async() { return WorkQueue::completed(); }
 
 }  // namespace dtrain

@@ -23,6 +23,9 @@ class SelfCommunicator final : public Communicator {
   WorkHandle allreduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) override;
   WorkHandle broadcast_async(void* buf, int64_t count, DType dtype, int root) override;
   WorkHandle allgather_async(const void* send, void* recv, int64_t count_per_rank, DType dtype) override;
+  // The one block of `send` is the result: a copy (none in place).
+  WorkHandle reduce_scatter_async(const void* send, void* recv, int64_t count_per_rank, DType dtype,
+                                  ReduceOp op) override;
   WorkHandle barrier_async() override;
 
  private:

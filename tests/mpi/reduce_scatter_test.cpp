@@ -1,0 +1,285 @@
+// reduce_scatter at 2 and 3 ranks, through the test runtime's communicator and through
+// MpiCommunicators made here (with and without the shared-memory path): sums and averages per
+// dtype, in place (recv is this rank's block of send, NCCL's rule) and out of place, count 0,
+// bad arguments, the flight recorder's entry, ranks that issue different collectives (one error
+// on every rank, no hang), and agreement with allreduce's elements. Tests use EXPECT (not
+// ASSERT) between collectives so a failing rank still issues every collective its peers do.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <mpi.h>
+
+#include "comm/mpi_communicator.h"
+#include "core/error.h"
+#include "core/kernels.h"
+#include "tests/mpi/mpi_test_env.h"
+
+namespace dtrain {
+namespace {
+
+using testing::test_comm;
+
+// Quarter-integers in [-10, 15]: every sum over a few ranks is exact in float32 (and in int32
+// after scaling by 4), so sums in any order agree.
+float exact_value(int rank, int64_t i) { return static_cast<float>((i * 7 + rank * 13) % 101) * 0.25f - 10.0f; }
+
+float exact_sum(int size, int64_t i) {
+  float s = 0;
+  for (int r = 0; r < size; ++r) s += exact_value(r, i);
+  return s;
+}
+
+// What rank `rank` sends: size blocks of n, element i of the whole buffer exact_value(rank, i).
+std::vector<float> send_buffer(int rank, int size, int64_t n) {
+  std::vector<float> v(static_cast<size_t>(n * size));
+  for (int64_t i = 0; i < n * size; ++i) v[static_cast<size_t>(i)] = exact_value(rank, i);
+  return v;
+}
+
+// Elements of this rank's block that differ from the exact sum (or average).
+int64_t wrong_elements(const float* got, int rank, int size, int64_t n, bool average) {
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float sum = exact_sum(size, rank * n + i);
+    bad += got[i] != (average ? sum / static_cast<float>(size) : sum);
+  }
+  return bad;
+}
+
+// Spread over eight binades, different on every rank: a sum's bits depend on its order.
+std::vector<float> order_sensitive_values(int rank, int64_t n, unsigned seed) {
+  std::mt19937 gen(seed + 977u * static_cast<unsigned>(rank));
+  std::uniform_real_distribution<float> mantissa(1.0f, 2.0f);
+  std::uniform_int_distribution<int> exponent(-4, 4);
+  std::uniform_int_distribution<int> sign(0, 1);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = std::ldexp(mantissa(gen), exponent(gen)) * (sign(gen) ? 1.f : -1.f);
+  return v;
+}
+
+class ReduceScatterSizes : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(ReduceScatterSizes, SumAndAvgF32OutOfPlaceAndInPlace) {
+  Communicator& comm = test_comm();
+  const int r = comm.rank(), p = comm.size();
+  const int64_t n = GetParam();
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+    const bool avg = op == ReduceOp::kAvg;
+    const std::vector<float> send = send_buffer(r, p, n);
+    std::vector<float> recv(static_cast<size_t>(n), -99.f);
+    comm.reduce_scatter(send.data(), recv.data(), n, DType::kF32, op);
+    EXPECT_EQ(wrong_elements(recv.data(), r, p, n, avg), 0) << "out of place, n=" << n << (avg ? " avg" : " sum");
+    EXPECT_EQ(send, send_buffer(r, p, n)) << "out of place changed the send buffer";
+
+    std::vector<float> whole = send_buffer(r, p, n);
+    float* mine = whole.data() + r * n;
+    comm.reduce_scatter(whole.data(), mine, n, DType::kF32, op);
+    EXPECT_EQ(wrong_elements(mine, r, p, n, avg), 0) << "in place, n=" << n << (avg ? " avg" : " sum");
+  }
+}
+
+// 1, odd, one not a multiple of the shared-memory path's 16-float segments, and 4 MB per rank
+// (more than the 4 MB staging slot of every rank together: several rounds).
+INSTANTIATE_TEST_SUITE_P(Comm, ReduceScatterSizes, ::testing::Values(1, 17, 1023, 1024 * 1024));
+
+TEST(ReduceScatter, SumI32InPlaceAndOutOfPlace) {
+  Communicator& comm = test_comm();
+  const int r = comm.rank(), p = comm.size();
+  const int64_t n = 301;
+  std::vector<int32_t> send(static_cast<size_t>(n * p)), recv(static_cast<size_t>(n), -1);
+  for (int64_t i = 0; i < n * p; ++i) send[static_cast<size_t>(i)] = static_cast<int32_t>(i) * (r + 1) - 5;
+  std::vector<int32_t> whole = send;
+  comm.reduce_scatter(send.data(), recv.data(), n, DType::kI32, ReduceOp::kSum);
+  comm.reduce_scatter(whole.data(), whole.data() + r * n, n, DType::kI32, ReduceOp::kSum);
+  const int32_t rank_sum = p * (p + 1) / 2;
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t expect = static_cast<int32_t>(r * n + i) * rank_sum - 5 * p;
+    bad += recv[static_cast<size_t>(i)] != expect;
+    bad += whole[static_cast<size_t>(r * n + i)] != expect;
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+// 16-bit reduce-scatter against the float32 one of the same (rounded) inputs.
+struct HalfCase {
+  DType dtype;
+  uint16_t (*pack)(float);
+  float (*unpack)(uint16_t);
+  double rel_tol;  // bf16: 8 significant bits, fp16: 11 (a rounding per add, a few ranks)
+};
+
+class HalfReduceScatter : public ::testing::TestWithParam<HalfCase> {};
+
+TEST_P(HalfReduceScatter, MatchesFloat32WithinTolerance) {
+  Communicator& comm = test_comm();
+  const HalfCase hc = GetParam();
+  const int r = comm.rank(), p = comm.size();
+  const int64_t n = 1000;
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+    std::mt19937 gen(99u + static_cast<unsigned>(r));
+    std::uniform_real_distribution<float> dist(1.0f, 2.0f);
+    std::vector<float> ref(static_cast<size_t>(n * p));
+    std::vector<uint16_t> half(ref.size());
+    for (size_t i = 0; i < ref.size(); ++i) {
+      half[i] = hc.pack(dist(gen));
+      ref[i] = hc.unpack(half[i]);  // the reference reduces what was actually sent
+    }
+    std::vector<float> ref_out(static_cast<size_t>(n));
+    std::vector<uint16_t> half_out(static_cast<size_t>(n));
+    comm.reduce_scatter(ref.data(), ref_out.data(), n, DType::kF32, op);
+    comm.reduce_scatter(half.data(), half_out.data(), n, hc.dtype, op);
+    double worst = 0;
+    for (int64_t i = 0; i < n; ++i)
+      worst = std::max(worst, std::abs(static_cast<double>(hc.unpack(half_out[i])) - ref_out[i]) / std::abs(ref_out[i]));
+    EXPECT_LE(worst, hc.rel_tol) << dtype_name(hc.dtype) << (op == ReduceOp::kAvg ? " avg" : " sum");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Comm, HalfReduceScatter,
+                         ::testing::Values(HalfCase{DType::kBF16, kernels::float_to_bf16, kernels::bf16_to_float, 1e-2},
+                                           HalfCase{DType::kF16, kernels::float_to_fp16, kernels::fp16_to_float, 1e-3}),
+                         [](const auto& info) { return std::string(dtype_name(info.param.dtype)); });
+
+TEST(ReduceScatter, CountZeroIsACompletedNoOp) {
+  Communicator& comm = test_comm();
+  float untouched = 42.0f;
+  WorkHandle work = comm.reduce_scatter_async(&untouched, &untouched, 0, DType::kF32, ReduceOp::kSum);
+  EXPECT_TRUE(work->test());
+  work->wait();
+  EXPECT_EQ(untouched, 42.0f);
+  EXPECT_TRUE(comm.reduce_scatter_async(nullptr, nullptr, 0, DType::kBF16, ReduceOp::kAvg)->test());
+}
+
+TEST(ReduceScatter, BadArgumentsAreRejectedBeforeAnyCommunication) {
+  Communicator& comm = test_comm();
+  const int p = comm.size();
+  std::vector<int32_t> v(static_cast<size_t>(4 * p), 1);
+  std::vector<int32_t> out(4);
+  EXPECT_THROW(comm.reduce_scatter(v.data(), out.data(), 4, DType::kI32, ReduceOp::kAvg), Error);
+  EXPECT_THROW(comm.reduce_scatter(v.data(), out.data(), -1, DType::kI32, ReduceOp::kSum), Error);
+  EXPECT_THROW(comm.reduce_scatter(nullptr, out.data(), 4, DType::kI32, ReduceOp::kSum), Error);
+  // Inside `send` but not this rank's block: MPI forbids the aliasing, and NCCL's rule is not met.
+  int32_t* wrong_block = v.data() + (comm.rank() + 1) % p * 4 + 1;
+  EXPECT_THROW(comm.reduce_scatter(v.data(), wrong_block, 4, DType::kI32, ReduceOp::kSum), Error);
+}
+
+TEST(ReduceScatter, SeveralInFlightWithOtherCollectivesInIssueOrder) {
+  Communicator& comm = test_comm();
+  const int r = comm.rank(), p = comm.size();
+  const int64_t n = 513;
+  const std::vector<float> send = send_buffer(r, p, n);
+  std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+  std::vector<float> all(static_cast<size_t>(n * p));
+  std::vector<int32_t> c(3, r + 1);
+  std::vector<WorkHandle> works;
+  works.push_back(comm.reduce_scatter_async(send.data(), a.data(), n, DType::kF32, ReduceOp::kSum));
+  works.push_back(comm.allreduce_async(c.data(), 3, DType::kI32, ReduceOp::kSum));
+  works.push_back(comm.reduce_scatter_async(send.data(), b.data(), n, DType::kF32, ReduceOp::kAvg));
+  works.push_back(comm.allgather_async(a.data(), all.data(), n, DType::kF32));  // waits on the first (issue order)
+  for (auto it = works.rbegin(); it != works.rend(); ++it) (*it)->wait();
+  EXPECT_EQ(wrong_elements(a.data(), r, p, n, false), 0);
+  EXPECT_EQ(wrong_elements(b.data(), r, p, n, true), 0);
+  EXPECT_EQ(c, std::vector<int32_t>(3, p * (p + 1) / 2));
+  // reduce_scatter then allgather is an allreduce.
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n * p; ++i) bad += all[static_cast<size_t>(i)] != exact_sum(p, i);
+  EXPECT_EQ(bad, 0);
+}
+
+// With the shared-memory path off: MPI_Reduce_scatter_block, whose sums may be in another
+// order than MPI_Allreduce's, but within float32 rounding of them.
+TEST(ReduceScatter, MpiPathAgreesWithAllreduceWithinRounding) {
+  setenv("DTRAIN_SHM_ALLREDUCE", "0", 1);
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  unsetenv("DTRAIN_SHM_ALLREDUCE");
+  EXPECT_FALSE(comm.shared_memory_allreduce());
+  const int r = comm.rank(), p = comm.size();
+  const int64_t n = 4099;
+  // Relative to the sum of magnitudes: the scale of one rounding in any order of the sum.
+  std::vector<double> magnitude(static_cast<size_t>(n), 0.0);
+  for (int q = 0; q < p; ++q) {
+    const std::vector<float> theirs = order_sensitive_values(q, n * p, 5);
+    for (int64_t i = 0; i < n; ++i) magnitude[static_cast<size_t>(i)] += std::abs(theirs[static_cast<size_t>(r * n + i)]);
+  }
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+    std::vector<float> whole = order_sensitive_values(r, n * p, 5), reduced = whole;
+    comm.allreduce(reduced.data(), n * p, DType::kF32, op);
+    std::vector<float> out(static_cast<size_t>(n));
+    comm.reduce_scatter(whole.data(), out.data(), n, DType::kF32, op);
+    const double scale = op == ReduceOp::kAvg ? p : 1;
+    double worst = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double want = reduced[static_cast<size_t>(r * n + i)];
+      worst = std::max(worst, std::abs(out[static_cast<size_t>(i)] - want) * scale / magnitude[static_cast<size_t>(i)]);
+    }
+    EXPECT_LE(worst, 1e-6) << (op == ReduceOp::kAvg ? "avg" : "sum");
+  }
+  comm.shutdown();
+}
+
+TEST(ReduceScatter, FlightRecorderNamesTheKindAndTheCountPerRank) {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  const int p = comm.size();
+  std::vector<float> send(static_cast<size_t>(7 * p), 1.f), recv(7);
+  comm.reduce_scatter(send.data(), recv.data(), 7, DType::kF32, ReduceOp::kSum);
+  std::vector<int32_t> ints(static_cast<size_t>(5 * p), 1);
+  comm.reduce_scatter(ints.data(), ints.data() + comm.rank() * 5, 5, DType::kI32, ReduceOp::kSum);
+  const std::vector<CollectiveRecord> records = comm.flight_recorder().snapshot();
+  ASSERT_GE(records.size(), 2u);
+  const CollectiveRecord& f = records[records.size() - 2];
+  const CollectiveRecord& i = records.back();
+  EXPECT_EQ(f.kind, "reduce_scatter");
+  EXPECT_EQ(f.count, 7);
+  EXPECT_EQ(f.dtype, DType::kF32);
+  EXPECT_EQ(f.state, CollectiveState::kCompleted);
+  EXPECT_EQ(i.kind, "reduce_scatter");
+  EXPECT_EQ(i.count, 5);
+  EXPECT_EQ(i.dtype, DType::kI32);
+  EXPECT_EQ(i.state, CollectiveState::kCompleted);
+  EXPECT_EQ(recv, std::vector<float>(7, static_cast<float>(p)));
+  comm.shutdown();
+}
+
+// Runs `issue` and returns the error it threw ("" when none).
+template <class F>
+std::string error_of(F issue) {
+  try {
+    issue();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// --debug-collectives' header check: another count per rank is one error on every rank naming
+// both, thrown before any data moved, and the communicator goes on working.
+TEST(ReduceScatter, HeaderCheckCatchesDifferentCountsOnEveryRank) {
+  CollectiveOptions options;
+  options.timeout_s = 60;
+  options.check_every_collective = true;
+  MpiCommunicator comm(MPI_COMM_WORLD, options);
+  const int r = comm.rank(), p = comm.size();
+  std::vector<int32_t> send(static_cast<size_t>(6 * p), 1), recv(6);
+  const int64_t count = r == 0 ? 4 : 6;
+  const std::string error =
+      error_of([&] { comm.reduce_scatter(send.data(), recv.data(), count, DType::kI32, ReduceOp::kSum); });
+  EXPECT_NE(error.find("ranks issued different collectives at #1"), std::string::npos) << error;
+  EXPECT_NE(error.find("rank 0: reduce_scatter of 4 int32"), std::string::npos) << error;
+  EXPECT_NE(error.find(p == 2 ? "rank 1: reduce_scatter of 6 int32" : "ranks 1,2: reduce_scatter of 6 int32"),
+            std::string::npos)
+      << error;
+  comm.reduce_scatter(send.data(), recv.data(), 6, DType::kI32, ReduceOp::kSum);
+  EXPECT_EQ(recv, std::vector<int32_t>(6, p));
+  comm.shutdown();
+}
+
+}  // namespace
+}  // namespace dtrain
