@@ -217,6 +217,12 @@ WorkHandle MpiCommunicator::reduce_scatter_async(const void* send, void* recv, i
   const auto in_at = reinterpret_cast<uintptr_t>(in), out_at = reinterpret_cast<uintptr_t>(out);
   DTRAIN_CHECK(in_place || out_at + block <= in_at || out_at >= in_at + static_cast<size_t>(size_) * block,
                "reduce_scatter: the receive buffer overlaps the send buffer but is not rank {}'s block of it", rank_);
+  if (shm_ && ShmAllreduce::supports(dtype)) {
+    return submit("reduce_scatter", dtype, count_per_rank, [this, in, out, count_per_rank, op](int64_t seq) {
+      shm_->reduce_scatter(reinterpret_cast<const float*>(in), reinterpret_cast<float*>(out), count_per_rank, op,
+                           [this, seq, count_per_rank] { check_same_collective(seq, "reduce_scatter", count_per_rank); });
+    });
+  }
   MPI_Datatype type = mpi_datatype(dtype);
   MPI_Op sum = ops_.sum(dtype);
   return submit("reduce_scatter", dtype, count_per_rank,

@@ -51,7 +51,7 @@ class MpiCommunicator final : public Communicator {
   std::string describe() const override;
   // True when float32 all-reduces go through the node-shared window (see ShmAllreduce).
   bool shared_memory_allreduce() const { return shm_ != nullptr; }
-  // How many all-reduces went through it so far (0 when it is off).
+  // How many all-reduces and reduce-scatters went through it so far (0 when it is off).
   int64_t shared_memory_reductions() const { return shm_ ? shm_->reductions() : 0; }
   Stream& stream() override { return *stream_; }
   const FlightRecorder& flight_recorder() const { return recorder_; }

@@ -20,6 +20,26 @@ int64_t segment_floats(int64_t n, int size) {
   return (per_rank + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
 }
 
+// Elements reduced at a time (a stack buffer that stays in L1).
+constexpr int64_t kChunk = 512;
+
+// acc[i] = the sum over ranks, in rank order, of blocks[r][at + i] (divided by the rank count
+// for an average, as divide_in_place does), i < m <= kChunk. The one place either collective
+// sums: Note [Reduce-scatter in all-reduce order].
+void sum_in_rank_order(const std::vector<float*>& blocks, int64_t at, int64_t m, bool average, float* acc) {
+  const float* s0 = blocks[0] + at;
+  const float* s1 = blocks[1] + at;
+  for (int64_t i = 0; i < m; ++i) acc[i] = s0[i] + s1[i];
+  for (size_t r = 2; r < blocks.size(); ++r) {
+    const float* sr = blocks[r] + at;
+    for (int64_t i = 0; i < m; ++i) acc[i] += sr[i];
+  }
+  if (average) {
+    const float divisor = static_cast<float>(blocks.size());
+    for (int64_t i = 0; i < m; ++i) acc[i] /= divisor;
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<ShmAllreduce> ShmAllreduce::create(MPI_Comm parent, size_t slot_bytes) {
@@ -100,20 +120,10 @@ void ShmAllreduce::reduce_block(MPI_Win win, const std::vector<float*>& blocks, 
   // pushes the sum into every rank's block (Note [Push, not pull]).
   const int64_t seg = segment_floats(n, size_);
   const int64_t lo = std::min(n, rank_ * seg), hi = std::min(n, lo + seg);
-  constexpr int64_t kChunk = 512;
   alignas(64) float acc[kChunk];
-  const float divisor = static_cast<float>(size_);
   for (int64_t b = lo; b < hi; b += kChunk) {
     const int64_t m = std::min(kChunk, hi - b);
-    const float* s0 = blocks[0] + b;
-    const float* s1 = blocks[1] + b;
-    for (int64_t i = 0; i < m; ++i) acc[i] = s0[i] + s1[i];
-    for (int r = 2; r < size_; ++r) {
-      const float* sr = blocks[static_cast<size_t>(r)] + b;
-      for (int64_t i = 0; i < m; ++i) acc[i] += sr[i];
-    }
-    if (average)
-      for (int64_t i = 0; i < m; ++i) acc[i] /= divisor;  // as divide_in_place does
+    sum_in_rank_order(blocks, b, m, average, acc);
     for (float* dst : blocks) std::memcpy(dst + b, acc, static_cast<size_t>(m) * sizeof(float));
   }
   barrier(win);  // every segment is in every block; nobody touches another rank's block again
@@ -122,16 +132,24 @@ void ShmAllreduce::reduce_block(MPI_Win win, const std::vector<float*>& blocks, 
   if (out != mine) std::memcpy(out, mine, static_cast<size_t>(n) * sizeof(float));
 }
 
-void ShmAllreduce::allreduce(float* buf, int64_t count, ReduceOp op, const std::function<void()>& arrived) {
-  const bool average = op == ReduceOp::kAvg;
+const ShmAllreduce::Region* ShmAllreduce::region_of(const float* buf, int64_t count, int64_t& offset) const {
   for (const Region& region : regions_) {
     // Compared as addresses: `buf` usually points into some other allocation.
     const auto mine = reinterpret_cast<uintptr_t>(region.bases[static_cast<size_t>(rank_)]);
     const auto at = reinterpret_cast<uintptr_t>(buf);
     if (at < mine || at + static_cast<uintptr_t>(count) * sizeof(float) > mine + region.floats * sizeof(float)) continue;
-    const int64_t offset = static_cast<int64_t>((at - mine) / sizeof(float));
-    for (int r = 0; r < size_; ++r) scratch_[static_cast<size_t>(r)] = region.bases[static_cast<size_t>(r)] + offset;
-    reduce_block(region.win, scratch_, buf, count, average, arrived);
+    offset = static_cast<int64_t>((at - mine) / sizeof(float));
+    return &region;
+  }
+  return nullptr;
+}
+
+void ShmAllreduce::allreduce(float* buf, int64_t count, ReduceOp op, const std::function<void()>& arrived) {
+  const bool average = op == ReduceOp::kAvg;
+  int64_t offset = 0;
+  if (const Region* region = region_of(buf, count, offset)) {
+    for (int r = 0; r < size_; ++r) scratch_[static_cast<size_t>(r)] = region->bases[static_cast<size_t>(r)] + offset;
+    reduce_block(region->win, scratch_, buf, count, average, arrived);
     reductions_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
@@ -140,6 +158,47 @@ void ShmAllreduce::allreduce(float* buf, int64_t count, ReduceOp op, const std::
     const int64_t n = std::min(slot_floats, count - base);
     std::memcpy(slots_.bases[static_cast<size_t>(rank_)], buf + base, static_cast<size_t>(n) * sizeof(float));
     reduce_block(slots_.win, slots_.bases, buf + base, n, average, base == 0 ? arrived : std::function<void()>());
+  }
+  reductions_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void ShmAllreduce::reduce_scatter(const float* send, float* recv, int64_t count_per_rank, ReduceOp op,
+                                  const std::function<void()>& arrived) {
+  const bool average = op == ReduceOp::kAvg;
+  const auto size = static_cast<size_t>(size_);
+  alignas(64) float acc[kChunk];
+  // Sums the n floats of this rank's block, which starts at `block` in every copy of `blocks`,
+  // into recv + out. Each rank reads only its own block of the others' copies and writes only
+  // `recv` (possibly its own block of its own copy), so nothing races.
+  auto reduce_mine = [&](const std::vector<float*>& blocks, int64_t block, int64_t n, int64_t out) {
+    for (int64_t b = 0; b < n; b += kChunk) {
+      const int64_t m = std::min(kChunk, n - b);
+      sum_in_rank_order(blocks, block + b, m, average, acc);
+      std::memcpy(recv + out + b, acc, static_cast<size_t>(m) * sizeof(float));
+    }
+  };
+  int64_t offset = 0;
+  if (const Region* region = region_of(send, count_per_rank * size_, offset)) {
+    for (size_t r = 0; r < size; ++r) scratch_[r] = region->bases[r] + offset;
+    barrier(region->win);  // every rank's buffer is complete
+    if (arrived) arrived();
+    reduce_mine(scratch_, rank_ * count_per_rank, count_per_rank, 0);
+    barrier(region->win);  // nobody reads another's copy any more: each may reuse its buffer
+    reductions_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  // Staged: each round, every rank copies `part` floats of each of its blocks into its slot
+  // (block b at b * part), then reduces its own block's part from every slot.
+  const int64_t part = slots_.floats / size_;
+  for (int64_t base = 0; base < count_per_rank; base += part) {
+    const int64_t m = std::min(part, count_per_rank - base);
+    float* slot = slots_.bases[static_cast<size_t>(rank_)];
+    for (int64_t b = 0; b < size_; ++b)
+      std::memcpy(slot + b * m, send + b * count_per_rank + base, static_cast<size_t>(m) * sizeof(float));
+    barrier(slots_.win);
+    if (arrived && base == 0) arrived();
+    reduce_mine(slots_.bases, rank_ * m, m, base);
+    barrier(slots_.win);  // every rank has read the slots before the next round refills them
   }
   reductions_.fetch_add(1, std::memory_order_relaxed);
 }

@@ -19,6 +19,13 @@
 // 18-20 us to read the result afterwards (pull) against 28-29 us and 24-27 us (push), with one
 // barrier fewer; the 2-rank seed MLP went from 148k to 156k samples/s (medians of 6 runs).
 //
+// Note [Reduce-scatter in all-reduce order]: reduce_scatter() gives rank r block r of the
+// buffer, each element summed over the ranks' copies in rank order by the same function the
+// all-reduce sums with (sum_in_rank_order), so it has exactly the bits the all-reduce of the
+// whole buffer gives those elements (ZeRO-2 relies on it to equal plain DDP bitwise on one node;
+// tests/mpi/reduce_scatter_test.cpp checks it). Rank r reduces its own block, so the work is
+// spread as the all-reduce's segments are; nothing is pushed into the other ranks' copies.
+//
 // It runs on the communication thread of the MpiCommunicator that owns it, like every other MPI
 // call, and synchronises with MPI_Barrier on its own communicator, so a dead peer ends the job
 // the way any other collective does (never a spin on a flag that nobody will set).
@@ -57,7 +64,15 @@ class ShmAllreduce {
   // reads another's data: a check that all of them are in the same one (it may throw; every
   // rank then throws alike, so none waits).
   void allreduce(float* buf, int64_t count, ReduceOp op, const std::function<void()>& arrived = {});
-  // All-reduces this object has completed (calls of allreduce()), for tests and logs.
+  // `send` holds size() blocks of count_per_rank floats; `recv` (count_per_rank floats, which
+  // may be this rank's block of `send`) receives this rank's block reduced over every rank,
+  // summed in the all-reduce's order (Note [Reduce-scatter in all-reduce order]). The rest of
+  // `send` is left as it was. `send` in a region is read where it lies; else it is staged
+  // through the slots, a part of every block at a time. `arrived` as for allreduce().
+  void reduce_scatter(const float* send, float* recv, int64_t count_per_rank, ReduceOp op,
+                      const std::function<void()>& arrived = {});
+  // Collectives this object has completed (calls of allreduce() and reduce_scatter()), for
+  // tests and logs.
   int64_t reductions() const { return reductions_.load(std::memory_order_relaxed); }
   // Frees the window and the communicator. Idempotent.
   void release();
@@ -78,6 +93,8 @@ class ShmAllreduce {
   // floats, and so does `out` (which may be blocks[rank_]).
   void reduce_block(MPI_Win win, const std::vector<float*>& blocks, float* out, int64_t n, bool average,
                     const std::function<void()>& arrived);
+  // The region holding [buf, buf + count), or null; `offset` is buf's place in this rank's copy.
+  const Region* region_of(const float* buf, int64_t count, int64_t& offset) const;
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;

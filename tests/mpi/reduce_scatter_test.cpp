@@ -17,6 +17,7 @@
 #include <mpi.h>
 
 #include "comm/mpi_communicator.h"
+#include "comm/shm_allreduce.h"
 #include "core/error.h"
 #include "core/kernels.h"
 #include "tests/mpi/mpi_test_env.h"
@@ -25,6 +26,17 @@ namespace dtrain {
 namespace {
 
 using testing::test_comm;
+
+int comm_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int comm_size() {
+  int s = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
 
 // Quarter-integers in [-10, 15]: every sum over a few ranks is exact in float32 (and in int32
 // after scaling by 4), so sums in any order agree.
@@ -279,6 +291,114 @@ TEST(ReduceScatter, HeaderCheckCatchesDifferentCountsOnEveryRank) {
   comm.reduce_scatter(send.data(), recv.data(), 6, DType::kI32, ReduceOp::kSum);
   EXPECT_EQ(recv, std::vector<int32_t>(6, p));
   comm.shutdown();
+}
+
+// Float32 on one node: the shared-memory path compares every rank's board entry once all have
+// arrived, so a reduce-scatter against an all-reduce (or of another count) fails on every rank.
+TEST(ReduceScatter, SharedMemoryPathCatchesAnotherCollectiveOnEveryRank) {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  const int r = comm.rank(), p = comm.size();
+  std::vector<float> buf(static_cast<size_t>(64 * p), 1.f), recv(64);
+  comm.reduce_scatter(buf.data(), recv.data(), 64, DType::kF32, ReduceOp::kSum);  // alike on every rank
+  const std::string counts = error_of([&] {
+    comm.reduce_scatter(buf.data(), recv.data(), r == 0 ? 32 : 64, DType::kF32, ReduceOp::kSum);
+  });
+  EXPECT_NE(counts.find("ranks issued different collectives"), std::string::npos) << counts;
+  EXPECT_NE(counts.find(r == 0 ? "reduce_scatter of 64 float32" : "reduce_scatter of 32 float32"), std::string::npos)
+      << counts;
+  const std::string kinds = error_of([&] {
+    if (r == p - 1) comm.allreduce(buf.data(), 64, DType::kF32, ReduceOp::kSum);
+    else comm.reduce_scatter(buf.data(), recv.data(), 64, DType::kF32, ReduceOp::kSum);
+  });
+  EXPECT_NE(kinds.find("ranks issued different collectives"), std::string::npos) << kinds;
+  EXPECT_NE(kinds.find(r == p - 1 ? "reduce_scatter of 64 float32" : "allreduce of 64 float32"), std::string::npos)
+      << kinds;
+  comm.shutdown();
+}
+
+// Note [Reduce-scatter in all-reduce order] (comm/shm_allreduce.h): on one node, each rank's
+// float32 block has exactly the bits the shared-memory all-reduce of the whole buffer gives
+// those elements: through the communicator (staged buffers, several rounds for the larger one;
+// a buffer in the node-shared window; in place and out of place; sum and average) and through
+// ShmAllreduce with tiny slots (many rounds, ragged ends). The values make the order of the sum
+// matter from 3 ranks on (checked first); at 2 ranks every order gives the same bits.
+int64_t order_sensitive_elements(int size, int64_t n, unsigned seed) {
+  std::vector<std::vector<float>> all;
+  for (int q = 0; q < size; ++q) all.push_back(order_sensitive_values(q, n, seed));
+  int64_t differ = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    float forward = all[0][static_cast<size_t>(i)] + all[1][static_cast<size_t>(i)], backward = all.back()[static_cast<size_t>(i)];
+    for (int q = 2; q < size; ++q) forward += all[static_cast<size_t>(q)][static_cast<size_t>(i)];
+    for (int q = size - 2; q >= 0; --q) backward += all[static_cast<size_t>(q)][static_cast<size_t>(i)];
+    differ += std::memcmp(&forward, &backward, sizeof(float)) != 0;
+  }
+  return differ;
+}
+
+// Elements of this rank's block whose bits differ from the all-reduced buffer's.
+int64_t bits_differ(const float* block, const std::vector<float>& reduced, int rank, int64_t n) {
+  int64_t differ = 0;
+  for (int64_t i = 0; i < n; ++i)
+    differ += std::memcmp(&block[i], &reduced[static_cast<size_t>(rank * n + i)], sizeof(float)) != 0;
+  return differ;
+}
+
+TEST(ReduceScatter, SharedMemoryBlockIsBitwiseTheAllreducesElements) {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  ASSERT_TRUE(comm.shared_memory_allreduce());  // every rank of this test is on one node
+  const int r = comm.rank(), p = comm.size();
+  if (p >= 3) {
+    EXPECT_GT(order_sensitive_elements(p, 4096, 11), 400) << "values whose sum's bits depend on the order";
+  }
+  // 1000 * p: inside one round of the 4 MB slots; 1 M + 17 per rank: several rounds, ragged.
+  for (int64_t n : {int64_t{1000}, int64_t{(1 << 20) + 17}}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+      const char* what = op == ReduceOp::kAvg ? "avg" : "sum";
+      const std::vector<float> send = order_sensitive_values(r, n * p, 11);
+      std::vector<float> reduced = send;
+      comm.allreduce(reduced.data(), n * p, DType::kF32, op);
+      std::vector<float> out(static_cast<size_t>(n));
+      comm.reduce_scatter(send.data(), out.data(), n, DType::kF32, op);
+      EXPECT_EQ(bits_differ(out.data(), reduced, r, n), 0) << "out of place, n=" << n << " " << what;
+      std::vector<float> whole = send;
+      comm.reduce_scatter(whole.data(), whole.data() + r * n, n, DType::kF32, op);
+      EXPECT_EQ(bits_differ(whole.data() + r * n, reduced, r, n), 0) << "in place, n=" << n << " " << what;
+      // A buffer in the node-shared window (as the reducer's buckets are), at an offset.
+      Tensor bucket = comm.allocate_reduce_buffer(n * p + 48, DType::kF32, Device::cpu());
+      float* at = bucket.data() + 48;
+      std::memcpy(at, send.data(), send.size() * sizeof(float));
+      comm.reduce_scatter(at, out.data(), n, DType::kF32, op);
+      EXPECT_EQ(bits_differ(out.data(), reduced, r, n), 0) << "shared window, out of place, n=" << n << " " << what;
+      EXPECT_EQ(std::memcmp(at, send.data(), send.size() * sizeof(float)), 0) << "the send buffer changed";
+      comm.reduce_scatter(at, at + r * n, n, DType::kF32, op);
+      EXPECT_EQ(bits_differ(at + r * n, reduced, r, n), 0) << "shared window, in place, n=" << n << " " << what;
+    }
+  }
+  EXPECT_GT(comm.shared_memory_reductions(), 0);
+  comm.shutdown();
+}
+
+TEST(ReduceScatter, ShmReduceScatterIsBitwiseTheShmAllreduceWithTinySlots) {
+  auto shm = ShmAllreduce::create(MPI_COMM_WORLD, 64 * sizeof(float));  // 64 / p floats of each block a round
+  ASSERT_NE(shm, nullptr);
+  const int r = comm_rank(), p = comm_size();
+  for (int64_t n : {1, 5, 16, 21, 64, 100, 333}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+      const std::vector<float> send = order_sensitive_values(r, n * p, 23);
+      std::vector<float> reduced = send, out(static_cast<size_t>(n), -1.f);
+      shm->allreduce(reduced.data(), n * p, op);
+      shm->reduce_scatter(send.data(), out.data(), n, op);
+      EXPECT_EQ(bits_differ(out.data(), reduced, r, n), 0) << "n=" << n << (op == ReduceOp::kAvg ? " avg" : " sum");
+      std::vector<float> whole = send;
+      shm->reduce_scatter(whole.data(), whole.data() + r * n, n, op);
+      EXPECT_EQ(bits_differ(whole.data() + r * n, reduced, r, n), 0) << "in place, n=" << n;
+      whole.erase(whole.begin() + r * n, whole.begin() + (r + 1) * n);
+      std::vector<float> others = send;
+      others.erase(others.begin() + r * n, others.begin() + (r + 1) * n);
+      EXPECT_EQ(whole, others) << "in place changed the other blocks, n=" << n;
+    }
+  }
+  shm->release();
 }
 
 }  // namespace
