@@ -2,6 +2,8 @@
 // queue thread (see the Notes in the header).
 #include "comm/hierarchical_communicator.h"
 
+#include <cstring>
+
 #include <fmt/format.h>
 
 #include "comm/mpi_check.h"
@@ -88,6 +90,25 @@ WorkHandle HierarchicalCommunicator::broadcast_async(void* buf, int64_t count, D
 WorkHandle HierarchicalCommunicator::allgather_async(const void* send, void* recv, int64_t count_per_rank,
                                                      DType dtype) {
   return in_order([=, this] { world_->allgather(send, recv, count_per_rank, dtype); });
+}
+
+WorkHandle HierarchicalCommunicator::reduce_scatter_async(const void* send, void* recv, int64_t count_per_rank,
+                                                          DType dtype, ReduceOp op) {
+  DTRAIN_CHECK(count_per_rank >= 0, "reduce_scatter: negative count {}", count_per_rank);
+  DTRAIN_CHECK(count_per_rank == 0 || (send != nullptr && recv != nullptr),
+               "reduce_scatter: null buffer for {} elements per rank", count_per_rank);
+  DTRAIN_CHECK(op != ReduceOp::kAvg || !is_integer(dtype),
+               "reduce_scatter: ReduceOp::kAvg needs a floating-point dtype, got {}", dtype_name(dtype));
+  if (count_per_rank == 0) return WorkQueue::completed();
+  if (!staged_) return in_order([=, this] { world_->reduce_scatter(send, recv, count_per_rank, dtype, op); });
+  // Note [Hierarchical reduce-scatter and all-gather].
+  return in_order([=, this] {
+    const size_t block = static_cast<size_t>(count_per_rank) * dtype_size(dtype);
+    staging_.resize(block * static_cast<size_t>(size()));
+    std::memcpy(staging_.data(), send, staging_.size());
+    allreduce_stages(staging_.data(), count_per_rank * size(), dtype, op);
+    std::memcpy(recv, staging_.data() + block * static_cast<size_t>(rank()), block);
+  });
 }
 
 WorkHandle HierarchicalCommunicator::barrier_async() {

@@ -12,6 +12,17 @@
 // global result before stage 3, so every rank gets the leader's bits, and leaders agree with
 // each other because MPI_Allreduce gives every leader the same bits.
 //
+// Note [Hierarchical reduce-scatter and all-gather]: a reduce-scatter all-reduces the whole
+// buffer through the three stages (into a staging copy, so `send` is left as it was) and keeps
+// this rank's block. It moves what an all-reduce moves, not the (N-1)/N of a ring
+// reduce-scatter, but each block has exactly the bits the hierarchical all-reduce gives those
+// elements (ZeRO-2 then equals plain DDP bitwise across nodes too), and a leader's cross-node
+// share could not be one contiguous block anyway: a node's ranks need not be consecutive world
+// ranks. The flight recorders hold its stages (an allreduce of size() x count_per_rank
+// elements, then the node's broadcast), as they do an all-reduce's. An all-gather is
+// MPI_Allgather over the world (the flat collective; each rank's block
+// crosses the network once either way). When every node has one rank both are flat MPI.
+//
 // Note [One MPI caller at a time]: MPI runs at MPI_THREAD_SERIALIZED. Each MpiCommunicator has
 // its own communication thread; this class's own queue thread drives the stages and waits for
 // each before issuing the next, so at most one of those threads is inside MPI at any time, and
@@ -20,6 +31,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <mpi.h>
 
@@ -54,6 +66,9 @@ class HierarchicalCommunicator final : public Communicator {
   WorkHandle allreduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) override;
   WorkHandle broadcast_async(void* buf, int64_t count, DType dtype, int root) override;
   WorkHandle allgather_async(const void* send, void* recv, int64_t count_per_rank, DType dtype) override;
+  // Note [Hierarchical reduce-scatter and all-gather]; in place when recv is this rank's block.
+  WorkHandle reduce_scatter_async(const void* send, void* recv, int64_t count_per_rank, DType dtype,
+                                  ReduceOp op) override;
   WorkHandle barrier_async() override;
   // The node communicator's buffers (node-shared windows for float32), so stage 1 needs no copy.
   Tensor allocate_reduce_buffer(int64_t numel, DType dtype, Device device) override;
@@ -72,6 +87,7 @@ class HierarchicalCommunicator final : public Communicator {
   std::unique_ptr<MpiCommunicator> world_;
   std::unique_ptr<MpiCommunicator> node_;
   std::unique_ptr<MpiCommunicator> leaders_;  // null on ranks that are not leaders
+  std::vector<char> staging_;  // reduce_scatter's copy of `send` (used on queue_'s thread only)
   bool shut_down_ = false;
   WorkQueue queue_{"dtrain-hier"};  // last: its thread stops before the members above go
 };

@@ -1,20 +1,25 @@
 // HierarchicalCommunicator against flat MPI_Allreduce (an MpiCommunicator without shared
 // memory), side by side in one job: float32 and bf16, sum and average, sizes 0, 1, odd and
 // multi-MB. With exact inputs (small integers) both must give the exact sum and the same bits;
-// with inexact inputs every rank must still hold the same bits. At np 2 and 3 on one node the
+// with inexact inputs every rank must still hold the same bits. Its reduce-scatter's blocks are
+// the all-reduce's elements, bit for bit, and its all-gather works in place. At np 2 and 3 on one node the
 // hierarchy is one node; on the test bed (tests/multinode, 2x1 and 2x2) it spans nodes. Tests
 // use EXPECT between collectives so a failing rank still issues every collective its peers do.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "comm/exchange.h"
 #include "comm/hierarchical_communicator.h"
 #include "comm/mpi_communicator.h"
+#include "core/error.h"
 #include "core/kernels.h"
 #include "tests/mpi/mpi_test_env.h"
 
@@ -167,6 +172,61 @@ TEST_F(HierarchicalVsFlat, OtherCollectivesRunOverTheWorldInOrder) {
   for (int r = 0; r < size; ++r) EXPECT_EQ(gathered[static_cast<size_t>(r)], r * 10);
   EXPECT_EQ(hier_->local_rank(), test_comm().local_rank());
   EXPECT_EQ(hier_->local_size(), test_comm().local_size());
+}
+
+// Note [Hierarchical reduce-scatter and all-gather]: each rank's block is, bit for bit, the
+// hierarchical all-reduce's elements (inexact values), in place and out of place, float32 and
+// bf16, sum and average; with exact values it is the flat MPI reduce-scatter's exact sum. `send`
+// is left as it was.
+TEST_F(HierarchicalVsFlat, ReduceScatterBlockIsTheAllreducesElements) {
+  const int rank = test_comm().rank(), size = test_comm().size();
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const size_t esize = dtype_size(dtype);
+    for (int64_t n : {int64_t{1}, int64_t{1023}, int64_t{1 << 19}}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+        const std::string what = fmt::format("{} n={} {}", dtype_name(dtype), n, op == ReduceOp::kSum ? "sum" : "avg");
+        const std::vector<uint8_t> send = make_buffer(dtype, n * size, noisy_value, rank);
+        std::vector<uint8_t> reduced = send, out(static_cast<size_t>(n) * esize), whole = send;
+        hier_->allreduce(reduced.data(), n * size, dtype, op);
+        hier_->reduce_scatter(send.data(), out.data(), n, dtype, op);
+        uint8_t* mine = whole.data() + static_cast<size_t>(rank * n) * esize;
+        hier_->reduce_scatter(whole.data(), mine, n, dtype, op);
+        const uint8_t* want = reduced.data() + static_cast<size_t>(rank * n) * esize;
+        EXPECT_EQ(std::memcmp(out.data(), want, out.size()), 0) << "out of place, " << what;
+        EXPECT_EQ(std::memcmp(mine, want, out.size()), 0) << "in place, " << what;
+        EXPECT_EQ(send, make_buffer(dtype, n * size, noisy_value, rank)) << "send changed, " << what;
+
+        const std::vector<uint8_t> exact = make_buffer(dtype, n * size, exact_value, rank);
+        std::vector<uint8_t> hier_out(out.size()), flat_out(out.size());
+        hier_->reduce_scatter(exact.data(), hier_out.data(), n, dtype, op);
+        flat_->reduce_scatter(exact.data(), flat_out.data(), n, dtype, op);
+        EXPECT_EQ(hier_out, flat_out) << "exact values: hierarchical and flat differ, " << what;
+      }
+    }
+  }
+  std::vector<int32_t> ints(static_cast<size_t>(3 * size), rank + 1), got(3);
+  hier_->reduce_scatter(ints.data(), got.data(), 3, DType::kI32, ReduceOp::kSum);
+  EXPECT_EQ(got, std::vector<int32_t>(3, size * (size + 1) / 2));
+  EXPECT_TRUE(hier_->reduce_scatter_async(nullptr, nullptr, 0, DType::kF32, ReduceOp::kSum)->test());
+  EXPECT_THROW(hier_->reduce_scatter(ints.data(), got.data(), 3, DType::kI32, ReduceOp::kAvg), Error);
+}
+
+TEST_F(HierarchicalVsFlat, AllgatherInPlaceAndOutOfPlace) {
+  const int rank = test_comm().rank(), size = test_comm().size();
+  const int64_t n = 1001;
+  std::vector<float> mine(static_cast<size_t>(n)), all(static_cast<size_t>(n * size), -1.f);
+  for (int64_t i = 0; i < n; ++i) mine[static_cast<size_t>(i)] = exact_value(rank, i);
+  hier_->allgather(mine.data(), all.data(), n, DType::kF32);
+  std::vector<float> in_place(static_cast<size_t>(n * size), -1.f);
+  std::copy(mine.begin(), mine.end(), in_place.begin() + rank * n);
+  hier_->allgather(in_place.data() + rank * n, in_place.data(), n, DType::kF32);
+  int64_t wrong = 0;
+  for (int r = 0; r < size; ++r)
+    for (int64_t i = 0; i < n; ++i) {
+      wrong += all[static_cast<size_t>(r * n + i)] != exact_value(r, i);
+      wrong += in_place[static_cast<size_t>(r * n + i)] != exact_value(r, i);
+    }
+  EXPECT_EQ(wrong, 0);
 }
 
 }  // namespace
