@@ -80,13 +80,23 @@ WorkHandle MpiCommunicator::submit(const char* kind, DType dtype, int64_t count,
     } catch (const std::exception& e) {
       watchdog_->end();
       record.finished(false);
-      watchdog_->dump(fmt::format("collective #{} failed: {}", seq, e.what()));
+      // MPI may fail a collective whose ranks disagree (MPI_ERR_TRUNCATE: another count): the
+      // board says how, when they are on this node (Note [Checking every collective]).
+      const std::string differs = mismatch_behind(e.what());
+      watchdog_->dump(fmt::format("collective #{} failed: {}", seq, differs.empty() ? e.what() : differs));
+      if (!differs.empty()) throw Error(differs);
       throw;
     }
     watchdog_->end();
     record.finished(true);
     if (board_) board_->completed(seq);
   });
+}
+
+std::string MpiCommunicator::mismatch_behind(const std::string& error) const {
+  if (!board_ || error.find("ranks issued different collectives") != std::string::npos) return "";
+  const std::string differs = different_collective_text(board_->read(), board_->local_rank());
+  return differs.empty() ? "" : fmt::format("{} (MPI: {})", differs, error);
 }
 
 void MpiCommunicator::check_same_collective(int64_t seq, const char* kind, int64_t count) const {

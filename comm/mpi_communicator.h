@@ -86,6 +86,9 @@ class MpiCommunicator final : public Communicator {
   // After every rank arrived in shared-memory collective `seq` (`kind` of `count` float32): all
   // of them are in the same one.
   void check_same_collective(int64_t seq, const char* kind, int64_t count) const;
+  // When collective `seq` failed with `error`: the line naming the ranks of this node that are
+  // in it with another kind, count or dtype, or "" when the board shows none.
+  std::string mismatch_behind(const std::string& error) const;
   // --debug-collectives: every rank's header of MPI collective `seq` agrees, or all throw.
   void check_header(int64_t seq, const char* kind, int64_t count, DType dtype);
 

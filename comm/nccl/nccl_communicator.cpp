@@ -308,6 +308,18 @@ WorkHandle NcclCommunicator::allgather_async(const void* send, void* recv, int64
   });
 }
 
+WorkHandle NcclCommunicator::reduce_scatter_async(const void* send, void* recv, int64_t count_per_rank, DType dtype,
+                                                  ReduceOp op) {
+  check_device_buffer(send, count_per_rank, "reduce_scatter", "send");
+  check_device_buffer(recv, count_per_rank, "reduce_scatter", "receive");
+  const ncclDataType_t type = nccl_type(dtype);
+  const ncclRedOp_t red = nccl_op(op);
+  ncclComm_t comm = impl_->comm;
+  return impl_->enqueue("reduce_scatter", dtype, count_per_rank, false, [&](cudaStream_t stream) {
+    NCCL_CHECK(ncclReduceScatter(send, recv, static_cast<size_t>(count_per_rank), type, red, comm, stream));
+  });
+}
+
 WorkHandle NcclCommunicator::barrier_async() {
   void* buf = impl_->barrier_buf;
   ncclComm_t comm = impl_->comm;

@@ -65,7 +65,11 @@ class NcclCommunicator final : public Communicator {
   // after the collective (no host block), except barrier's, which blocks the host.
   WorkHandle allreduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) override;
   WorkHandle broadcast_async(void* buf, int64_t count, DType dtype, int root) override;
+  // In place by NCCL's rules: allgather when send is this rank's block of recv, reduce_scatter
+  // when recv is this rank's block of send (the other blocks of send are left as they were).
   WorkHandle allgather_async(const void* send, void* recv, int64_t count_per_rank, DType dtype) override;
+  WorkHandle reduce_scatter_async(const void* send, void* recv, int64_t count_per_rank, DType dtype,
+                                  ReduceOp op) override;
   WorkHandle barrier_async() override;
 
  private:

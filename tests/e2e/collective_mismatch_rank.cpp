@@ -2,11 +2,20 @@
 // collective_mismatch_test.sh. `MODE` picks the mismatch:
 //   kinds:   rank 0 enters a barrier, the others a broadcast (MPI waits forever on both);
 //   counts:  float32 all-reduces of different lengths (the shared-memory all-reduce);
-//   checked: int32 all-reduces of different lengths, with --debug-collectives' header check.
+//   checked: int32 all-reduces of different lengths, with --debug-collectives' header check;
+//   rs_kinds: rank 0 reduce-scatters float32, the others all-reduce (the shared-memory check);
+//   rs_counts: float32 reduce-scatters of different lengths over MPI (shared memory off: the
+//              watchdog's board check);
+//   rs_checked: int32 reduce-scatters of different lengths, with the header check;
+//   rs_late: the last rank never joins a reduce-scatter (the deadline, 3 s here).
 // Without a check each would hang (or reduce mismatched buffers); the job must end with one line.
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/mpi_lifecycle.h"
@@ -15,16 +24,18 @@
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (mode != "kinds" && mode != "counts" && mode != "checked") {
-    std::fprintf(stderr, "usage: collective_mismatch_rank kinds|counts|checked\n");
+  const std::vector<std::string> modes = {"kinds", "counts", "checked", "rs_kinds", "rs_counts", "rs_checked", "rs_late"};
+  if (std::find(modes.begin(), modes.end(), mode) == modes.end()) {
+    std::fprintf(stderr, "usage: collective_mismatch_rank kinds|counts|checked|rs_kinds|rs_counts|rs_checked|rs_late\n");
     return 2;
   }
+  if (mode == "rs_counts") setenv("DTRAIN_SHM_ALLREDUCE", "0", 1);
   std::unique_ptr<dtrain::Runtime> rt;
   try {
     dtrain::RuntimeOptions options;
     options.device = dtrain::DeviceRequest::cpu();
-    options.collective_timeout_s = 120;  // far beyond the test's limit: the check must end it
-    options.debug_collectives = mode == "checked";
+    options.collective_timeout_s = mode == "rs_late" ? 3 : 120;  // else far beyond the test's limit: the check must end it
+    options.debug_collectives = mode == "checked" || mode == "rs_checked";
     rt = dtrain::init(&argc, &argv, options);
     dtrain::Communicator& comm = rt->control();
     const int rank = comm.rank();
@@ -35,8 +46,22 @@ int main(int argc, char** argv) {
       else comm.broadcast(i.data(), static_cast<int64_t>(i.size()), dtrain::DType::kI32, 1);
     } else if (mode == "counts") {
       comm.allreduce(f.data(), rank == 0 ? 1000 : 2000, dtrain::DType::kF32, dtrain::ReduceOp::kSum);
-    } else {
+    } else if (mode == "checked") {
       comm.allreduce(i.data(), rank == 0 ? 1000 : 2000, dtrain::DType::kI32, dtrain::ReduceOp::kSum);
+    } else if (mode == "rs_kinds") {
+      if (rank == 0) comm.reduce_scatter(f.data(), f.data(), 1000, dtrain::DType::kF32, dtrain::ReduceOp::kSum);
+      else comm.allreduce(f.data(), 1000, dtrain::DType::kF32, dtrain::ReduceOp::kSum);
+    } else if (mode == "rs_counts") {
+      std::vector<float> out(2000);
+      comm.reduce_scatter(f.data(), out.data(), rank == 0 ? 1000 : 2000, dtrain::DType::kF32, dtrain::ReduceOp::kSum);
+    } else if (mode == "rs_checked") {
+      std::vector<int32_t> out(2000);
+      comm.reduce_scatter(i.data(), out.data(), rank == 0 ? 1000 : 2000, dtrain::DType::kI32, dtrain::ReduceOp::kSum);
+    } else {
+      comm.barrier();  // every rank is up, so only the reduce-scatter can be late
+      if (rank == comm.size() - 1) std::this_thread::sleep_for(std::chrono::seconds(60));
+      std::vector<float> out(1000);
+      comm.reduce_scatter(f.data(), out.data(), 1000, dtrain::DType::kF32, dtrain::ReduceOp::kSum);
     }
     std::printf("rank %d: the mismatched collective completed\n", rank);
   } catch (const std::exception& e) {

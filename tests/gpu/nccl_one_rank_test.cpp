@@ -72,6 +72,54 @@ TEST_F(NcclOneRank, AllreduceThroughThePluginIsInTheFlightRecorderDump) {
   std::printf("%s\n%s", text.str().c_str(), report.c_str());  // the dump and the report, for the record
 }
 
+// reduce_scatter and allgather through the plugin: on one rank each is a copy (none in place),
+// recorded with its kind and count per rank, and device-timed like the all-reduce
+// (Note [Device-timed collectives]) when the options ask for it.
+TEST_F(NcclOneRank, ReduceScatterAndAllgatherAreRecordedAndDeviceTimed) {
+  const auto* plugin = static_cast<const NcclPlugin*>(
+      open_plugin(gpu_plugin_path(kNcclPluginLibrary), kNcclPluginEntryPoint, kNcclPluginApiVersion));
+  SelfCommunicator bootstrap;
+  FlightRecorder log(16, "nccl");
+  NcclOptions options;
+  options.timeout = std::chrono::seconds(60);
+  options.compute = &compute_stream(gpu());
+  options.log = &log;
+  options.device_timing = true;
+  std::unique_ptr<Communicator> nccl(plugin->make_communicator(bootstrap, gpu(), options));
+  const int n = 777;
+  std::vector<float> values(n);
+  for (int i = 0; i < n; ++i) values[static_cast<size_t>(i)] = 0.25f * static_cast<float>(i);
+  Tensor send = Tensor::from_vector(values, {n}, gpu());
+  Tensor recv = Tensor::zeros({n}, gpu());
+  order_after(compute_stream(gpu()), *nccl);
+  WorkHandle rs = nccl->reduce_scatter_async(send.raw(), recv.raw(), n, DType::kF32, ReduceOp::kAvg);
+  rs->wait();
+  EXPECT_EQ(recv.to_vector(), values);
+  Tensor gathered = Tensor::zeros({n}, gpu());
+  WorkHandle ag = nccl->allgather_async(recv.raw(), gathered.raw(), n, DType::kF32);
+  ag->wait();
+  WorkHandle in_place = nccl->reduce_scatter_async(gathered.raw(), gathered.raw(), n, DType::kF32, ReduceOp::kSum);
+  in_place->wait();
+  EXPECT_EQ(gathered.to_vector(), values);
+  for (const WorkHandle& w : {rs, ag, in_place}) {
+    ASSERT_TRUE(w->device_timed());
+    w->wait_for_device_times();
+    EXPECT_GT(w->started_ns(), 0);
+    EXPECT_LE(w->started_ns(), w->finished_ns());
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (log.snapshot().back().state != CollectiveState::kCompleted && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const std::vector<CollectiveRecord> records = log.snapshot();
+  ASSERT_EQ(records.size(), 3u);
+  const char* kinds[] = {"reduce_scatter", "allgather", "reduce_scatter"};
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(records[i].kind, kinds[i]);
+    EXPECT_EQ(records[i].count, n);
+    EXPECT_EQ(records[i].state, CollectiveState::kCompleted) << kinds[i];
+  }
+}
+
 // SIGUSR1 (request_flight_recorder_dump, what the handler does) reaches the real plugin's
 // watchdog through the options the Runtime makes: it writes flight_recorder_rank0_nccl.json and
 // the communicator goes on.

@@ -1,7 +1,8 @@
-// Hang safety, end to end: rank 0 issues an all-reduce that rank 1 never joins. Rank 0's
-// watchdog must print "dtrain: rank 0: NCCL allreduce #1 timed out after ..." and exit
-// non-zero within seconds, so mpirun ends the job instead of hanging. CTest passes on that
-// line and skips on "dtrain-test-skip:" (fewer GPUs than local ranks).
+// Hang safety, end to end: rank 0 issues an all-reduce (or, with the argument
+// "reduce_scatter", a reduce-scatter) that rank 1 never joins. Rank 0's watchdog must print
+// "dtrain: rank 0: NCCL allreduce #1 timed out after ..." (reduce_scatter) and exit non-zero
+// within seconds, so mpirun ends the job instead of hanging. CTest passes on that line and
+// skips on "dtrain-test-skip:" (fewer GPUs than local ranks).
 #include <chrono>
 #include <cstdio>
 #include <exception>
@@ -20,6 +21,7 @@ int main(int argc, char** argv) {
   cpu.device = dtrain::DeviceRequest::cpu();  // the NCCL communicator below is made by hand
   std::unique_ptr<dtrain::Runtime> runtime = dtrain::init(&argc, &argv, cpu);
   dtrain::Communicator& world = runtime->control();
+  const bool reduce_scatter = argc > 1 && std::string(argv[1]) == "reduce_scatter";
   int32_t ok = dtrain::cuda::device_count() >= world.local_size() ? 1 : 0;
   world.allreduce(&ok, 1, dtrain::DType::kI32, dtrain::ReduceOp::kSum);
   if (ok != world.size()) {
@@ -39,7 +41,9 @@ int main(int argc, char** argv) {
     dtrain::NcclCommunicator nccl(world, choice.device, options);
     dtrain::Tensor t = dtrain::Tensor::zeros({1024}, choice.device);
     if (world.rank() == 0) {
-      nccl.allreduce(t, dtrain::ReduceOp::kSum);  // never matched by rank 1
+      // Never matched by rank 1.
+      if (reduce_scatter) nccl.reduce_scatter(t.raw(), t.raw(), 1024 / world.size(), dtrain::DType::kF32, dtrain::ReduceOp::kSum);
+      else nccl.allreduce(t, dtrain::ReduceOp::kSum);
       t.to_vector();                             // blocks on the result until the watchdog ends the process
       std::printf("rank 0: the unmatched all-reduce completed: the watchdog did not fire\n");
     } else {

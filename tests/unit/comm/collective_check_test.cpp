@@ -48,6 +48,24 @@ TEST(CollectiveCheck, TheMismatchLineGroupsRanksByWhatTheyIssued) {
             "100 float32");
 }
 
+// Every kind a communicator records has its own code, and the code names it back.
+TEST(CollectiveCheck, EveryKindHasACodeThatNamesIt) {
+  std::vector<int> codes;
+  for (const char* kind : {"allreduce", "broadcast", "allgather", "barrier", "reduce_scatter"}) {
+    const int code = ProgressBoard::kind_code(kind);
+    EXPECT_GT(code, 0) << kind;
+    EXPECT_STREQ(ProgressBoard::kind_name(code), kind);
+    EXPECT_EQ(std::count(codes.begin(), codes.end(), code), 0) << kind;
+    codes.push_back(code);
+  }
+  EXPECT_EQ(ProgressBoard::kind_code("alltoall"), 0);
+  const CollectiveHeader rs{5, ProgressBoard::kind_code("reduce_scatter"), 64, kF32};
+  const CollectiveHeader ar{5, kAllreduce, 128, kF32};
+  EXPECT_EQ(header_mismatch_text({rs, ar}),
+            "ranks issued different collectives at #5: rank 0: reduce_scatter of 64 float32; rank 1: allreduce of 128 "
+            "float32");
+}
+
 ProgressBoard::Entry at(int rank, int64_t seq, int kind, int64_t count) {
   ProgressBoard::Entry e;
   e.world_rank = rank;
