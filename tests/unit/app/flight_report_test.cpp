@@ -58,6 +58,22 @@ TEST(FlightReport, RanksInDifferentCollectivesAreNamedFirst) {
       << report;
 }
 
+// ZeRO's collectives are reported like any other: a reduce-scatter's count is per rank.
+TEST(FlightReport, ReduceScatterAndAllgatherAreReportedByKind) {
+  const std::string waiting = flight_report(
+      {dump(0, 2, {record(8, "reduce_scatter", 64, "completed"), record(9, "allgather", 64, "started")}),
+       dump(1, 2, {record(8, "reduce_scatter", 64, "completed")})});
+  EXPECT_NE(waiting.find("first collective not completed on every rank: #9 allgather of 64 float32"), std::string::npos)
+      << waiting;
+  EXPECT_NE(waiting.find("rank 1 (n1): behind, never issued #9"), std::string::npos) << waiting;
+  const std::string disagree = flight_report(
+      {dump(0, 2, {record(3, "reduce_scatter", 64, "started")}), dump(1, 2, {record(3, "allreduce", 128, "started")})});
+  EXPECT_NE(disagree.find("ranks disagree at collective #3: rank 0 issued reduce_scatter of 64 float32, rank 1 issued "
+                          "allreduce of 128 float32"),
+            std::string::npos)
+      << disagree;
+}
+
 TEST(FlightReport, ARankSeenNotRespondingIsBehind) {
   const std::string report = flight_report({dump(0, 2, {record(3, "allreduce", 10, "started")}, {1}),
                                             dump(1, 2, {record(3, "allreduce", 10, "started")})});
