@@ -196,6 +196,12 @@ WorkHandle MpiCommunicator::allgather_async(const void* send, void* recv, int64_
   DTRAIN_CHECK(count_per_rank * size_ <= kMaxChunk, "allgather: {} elements per rank x {} ranks exceeds MPI's int count",
                count_per_rank, size_);
   if (count_per_rank == 0) return WorkQueue::completed();
+  if (shm_ && ShmAllreduce::supports(dtype)) {
+    return submit("allgather", dtype, count_per_rank, [this, send, recv, count_per_rank](int64_t seq) {
+      shm_->allgather(static_cast<const float*>(send), static_cast<float*>(recv), count_per_rank,
+                      [this, seq, count_per_rank] { check_same_collective(seq, "allgather", count_per_rank); });
+    });
+  }
   MPI_Datatype type = mpi_datatype(dtype);
   const size_t block = static_cast<size_t>(count_per_rank) * dtype_size(dtype);
   // MPI forbids aliasing send and recv; the caller's own block is the in-place form.

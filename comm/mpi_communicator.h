@@ -51,7 +51,7 @@ class MpiCommunicator final : public Communicator {
   std::string describe() const override;
   // True when float32 all-reduces go through the node-shared window (see ShmAllreduce).
   bool shared_memory_allreduce() const { return shm_ != nullptr; }
-  // How many all-reduces and reduce-scatters went through it so far (0 when it is off).
+  // How many all-reduces, reduce-scatters and all-gathers went through it so far (0 when off).
   int64_t shared_memory_reductions() const { return shm_ ? shm_->reductions() : 0; }
   Stream& stream() override { return *stream_; }
   const FlightRecorder& flight_recorder() const { return recorder_; }
@@ -62,7 +62,9 @@ class MpiCommunicator final : public Communicator {
   WorkHandle allreduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) override;
   WorkHandle broadcast_async(void* buf, int64_t count, DType dtype, int root) override;
   // recv holds size() * count_per_rank elements, rank r's block at r * count_per_rank. `send`
-  // may be this rank's own block of `recv` (then it is sent in place).
+  // may be this rank's own block of `recv` (then it is sent in place). Float32 on one node goes
+  // through ShmAllreduce (no copy in when `recv` is an allocate_reduce_buffer window), else
+  // MPI_Allgather.
   WorkHandle allgather_async(const void* send, void* recv, int64_t count_per_rank, DType dtype) override;
   // The dtypes and ops of allreduce_async; count_per_rank 0 is a completed no-op. Float32 on one
   // node goes through ShmAllreduce (each rank's block with the bits the shared-memory all-reduce

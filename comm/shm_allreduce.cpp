@@ -110,10 +110,24 @@ void ShmAllreduce::barrier(MPI_Win win) {
   MPI_CHECK(MPI_Win_sync(win));  // ...and so are everyone else's
 }
 
+void ShmAllreduce::arrive(MPI_Win win, const std::function<void()>& arrived) {
+  if (!arrived) return;
+  try {
+    arrived();
+  } catch (...) {
+    // Every rank reads the same board here (none can leave the collective before all arrived),
+    // so all throw alike; they meet once more first, or one would go on to its next collective
+    // and rewrite its board entry while another still reads it (its line would then name the
+    // next collective instead of this one).
+    barrier(win);
+    throw;
+  }
+}
+
 void ShmAllreduce::reduce_block(MPI_Win win, const std::vector<float*>& blocks, float* out, int64_t n, bool average,
                                 const std::function<void()>& arrived) {
   barrier(win);  // every rank's block is complete
-  if (arrived) arrived();
+  arrive(win, arrived);
 
   // This rank owns [lo, hi) of every block: it alone reads and writes it until the next barrier,
   // so summing in place is race-free. It sums in rank order, so every rank gets its bits, and
@@ -181,7 +195,7 @@ void ShmAllreduce::reduce_scatter(const float* send, float* recv, int64_t count_
   if (const Region* region = region_of(send, count_per_rank * size_, offset)) {
     for (size_t r = 0; r < size; ++r) scratch_[r] = region->bases[r] + offset;
     barrier(region->win);  // every rank's buffer is complete
-    if (arrived) arrived();
+    arrive(region->win, arrived);
     reduce_mine(scratch_, rank_ * count_per_rank, count_per_rank, 0);
     barrier(region->win);  // nobody reads another's copy any more: each may reuse its buffer
     reductions_.fetch_add(1, std::memory_order_relaxed);
@@ -196,8 +210,39 @@ void ShmAllreduce::reduce_scatter(const float* send, float* recv, int64_t count_
     for (int64_t b = 0; b < size_; ++b)
       std::memcpy(slot + b * m, send + b * count_per_rank + base, static_cast<size_t>(m) * sizeof(float));
     barrier(slots_.win);
-    if (arrived && base == 0) arrived();
+    if (base == 0) arrive(slots_.win, arrived);
     reduce_mine(slots_.bases, rank_ * m, m, base);
+    barrier(slots_.win);  // every rank has read the slots before the next round refills them
+  }
+  reductions_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void ShmAllreduce::allgather(const float* send, float* recv, int64_t count_per_rank,
+                             const std::function<void()>& arrived) {
+  const size_t block_bytes = static_cast<size_t>(count_per_rank) * sizeof(float);
+  int64_t offset = 0;
+  if (const Region* region = region_of(recv, count_per_rank * size_, offset)) {
+    // Every rank is here before any writes into another's copy (which it may still be reading).
+    barrier(region->win);
+    arrive(region->win, arrived);
+    const int64_t at = offset + rank_ * count_per_rank;
+    for (float* base : region->bases)
+      if (base + at != send) std::memcpy(base + at, send, block_bytes);
+    barrier(region->win);  // every block is in every copy
+    reductions_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  // Staged: each round, every rank copies `part` floats of its block into its slot, then every
+  // rank copies that part of every block out of the slots.
+  const int64_t part = slots_.floats;
+  for (int64_t base = 0; base < count_per_rank; base += part) {
+    const int64_t m = std::min(part, count_per_rank - base);
+    std::memcpy(slots_.bases[static_cast<size_t>(rank_)], send + base, static_cast<size_t>(m) * sizeof(float));
+    barrier(slots_.win);
+    if (base == 0) arrive(slots_.win, arrived);
+    for (int r = 0; r < size_; ++r)
+      std::memcpy(recv + r * count_per_rank + base, slots_.bases[static_cast<size_t>(r)],
+                  static_cast<size_t>(m) * sizeof(float));
     barrier(slots_.win);  // every rank has read the slots before the next round refills them
   }
   reductions_.fetch_add(1, std::memory_order_relaxed);

@@ -1,5 +1,5 @@
-// ShmAllreduce: float32 all-reduce through node-shared MPI windows, for jobs whose ranks all
-// share one node. MPI's own all-reduce over shared memory (vader) moves each message through
+// ShmAllreduce: float32 all-reduce (and reduce-scatter and all-gather, below) through
+// node-shared MPI windows, for jobs whose ranks all share one node. MPI's own all-reduce over shared memory (vader) moves each message through
 // fragments and a rendezvous. Here rank r owns segment r of the buffer: it sums segment r of
 // every rank's copy, in rank order, and writes the sum into every rank's copy. Buffers
 // allocated with allocate_region() (the reducer's gradient buckets) are reduced where they lie;
@@ -71,8 +71,13 @@ class ShmAllreduce {
   // through the slots, a part of every block at a time. `arrived` as for allreduce().
   void reduce_scatter(const float* send, float* recv, int64_t count_per_rank, ReduceOp op,
                       const std::function<void()>& arrived = {});
-  // Collectives this object has completed (calls of allreduce() and reduce_scatter()), for
-  // tests and logs.
+  // `recv` (size() blocks of count_per_rank floats) receives every rank's `send` in rank order;
+  // `send` may be this rank's block of `recv`. Copies only, so the bits are the senders'.
+  // `recv` in a region: each rank pushes its block into every rank's copy (Note [Push, not
+  // pull]); else through the slots, a part of every block at a time. `arrived` as for allreduce().
+  void allgather(const float* send, float* recv, int64_t count_per_rank, const std::function<void()>& arrived = {});
+  // Collectives this object has completed (calls of allreduce(), reduce_scatter() and
+  // allgather()), for tests and logs.
   int64_t reductions() const { return reductions_.load(std::memory_order_relaxed); }
   // Frees the window and the communicator. Idempotent.
   void release();
@@ -93,6 +98,9 @@ class ShmAllreduce {
   // floats, and so does `out` (which may be blocks[rank_]).
   void reduce_block(MPI_Win win, const std::vector<float*>& blocks, float* out, int64_t n, bool average,
                     const std::function<void()>& arrived);
+  // Runs `arrived` (if any) once every rank is in the collective; if it throws, every rank
+  // does, after one more barrier.
+  void arrive(MPI_Win win, const std::function<void()>& arrived);
   // The region holding [buf, buf + count), or null; `offset` is buf's place in this rank's copy.
   const Region* region_of(const float* buf, int64_t count, int64_t& offset) const;
 

@@ -1,4 +1,4 @@
-// reduce_scatter at 2 and 3 ranks, through the test runtime's communicator and through
+// reduce_scatter (and the shared-memory all-gather ZeRO pairs it with) at 2 and 3 ranks, through the test runtime's communicator and through
 // MpiCommunicators made here (with and without the shared-memory path): sums and averages per
 // dtype, in place (recv is this rank's block of send, NCCL's rule) and out of place, count 0,
 // bad arguments, the flight recorder's entry, ranks that issue different collectives (one error
@@ -6,6 +6,7 @@
 // ASSERT) between collectives so a failing rank still issues every collective its peers do.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -399,6 +400,83 @@ TEST(ReduceScatter, ShmReduceScatterIsBitwiseTheShmAllreduceWithTinySlots) {
     }
   }
   shm->release();
+}
+
+// The shared-memory all-gather (float32 on one node): every block in rank order, bit for bit,
+// in place and out of place, from staged buffers (several rounds of tiny slots, ragged) and
+// into a node-shared window; reduce-scatter then all-gather is the all-reduce, bitwise.
+TEST(Allgather, SharedMemoryPathIsExactInPlaceAndOutOfPlace) {
+  auto shm = ShmAllreduce::create(MPI_COMM_WORLD, 64 * sizeof(float));
+  ASSERT_NE(shm, nullptr);
+  const int r = comm_rank(), p = comm_size();
+  for (int64_t n : {1, 5, 63, 64, 65, 200}) {
+    const std::vector<float> mine = order_sensitive_values(r, n, 31);
+    std::vector<float> want;
+    for (int q = 0; q < p; ++q) {
+      const std::vector<float> theirs = order_sensitive_values(q, n, 31);
+      want.insert(want.end(), theirs.begin(), theirs.end());
+    }
+    std::vector<float> out(static_cast<size_t>(n * p), -1.f);
+    shm->allgather(mine.data(), out.data(), n);
+    EXPECT_EQ(std::memcmp(out.data(), want.data(), want.size() * sizeof(float)), 0) << "n=" << n;
+    std::vector<float> in_place(static_cast<size_t>(n * p), -1.f);
+    std::copy(mine.begin(), mine.end(), in_place.begin() + r * n);
+    shm->allgather(in_place.data() + r * n, in_place.data(), n);
+    EXPECT_EQ(std::memcmp(in_place.data(), want.data(), want.size() * sizeof(float)), 0) << "in place, n=" << n;
+  }
+  float* region = shm->allocate_region(16 + 300 * p);
+  ASSERT_NE(region, nullptr);
+  const std::vector<float> mine = order_sensitive_values(r, 300, 37);
+  std::copy(mine.begin(), mine.end(), region + 16 + r * 300);
+  shm->allgather(region + 16 + r * 300, region + 16, 300);  // in place, in the window
+  int64_t wrong = 0;
+  for (int q = 0; q < p; ++q) {
+    const std::vector<float> theirs = order_sensitive_values(q, 300, 37);
+    wrong += std::memcmp(region + 16 + q * 300, theirs.data(), 300 * sizeof(float)) != 0;
+  }
+  EXPECT_EQ(wrong, 0) << "blocks wrong in the window";
+  std::vector<float> other = order_sensitive_values(r, 300, 41);
+  shm->allgather(other.data(), region + 16, 300);  // out of place, into the window
+  for (int q = 0; q < p; ++q) {
+    const std::vector<float> theirs = order_sensitive_values(q, 300, 41);
+    EXPECT_EQ(std::memcmp(region + 16 + q * 300, theirs.data(), 300 * sizeof(float)), 0) << "block " << q;
+  }
+  EXPECT_EQ(std::count(region, region + 16, 0.f), 16) << "memory before the buffer changed";
+  shm->release();
+}
+
+TEST(Allgather, ReduceScatterThenAllgatherIsTheAllreduceBitwise) {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  ASSERT_TRUE(comm.shared_memory_allreduce());
+  const int r = comm.rank(), p = comm.size();
+  const int64_t n = (1 << 20) + 3;  // several rounds of the 4 MB slots
+  const std::vector<float> grads = order_sensitive_values(r, n * p, 43);
+  std::vector<float> reduced = grads;
+  comm.allreduce(reduced.data(), n * p, DType::kF32, ReduceOp::kAvg);
+  const int64_t before = comm.shared_memory_reductions();
+  std::vector<float> zero = grads;
+  comm.reduce_scatter(zero.data(), zero.data() + r * n, n, DType::kF32, ReduceOp::kAvg);
+  comm.allgather(zero.data() + r * n, zero.data(), n, DType::kF32);
+  EXPECT_EQ(std::memcmp(zero.data(), reduced.data(), reduced.size() * sizeof(float)), 0);
+  Tensor bucket = comm.allocate_reduce_buffer(n * p, DType::kF32, Device::cpu());
+  std::memcpy(bucket.data(), grads.data(), grads.size() * sizeof(float));
+  comm.reduce_scatter(bucket.data(), bucket.data() + r * n, n, DType::kF32, ReduceOp::kAvg);
+  comm.allgather(bucket.data() + r * n, bucket.data(), n, DType::kF32);
+  EXPECT_EQ(std::memcmp(bucket.data(), reduced.data(), reduced.size() * sizeof(float)), 0) << "in the window";
+  EXPECT_EQ(comm.shared_memory_reductions() - before, 4) << "collectives that took the shared-memory path";
+  std::vector<int32_t> ints(static_cast<size_t>(2 * p), 0);
+  ints[static_cast<size_t>(2 * r)] = r;
+  ints[static_cast<size_t>(2 * r + 1)] = -r;
+  comm.allgather(ints.data() + 2 * r, ints.data(), 2, DType::kI32);  // not float32: MPI's path
+  for (int q = 0; q < p; ++q) EXPECT_EQ(ints[static_cast<size_t>(2 * q + 1)], -q);
+  EXPECT_EQ(comm.shared_memory_reductions() - before, 4);
+  std::vector<float> f(static_cast<size_t>(64 * p), 1.f);
+  const std::string error = error_of([&] {
+    comm.allgather(f.data() + r * (r == 0 ? 32 : 64), f.data(), r == 0 ? 32 : 64, DType::kF32);
+  });
+  EXPECT_NE(error.find("ranks issued different collectives"), std::string::npos) << error;
+  EXPECT_NE(error.find(r == 0 ? "allgather of 64 float32" : "allgather of 32 float32"), std::string::npos) << error;
+  comm.shutdown();
 }
 
 }  // namespace
