@@ -183,9 +183,9 @@ Tensor LmTrainer::train_step() {
   }
   const bool take = gate_->pass(pos_.step + 1);  // fp16: unscale, check, the ranks' vote
   reporter_.note(gate_->take_warning());
+  optimizer_->set_lr(static_cast<float>(schedule_.lr_at(pos_.step)));
   if (take) {
     if (clipper_) clipper_->clip(c_.clip_grad_norm);  // after the all-reduce: the same on every rank
-    optimizer_->set_lr(static_cast<float>(schedule_.lr_at(pos_.step)));
     ScopedSpan span(&tracer_, "optimizer step");
     optimizer_->step();
   }
