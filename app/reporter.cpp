@@ -249,7 +249,7 @@ void Reporter::lm_eval(int64_t step, double val_loss) {
 
 void Reporter::finish_lm(const TrainResult& r) {
   if (!rank_zero_ || !output_.json) return;
-  nlohmann::json summary = {{"dtrain", DTRAIN_VERSION},
+  const nlohmann::json summary = {{"dtrain", DTRAIN_VERSION},
                                   {"np", r.world_size},
                                   {"world_size", r.world_size},
                                   {"device", r.device},
@@ -263,7 +263,6 @@ void Reporter::finish_lm(const TrainResult& r) {
                                   {"train_loss", r.train_loss},
                                   {"val_loss", r.val_loss},
                                   {"allreduce_overlap", r.allreduce_overlap}};
-  add_loss_scale(summary);
   print(summary.dump() + "\n");
 }
 
@@ -280,7 +279,7 @@ void Reporter::trace_written(const std::string& path, size_t spans, double overl
 
 void Reporter::finish(const TrainResult& r) {
   if (rank_zero_ && output_.json) {
-    nlohmann::json summary = {{"dtrain", DTRAIN_VERSION},
+    const nlohmann::json summary = {{"dtrain", DTRAIN_VERSION},
                                     {"np", r.world_size},
                                     {"device", r.device},
                                     {"model", summary_model_},
@@ -292,7 +291,6 @@ void Reporter::finish(const TrainResult& r) {
                                     {"train_s", r.train_seconds},
                                     {"test_acc", r.test_accuracy},
                                     {"allreduce_overlap", r.allreduce_overlap}};
-    add_loss_scale(summary);
     print(summary.dump() + "\n");
   }
 }
