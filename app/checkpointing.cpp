@@ -97,7 +97,7 @@ json resume_config(const TrainConfig& c) {
       {"lr_schedule", lr_schedule_config(c)},
       {"batch_size", c.batch_size},
       {"accumulate", c.accumulate},
-      {"amp", c.amp == AmpMode::kBf16 ? "bf16" : "off"},
+      {"amp", std::string(amp_name(c.amp))},
       {"ddp",
        {{"comm_hook", comm_hook_name(c.ddp.comm_hook)},
         {"bucket_cap_bytes", c.ddp.bucket_cap_auto ? json("auto") : json(c.ddp.bucket_cap_bytes)},
@@ -111,6 +111,9 @@ json resume_config(const TrainConfig& c) {
       {"seed", c.seed},
   };
   if (c.clip_grad_norm > 0.f) out["clip_grad_norm"] = decimal(c.clip_grad_norm);
+  if (c.amp == AmpMode::kFp16)  // only then: older checkpoints still match
+    out["loss_scale"] = {{"scale", c.loss_scale.dynamic ? json("dynamic") : json(decimal(c.loss_scale.init_scale))},
+                         {"growth_interval", c.loss_scale.growth_interval}};
   if (c.lm) out["data"] = {{"format", "llmc"}, {"shuffle", c.data.shuffle}};  // the image settings mean nothing here
   return out;
 }

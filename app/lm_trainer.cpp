@@ -102,6 +102,7 @@ class LmTrainer {
   std::optional<DistributedDataParallel> ddp_;
   std::unique_ptr<Optimizer> optimizer_;
   std::optional<GradNormClipper> clipper_;
+  std::optional<StepGate> gate_;  // --amp fp16's loss scaling
   StepLrSchedule schedule_;
   CrossEntropyLoss loss_fn_;
   Tracer tracer_;
@@ -133,6 +134,8 @@ LmTrainer::LmTrainer(Runtime& runtime, const TrainConfig& c)
   }
   optimizer_ = make_optimizer(c.optimizer, model_->parameters());
   if (c.clip_grad_norm > 0.f) clipper_.emplace(model_->parameters());
+  gate_.emplace(c, runtime, model_->parameters());
+  reporter_.watch_loss_scale(gate_->state());
   control_.emplace(runtime, c, *model_, *optimizer_, reporter_, gpt_architecture_metadata(gpt_spec(lm_, data_.vocab())),
                    RunControl::Callbacks{[this] { return training_state(); },
                                          [this] { return fmt::format("step {} (slot {})", pos_.step, pos_.slots); },
@@ -149,6 +152,7 @@ void LmTrainer::choose_starting_point() {
   control_->announce_start(resumed, ddp_ ? &*ddp_ : nullptr);
   if (!resumed) return;
   const checkpoint::TrainingState& s = resumed->state;
+  gate_->restore(s.grad_scaler, resumed->path + "/state.json");
   pos_ = {s.global_step, s.samples_seen};
   reporter_.note(fmt::format("resume: from {} (step {}, {} slots consumed){}", resumed->path, s.global_step,
                              s.samples_seen, k.init_weights.empty() ? "" : "; --init-weights not used"));
@@ -174,12 +178,14 @@ Tensor LmTrainer::train_step() {
       sample_log_.record(0, pos_.step + 1, std::span(&slot, 1));
     }
     loss = forward_backward(*model_, ddp_ ? &*ddp_ : nullptr, loss_fn_, tracer_, data_.inputs(), data_.targets(),
-                            {c_.accumulate, ends_step});
+                            {c_.accumulate, ends_step, gate_->loss_scale()});
     control_->record_loss(loss, {pos_.step + 1, 0, pos_.step + 1});
   }
-  if (clipper_) clipper_->clip(c_.clip_grad_norm);  // after the all-reduce: the same on every rank
+  const bool take = gate_->pass(pos_.step + 1);  // fp16: unscale, check, the ranks' vote
+  reporter_.note(gate_->take_warning());
   optimizer_->set_lr(static_cast<float>(schedule_.lr_at(pos_.step)));
-  {
+  if (take) {
+    if (clipper_) clipper_->clip(c_.clip_grad_norm);  // after the all-reduce: the same on every rank
     ScopedSpan span(&tracer_, "optimizer step");
     optimizer_->step();
   }
@@ -218,6 +224,7 @@ checkpoint::TrainingState LmTrainer::training_state() const {
   s.lr = static_cast<float>(schedule_.lr_at(std::max<int64_t>(pos_.step - 1, 0)));
   s.config = resume_config(c_);
   if (ddp_ && ddp_->bucket_layout_final()) s.buckets = bucket_layout_json(ddp_->bucket_layout());
+  s.grad_scaler = gate_->state_json();
   return s;
 }
 

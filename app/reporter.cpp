@@ -63,13 +63,42 @@ void Reporter::start(Runtime& rt, const std::string& model, const TrainConfig& c
                     "{} train / {} test samples\n",
                     model, rt.size(), rt.device().str(), grads, rt.cpu_threads(), blas_corename(), c.batch_size,
                     train_size, test_size));
-  if (c.amp == AmpMode::kBf16)
-    print(fmt::format("dtrain: amp bf16: Linear matmuls take bf16 operands with float32 accumulation; float32 "
-                      "master weights and gradients{}\n",
-                      rt.device().is_cpu() ? " (emulated on CPU: bf16-rounded operands through the float32 GEMM, "
-                                             "for the numerics, not for speed)"
-                                           : ""));
+  amp_line(rt, c);
 }
+
+void Reporter::amp_line(Runtime& rt, const TrainConfig& c) {
+  if (c.amp == AmpMode::kOff || !logs()) return;
+  const std::string_view name = amp_name(c.amp);
+  const GradScalerSettings& ls = c.loss_scale;
+  print(fmt::format("dtrain: amp {}: Linear and Conv matmuls take {} operands with float32 accumulation; float32 "
+                    "master weights and gradients{}{}\n",
+                    name, name,
+                    c.amp != AmpMode::kFp16 ? std::string()
+                    : ls.dynamic ? fmt::format("; dynamic loss scale from {:g} (x{:g} after {} good steps, x{:g} and "
+                                               "the step skipped on an inf/NaN gradient)",
+                                               ls.init_scale, ls.growth_factor, ls.growth_interval, ls.backoff_factor)
+                                 : fmt::format("; fixed loss scale {:g} (a step with an inf/NaN gradient is skipped)",
+                                               ls.init_scale),
+                    rt.device().is_cpu() ? fmt::format(" (emulated on CPU: {}-rounded operands through the float32 "
+                                                       "GEMM, for the numerics, not for speed)",
+                                                       name)
+                                         : ""));
+}
+
+void Reporter::add_loss_scale(nlohmann::json& record) const {
+  if (!loss_scale_) return;
+  record["loss_scale"] = loss_scale_->scale;
+  record["skipped_steps"] = loss_scale_->skipped_steps;
+}
+
+namespace {
+
+// " Scale: 65536 Skipped: 2" after the seeds' loss (--amp fp16), else "".
+std::string scale_suffix(const GradScalerState* s) {
+  return s ? fmt::format(" Scale: {:g} Skipped: {}", s->scale, s->skipped_steps) : "";
+}
+
+}  // namespace
 
 void Reporter::start_epoch(int64_t, int64_t batches, int64_t samples_in_epoch) {
   batches_ = batches;
@@ -91,8 +120,9 @@ void Reporter::after_step(int64_t epoch, int64_t batch, int64_t samples_before, 
   if (!interval_ends && !redraw) return;
   const float loss_now = loss_value(loss);  // a device-to-host copy: only when it is shown or written
   if (interval_ends && logs() && !progress_)
-    print(fmt::format("Train Epoch: {} [{}/{} ({:.0f}%)] Loss: {:.6f}\n", epoch + 1, samples_before, dataset_size_,
-                      100.0 * static_cast<double>(batch) / static_cast<double>(batches_), loss_now));
+    print(fmt::format("Train Epoch: {} [{}/{} ({:.0f}%)] Loss: {:.6f}{}\n", epoch + 1, samples_before, dataset_size_,
+                      100.0 * static_cast<double>(batch) / static_cast<double>(batches_), loss_now,
+                      scale_suffix(loss_scale_)));
   if (interval_ends && metrics_) write_step_record(epoch, batch, samples_before + batch_samples, loss_now, lr);
   if (redraw) {
     const double elapsed = std::chrono::duration<double>(Clock::now() - epoch_start_).count();
@@ -106,7 +136,7 @@ void Reporter::after_step(int64_t epoch, int64_t batch, int64_t samples_before, 
 void Reporter::write_step_record(int64_t epoch, int64_t batch, int64_t samples, float loss, float lr) {
   const auto now = Clock::now();
   const double seconds = std::chrono::duration<double>(now - interval_start_).count();
-  const nlohmann::json record = {
+  nlohmann::json record = {
       {"type", "step"},
       {"epoch", epoch + 1},
       {"batch", batch},
@@ -120,6 +150,7 @@ void Reporter::write_step_record(int64_t epoch, int64_t batch, int64_t samples, 
       {"allreduce_s", interval_.allreduce_s},
       {"allreduce_overlap", interval_.allreduce_s > 0 ? interval_.overlapped_s / interval_.allreduce_s : 0},
       {"time_s", std::chrono::duration<double>(now - run_start_).count()}};
+  add_loss_scale(record);
   fmt::print(metrics_, "{}\n", record.dump());
   std::fflush(metrics_);
   interval_start_ = now;
@@ -132,7 +163,7 @@ void Reporter::end_epoch(int64_t epoch, const Evaluation& eval, int64_t test_siz
   if (!rank_zero_) return;
   if (progress_) progress_->finish();
   if (metrics_) {
-    const nlohmann::json record = {{"type", "epoch"},
+    nlohmann::json record = {{"type", "epoch"},
                                    {"epoch", epoch + 1},
                                    {"step", global_step_},
                                    {"samples", samples_run_},
@@ -141,6 +172,7 @@ void Reporter::end_epoch(int64_t epoch, const Evaluation& eval, int64_t test_siz
                                    {"samples_per_s", static_cast<double>(samples) / seconds},
                                    {"epoch_s", seconds},
                                    {"time_s", std::chrono::duration<double>(Clock::now() - run_start_).count()}};
+    add_loss_scale(record);
     fmt::print(metrics_, "{}\n", record.dump());
     std::fflush(metrics_);
   }
@@ -180,20 +212,25 @@ void Reporter::start_lm(Runtime& rt, const std::string& model, const TrainConfig
                     "tokens/rank, {} train / {} val tokens\n",
                     model, thousands(static_cast<double>(parameters)), rt.size(), rt.device().str(), grads,
                     rt.cpu_threads(), c.batch_size, c.lm->context, train_tokens, val_tokens));
+  amp_line(rt, c);
 }
 
 void Reporter::lm_step(const LmStep& s) {
   if (!rank_zero_) return;
   if (logs())
-    print(fmt::format("step {}/{} | loss {:.4f} | {}lr {:.2e} | {:.0f} ms | {} tokens/s\n", s.step, s.steps, s.loss,
-                      s.norm >= 0 ? fmt::format("norm {:.4f} | ", s.norm) : "", s.lr, s.step_ms,
-                      thousands(s.tokens_per_s)));
+    print(fmt::format("step {}/{} | loss {:.4f} | {}{}lr {:.2e} | {:.0f} ms | {} tokens/s\n", s.step, s.steps, s.loss,
+                      s.norm >= 0 ? fmt::format("norm {:.4f} | ", s.norm) : "",
+                      loss_scale_ ? fmt::format("scale {:g} ({} skipped) | ", loss_scale_->scale,
+                                                loss_scale_->skipped_steps)
+                                  : "",
+                      s.lr, s.step_ms, thousands(s.tokens_per_s)));
   if (!metrics_) return;
   nlohmann::json record = {{"type", "step"},       {"step", s.step},
                            {"loss", s.loss},       {"lr", s.lr},
                            {"step_ms", s.step_ms}, {"tokens_per_s", s.tokens_per_s},
                            {"time_s", std::chrono::duration<double>(Clock::now() - run_start_).count()}};
   if (s.norm >= 0) record["norm"] = s.norm;
+  add_loss_scale(record);
   fmt::print(metrics_, "{}\n", record.dump());
   std::fflush(metrics_);
 }

@@ -12,12 +12,15 @@
 #include <memory>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "app/evaluate.h"
 #include "app/log_output.h"
 #include "app/progress.h"
 #include "app/train_config.h"
 #include "comm/runtime.h"
 #include "ddp/distributed_data_parallel.h"
+#include "model/grad_scaler.h"
 
 namespace dtrain {
 
@@ -63,6 +66,9 @@ class Reporter {
   void lm_step(const LmStep& s);
   void lm_eval(int64_t step, double val_loss);
   void finish_lm(const TrainResult& result);
+  // --amp fp16: the loss scale's state (kept by the loop's StepGate), shown in the log lines and
+  // the metrics records (scale, skipped steps); null: none.
+  void watch_loss_scale(const GradScalerState* state) { loss_scale_ = state; }
   // A line of its own (checkpoints, resuming), on rank 0 unless quiet; nothing for "".
   void note(const std::string& line);
   void trace_written(const std::string& path, size_t spans, double overlap, double allreduce_ns);
@@ -72,6 +78,8 @@ class Reporter {
   using Clock = std::chrono::steady_clock;
   bool logs() const { return rank_zero_ && !output_.quiet; }
   void write_step_record(int64_t epoch, int64_t batch, int64_t samples, float loss, float lr);
+  void add_loss_scale(nlohmann::json& record) const;
+  void amp_line(Runtime& runtime, const TrainConfig& config);  // --amp's opening line
 
   void print(std::string_view text) { out_.write(text); }
 
@@ -87,6 +95,7 @@ class Reporter {
   AllreduceStats interval_;
   std::string summary_model_, summary_hidden_, summary_hook_;
   int64_t summary_batch_ = 0;
+  const GradScalerState* loss_scale_ = nullptr;
 };
 
 }  // namespace dtrain

@@ -13,6 +13,7 @@
 #include "data/mnist.h"
 #include "ddp/distributed_data_parallel.h"
 #include "model/amp.h"
+#include "model/grad_scaler.h"
 #include "model/lr_schedule.h"
 #include "model/models.h"
 #include "model/optimizer.h"
@@ -83,7 +84,8 @@ struct TrainConfig {
   int64_t warmup_steps = 0;  // lm: linear warm-up steps
   float min_lr = 0.f;        // lm cosine: the last step's lr (default lr / 10)
   float clip_grad_norm = 0.f;  // the largest global gradient norm (after the all-reduce); 0: no clipping
-  AmpMode amp = AmpMode::kOff;  // bf16: Linear matmuls in bf16, float32 master weights (autocast)
+  AmpMode amp = AmpMode::kOff;  // bf16/fp16: Linear and Conv matmuls in 16 bits, float32 master weights (autocast)
+  GradScalerSettings loss_scale;  // --amp fp16: the loss scaling (model/grad_scaler.h)
   DdpOptions ddp;
   RuntimeOptions runtime;
   CheckpointSettings checkpoints;

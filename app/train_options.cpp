@@ -141,7 +141,9 @@ cxxopts::Options make_train_options() {
     ("device", "auto, cpu, cuda or cuda:N (auto: CUDA when visible, else CPU)", cxxopts::value<std::string>()->default_value("auto"))
     ("allow-gpu-sharing", "Let several local ranks share a GPU (local rank r on visible GPU r mod count)")
     ("tf32", "Allow TF32 tensor cores for float32 GEMM on GPU")
-    ("amp", "Mixed precision: off, or bf16 (Linear matmuls in bf16, float32 weights; emulated on CPU)", cxxopts::value<std::string>()->default_value("off"))
+    ("amp", "Mixed precision: off, bf16 or fp16 (Linear and Conv matmuls in 16 bits, float32 weights and accumulation; emulated on CPU; fp16 with loss scaling)", cxxopts::value<std::string>()->default_value("off"))
+    ("loss-scale", "With --amp fp16: dynamic (PyTorch's GradScaler: 2^16, halved on an inf/NaN gradient and the step skipped, doubled after --loss-scale-growth-interval good steps) or a fixed positive scale", cxxopts::value<std::string>()->default_value("dynamic"))
+    ("loss-scale-growth-interval", "With --amp fp16 and a dynamic loss scale: steps without inf/NaN before the scale doubles", cxxopts::value<int64_t>()->default_value("2000"))
     ("timeout", "Seconds before a collective that has not completed ends the job, naming the ranks that did not arrive (0: never)", cxxopts::value<std::string>()->default_value("600"))
     ("threads", "CPU BLAS threads per rank (0: cores / local ranks)", cxxopts::value<int>()->default_value("0"));
   o.add_options("Checkpoints")
@@ -261,6 +263,26 @@ void read_distributed(const cxxopts::ParseResult& r, TrainConfig& c) {
                                      "auto, flat, shm or hierarchical");
 }
 
+// --loss-scale and its growth interval: PyTorch GradScaler's settings (model/grad_scaler.h), for
+// --amp fp16 only (bf16 has float32's range and needs none).
+void read_loss_scale(const cxxopts::ParseResult& r, TrainConfig& c) {
+  GradScalerSettings& s = c.loss_scale;
+  const bool fp16 = c.amp == AmpMode::kFp16;
+  require(fp16 || (r.count("loss-scale") == 0 && r.count("loss-scale-growth-interval") == 0),
+          fmt::format("--loss-scale and --loss-scale-growth-interval: need --amp fp16 (got --amp {})", amp_name(c.amp)));
+  const std::string scale = r["loss-scale"].as<std::string>();
+  s.dynamic = scale == "dynamic";
+  if (!s.dynamic) {
+    s.init_scale = float_flag(r, "loss-scale");
+    require(s.init_scale > 0.f, fmt::format("--loss-scale: expected dynamic or a positive scale, got '{}'", scale));
+  }
+  s.growth_interval = r["loss-scale-growth-interval"].as<int64_t>();
+  require(s.growth_interval >= 1 && s.growth_interval <= 1'000'000'000,
+          fmt::format("--loss-scale-growth-interval: must be in [1, 1000000000], got {}", s.growth_interval));
+  require(s.dynamic || r.count("loss-scale-growth-interval") == 0,
+          "--loss-scale-growth-interval: needs a dynamic --loss-scale (a fixed scale never grows)");
+}
+
 void read_device(const cxxopts::ParseResult& r, TrainConfig& c) {
   RuntimeOptions& rt = c.runtime;
   rt.device = parse_choice("--device", r["device"].as<std::string>(), DeviceRequest::parse, "auto, cpu, cuda or cuda:N");
@@ -279,8 +301,9 @@ void read_device(const cxxopts::ParseResult& r, TrainConfig& c) {
   require(rt.cpu_threads >= 0 && rt.cpu_threads <= 4096,
           fmt::format("--threads: must be in [0, 4096] (0: the rank's share of the cores), got {}", rt.cpu_threads));
   const std::string amp = r["amp"].as<std::string>();
-  require(amp == "off" || amp == "bf16", fmt::format("--amp: expected off or bf16, got '{}'", amp));
-  c.amp = amp == "bf16" ? AmpMode::kBf16 : AmpMode::kOff;
+  require(amp == "off" || amp == "bf16" || amp == "fp16", fmt::format("--amp: expected off, bf16 or fp16, got '{}'", amp));
+  c.amp = amp == "bf16" ? AmpMode::kBf16 : amp == "fp16" ? AmpMode::kFp16 : AmpMode::kOff;
+  read_loss_scale(r, c);
 }
 
 void read_checkpoints(const cxxopts::ParseResult& r, TrainConfig& c) {

@@ -80,6 +80,7 @@ class Trainer {
   bool run_epoch(TrainResult& result);
   Tensor step(const Tensor& images, const Tensor& labels, const MicroBatch& micro);
   void join_step();
+  void optimizer_step();
   // Between two optimizer steps (`epoch_end`: after an epoch's evaluation): RunControl votes,
   // saves a checkpoint when one is due; false when the ranks agreed to stop.
   bool at_step_boundary(bool epoch_end);
@@ -93,6 +94,7 @@ class Trainer {
   std::optional<Join> join_;                     // --sampler uneven on more than one rank
   std::unique_ptr<Optimizer> optimizer_;
   std::optional<GradNormClipper> clipper_;  // --clip-grad-norm
+  std::optional<StepGate> gate_;  // --amp fp16's loss scaling
   LrSchedule schedule_;
   DistributedSampler sampler_;
   std::unique_ptr<DataLoader> loader_;
@@ -134,6 +136,8 @@ Trainer::Trainer(Runtime& runtime, const TrainConfig& c)
   if (runtime.size() > 1 && c.data.sampler == SamplerTail::kUneven) join_.emplace(runtime.control());
   optimizer_ = make_optimizer(c.optimizer, model_->parameters());
   if (c.clip_grad_norm > 0.f) clipper_.emplace(model_->parameters());
+  gate_.emplace(c, runtime, model_->parameters());
+  reporter_.watch_loss_scale(gate_->state());
   control_.emplace(
       runtime, c, *model_, *optimizer_, reporter_,
       architecture_metadata({c.model, data_.train->sample_shape(), data_.train->num_classes(), c.data.normalize}),
@@ -157,6 +161,7 @@ void Trainer::choose_starting_point() {
   control_->announce_start(resumed, ddp_ ? &*ddp_ : nullptr);
   if (!resumed) return;
   const checkpoint::TrainingState& s = resumed->state;
+  gate_->restore(s.grad_scaler, resumed->path + "/state.json");
   pos_ = {s.epoch, s.step_in_epoch, s.sample_in_epoch, s.global_step, s.samples_seen};
   reporter_.note(fmt::format("resume: from {} (global step {}; epoch {}, {} step(s) and {} samples into it){}",
                              resumed->path, s.global_step, s.epoch + 1, s.step_in_epoch, s.sample_in_epoch,
@@ -175,12 +180,8 @@ void Trainer::choose_starting_point() {
 Tensor Trainer::step(const Tensor& images, const Tensor& labels, const MicroBatch& micro) {
   if (micro.index_in_step == 0) optimizer_->zero_grad();
   Tensor loss = forward_backward(*model_, ddp_ ? &*ddp_ : nullptr, loss_fn_, tracer_, images, labels,
-                                 {micro.step_size, micro.ends_step});
-  if (micro.ends_step) {
-    if (clipper_) clipper_->clip(c_.clip_grad_norm);  // after the all-reduce: the same on every rank
-    ScopedSpan span(&tracer_, "optimizer step");
-    optimizer_->step();
-  }
+                                 {micro.step_size, micro.ends_step, gate_->loss_scale()});
+  if (micro.ends_step) optimizer_step();
   if (ddp_)
     for (const std::string& note : ddp_->take_bucket_notes()) reporter_.note(note);
   return loss;
@@ -262,13 +263,23 @@ bool Trainer::run_epoch(TrainResult& result) {
 void Trainer::join_step() {
   optimizer_->zero_grad();
   ddp_->join_backward();
-  // The others clip the all-reduced gradient before their step: so must this rank, or its
-  // parameters drift from theirs.
-  if (clipper_) clipper_->clip(c_.clip_grad_norm);
-  optimizer_->step();
+  // The others unscale and clip the all-reduced gradient before their step, and vote on skipping
+  // it: so must this rank, or its parameters drift from theirs (or it misses their vote).
+  optimizer_step();
   for (const std::string& note : ddp_->take_bucket_notes()) reporter_.note(note);
   ++pos_.global_step;
   ++pos_.step_in_epoch;
+}
+
+// After the gradient all-reduce of step pos_.global_step + 1: the fp16 gate (unscale, check,
+// the ranks' vote), then clipping and the optimizer step unless the gate skips it.
+void Trainer::optimizer_step() {
+  const bool take = gate_->pass(pos_.global_step + 1);
+  reporter_.note(gate_->take_warning());
+  if (!take) return;
+  if (clipper_) clipper_->clip(c_.clip_grad_norm);  // after the all-reduce: the same on every rank
+  ScopedSpan span(&tracer_, "optimizer step");
+  optimizer_->step();
 }
 
 bool Trainer::at_step_boundary(bool epoch_end) {
@@ -293,6 +304,7 @@ checkpoint::TrainingState Trainer::training_state() const {
   s.lr = schedule_.lr_at(pos_.epoch);
   s.config = resume_config(c_);
   if (ddp_ && ddp_->bucket_layout_final()) s.buckets = bucket_layout_json(ddp_->bucket_layout());
+  s.grad_scaler = gate_->state_json();
   return s;  // the saver adds the Dropout counters
 }
 

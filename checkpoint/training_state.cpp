@@ -132,6 +132,7 @@ json to_json(const TrainingState& s) {
       {"files", files},
   };
   if (!s.buckets.is_null()) doc["buckets"] = s.buckets;
+  if (!s.grad_scaler.is_null()) doc["grad_scaler"] = s.grad_scaler;
   doc[kStateChecksum] = hex32(state_checksum(doc));
   return doc;
 }
@@ -178,6 +179,7 @@ TrainingState training_state_from_json(const json& doc, std::string_view source)
     fail(source, "checksum", fmt::format("{} is not a checksum this dtrain checks (it checks \"{}\")", brief(checksum), kChecksum));
   s.files = files_from_json(doc, source);
   if (doc.contains("buckets")) s.buckets = doc["buckets"];
+  if (doc.contains("grad_scaler")) s.grad_scaler = doc["grad_scaler"];
   return s;
 }
 

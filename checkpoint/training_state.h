@@ -45,6 +45,8 @@ struct TrainingState {
   nlohmann::json config;        // settings that must not change on resume (an object)
   nlohmann::json buckets;       // opaque to this layer: DDP's bucket layout once chosen (null before,
                                 // and in checkpoints of older dtrains: then it is chosen again)
+  nlohmann::json grad_scaler;   // opaque to this layer: the fp16 loss scale's state (null without
+                                // --amp fp16)
   // Filled by the writer.
   int64_t format_version = kFormatVersion;
   std::string dtrain_version;

@@ -56,7 +56,8 @@ class GpuBackend {
   // Row-major GEMMs on the compute stream (contract: core/ops.h).
   virtual void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                     int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) = 0;
-  virtual void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+  // A and B 16-bit floats (fp16 when `fp16`, else bf16), C float32, float32 accumulation.
+  virtual void gemm_half(bool fp16, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                          const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
                          int64_t ldc) = 0;
   // A batch of products of one shape, consecutive ones stride_* elements apart (core/ops.h gemm_batched).
@@ -78,7 +79,7 @@ class GpuBackend {
 // The CUDA plugin's entry point and what it returns. Bump the version whenever GpuBackend or this
 // struct changes: a plugin from another build is then refused instead of calling through a
 // vtable of another layout.
-inline constexpr uint32_t kGpuBackendApiVersion = 3;  // 3: gemm_strided_batched
+inline constexpr uint32_t kGpuBackendApiVersion = 4;  // 3: gemm_strided_batched; 4: gemm_half (fp16)
 inline constexpr const char* kGpuBackendLibrary = "libdtrain_cuda.so";
 inline constexpr const char* kGpuBackendEntryPoint = "dtrain_cuda_backend_init";
 struct GpuBackendPlugin {

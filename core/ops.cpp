@@ -186,27 +186,36 @@ void cpu_parallel_ranges(int64_t n, void (*body)(const void* ctx, int64_t begin,
   });
 }
 
-void pack_bf16(const Tensor& src, Tensor& dst) {
-  ensure_tensor(dst, src.shape(), src.device(), DType::kBF16);
-  launch(src.device(), src.numel(), kernels::PackBF16{dst.data_as<uint16_t>(), src.data(), 1.f});
+void pack_half(DType half, const Tensor& src, Tensor& dst) {
+  DTRAIN_CHECK(half == DType::kBF16 || half == DType::kF16, "pack_half to {}", dtype_name(half));
+  ensure_tensor(dst, src.shape(), src.device(), half);
+  if (half == DType::kF16)
+    launch(src.device(), src.numel(), kernels::PackFP16{dst.data_as<uint16_t>(), src.data(), 1.f});
+  else
+    launch(src.device(), src.numel(), kernels::PackBF16{dst.data_as<uint16_t>(), src.data(), 1.f});
 }
 
-void gemm_bf16(Device device, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+void gemm_half(Device device, DType half, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                const uint16_t* a, const uint16_t* b, float beta, float* c) {
+  DTRAIN_CHECK(half == DType::kBF16 || half == DType::kF16, "gemm_half of {}", dtype_name(half));
   if (m == 0 || n == 0) return;
   if (device.is_cpu()) {
-    // bf16 -> float32 is exact, so this is bf16 products (exact in float32) summed in float32.
+    // Widening is exact, so this is 16-bit products (exact in float32) summed in float32.
     thread_local std::vector<float> a32, b32;
-    const auto widen = [](std::vector<float>& out, const uint16_t* in, int64_t count) {
+    const auto widen = [half](std::vector<float>& out, const uint16_t* in, int64_t count) {
       if (out.size() < static_cast<size_t>(count)) out.resize(static_cast<size_t>(count));
-      launch(Device::cpu(), count, kernels::UnpackBF16{out.data(), in});
+      if (half == DType::kF16)
+        launch(Device::cpu(), count, kernels::UnpackFP16{out.data(), in});
+      else
+        launch(Device::cpu(), count, kernels::UnpackBF16{out.data(), in});
     };
     widen(a32, a, m * k);
     widen(b32, b, k * n);
     gemm(device, trans_a, trans_b, m, n, k, alpha, a32.data(), b32.data(), beta, c);
     return;
   }
-  gpu_backend().gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
+  gpu_backend().gemm_half(half == DType::kF16, trans_a, trans_b, m, n, k, alpha, a, trans_a ? m : k, b,
+                          trans_b ? k : n, beta, c, n);
 }
 
 void fill(Tensor& t, float value) { launch(t.device(), t.numel(), kernels::Fill{t.data(), value}); }

@@ -13,16 +13,25 @@ namespace dtrain {
 void gemm(Device device, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           const float* b, float beta, float* c);
 
-// The same contract with A and B in bf16 (raw 16-bit words, see core/kernels.h) and C in
-// float32, products summed in float32: the matmul of mixed-precision (autocast) training.
-// CUDA: cuBLAS GemmEx on tensor cores. CPU: A and B widened to float32 (exact) into per-thread
-// scratch that only grows, then the float32 GEMM: the same numerics, for tests, not for speed.
-void gemm_bf16(Device device, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+// The same contract with A and B in a 16-bit float format `half` (DType::kBF16 or kF16; raw
+// 16-bit words, see core/kernels.h) and C in float32, products summed in float32: the matmul of
+// mixed-precision (autocast) training. CUDA: cuBLAS GemmEx on tensor cores. CPU: A and B widened
+// to float32 (exact for both formats) into per-thread scratch that only grows, then the float32
+// GEMM; a product of two 16-bit values is exact in float32, so this is the same numerics, for
+// tests, not for speed.
+void gemm_half(Device device, DType half, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                const uint16_t* a, const uint16_t* b, float beta, float* c);
+inline void gemm_bf16(Device device, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                      const uint16_t* a, const uint16_t* b, float beta, float* c) {
+  gemm_half(device, DType::kBF16, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+}
 
-// dst = bf16(src) (core/kernels.h PackBF16), same shape, on src's device: gemm_bf16's operands.
-// dst is reused while its shape holds (a layer packs into the same tensor every step).
-void pack_bf16(const Tensor& src, Tensor& dst);
+// dst = src rounded to `half` (core/kernels.h PackBF16 / PackFP16: to nearest even; fp16 above
+// 65504 becomes infinity, below 2^-14 an IEEE subnormal), same shape, on src's device:
+// gemm_half's operands. dst is reused while its shape holds (a layer packs into the same tensor
+// every step).
+void pack_half(DType half, const Tensor& src, Tensor& dst);
+inline void pack_bf16(const Tensor& src, Tensor& dst) { pack_half(DType::kBF16, src, dst); }
 
 // A batch of `count` products of one shape, with leading dimensions: for i in [0, count),
 // C_i = alpha * op(A_i) * op(B_i) + beta * C_i, A_i = a + i * stride_a (B and C alike). lda, ldb

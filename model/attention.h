@@ -5,7 +5,7 @@
 // prefixes them): c_attn.weight [3C, C], c_attn.bias [3C], c_proj.weight [C, C], c_proj.bias [C];
 // GPT-2's init: weights normal(0, 0.02), c_proj.weight normal(0, proj_std), biases zero.
 // The T x T probabilities are kept for backward (B*H*T*T floats, twice with their gradient).
-// With AmpMode::kBf16 the two Linear layers run in bf16; the attention products stay float32.
+// With AmpMode::kBf16 or kFp16 the two Linear layers run in 16 bits; the attention products stay float32.
 #pragma once
 
 #include <cstdint>

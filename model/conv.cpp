@@ -49,8 +49,16 @@ Tensor Conv2d::forward(const Tensor& input) {
     cpu::im2col(input.data(), geom_, batch, cols_.data());
   else
     launch(dev, cols_.numel(), kernels::Im2col{cols_.data(), input.data(), geom_, batch});
-  gemm(dev, false, false, out_c_, batch * plane, rows, 1.f, weight_.value.data(), cols_.data(), 0.f,
-       out_cols_.data());
+  half_ = amp_operand_dtype(amp_);
+  if (half_ != DType::kF32) {  // the columns stay packed for backward's dW
+    pack_half(half_, cols_, cols_half_);
+    pack_half(half_, weight_.value, weight_half_);
+    gemm_half(dev, half_, false, false, out_c_, batch * plane, rows, 1.f, weight_half_.data_as<uint16_t>(),
+              cols_half_.data_as<uint16_t>(), 0.f, out_cols_.data());
+  } else {
+    gemm(dev, false, false, out_c_, batch * plane, rows, 1.f, weight_.value.data(), cols_.data(), 0.f,
+         out_cols_.data());
+  }
   if (dev.is_cpu()) {
     cpu::columns_to_nchw_bias(out_cols_.data(), bias_.value.data(), batch, out_c_, plane, relu_, output_.data());
     return output_;
@@ -83,13 +91,23 @@ Tensor Conv2d::backward(const Tensor& grad_output, bool need_input_grad) {
          bias_.grad.data());
   }
   grad_ready(bias_);
-  gemm(dev, false, true, out_c_, rows, ncols, 1.f, out_cols_.data(), cols_.data(), take_grad_beta(weight_),
-       weight_.grad.data());  // dW (+)= dY' cols^T
+  const bool half = half_ != DType::kF32;
+  if (half) pack_half(half_, out_cols_, dy_half_);
+  if (half)
+    gemm_half(dev, half_, false, true, out_c_, rows, ncols, 1.f, dy_half_.data_as<uint16_t>(),
+              cols_half_.data_as<uint16_t>(), take_grad_beta(weight_), weight_.grad.data());
+  else
+    gemm(dev, false, true, out_c_, rows, ncols, 1.f, out_cols_.data(), cols_.data(), take_grad_beta(weight_),
+         weight_.grad.data());  // dW (+)= dY' cols^T
   grad_ready(weight_);
   if (!need_input_grad) return {};
   ensure_tensor(grad_input_, input_.shape(), dev);
   // The columns are no longer needed: reuse them for dcols = W^T dY'.
-  gemm(dev, true, false, rows, ncols, out_c_, 1.f, weight_.value.data(), out_cols_.data(), 0.f, cols_.data());
+  if (half)
+    gemm_half(dev, half_, true, false, rows, ncols, out_c_, 1.f, weight_half_.data_as<uint16_t>(),
+              dy_half_.data_as<uint16_t>(), 0.f, cols_.data());
+  else
+    gemm(dev, true, false, rows, ncols, out_c_, 1.f, weight_.value.data(), out_cols_.data(), 0.f, cols_.data());
   if (dev.is_cpu())
     cpu::col2im(cols_.data(), geom_, batch, grad_input_.data());
   else

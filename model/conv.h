@@ -9,8 +9,8 @@
 
 namespace dtrain {
 
-// Stays float32 under --amp bf16 (set_amp is the Module default, a no-op): only Linear layers
-// follow autocast here.
+// With AmpMode::kBf16 or kFp16 the three GEMMs (Y, dW, dcols) take 16-bit operands (the columns,
+// the weight, dY) with float32 accumulation, like autocast; the bias and its gradient stay float32.
 class Conv2d : public Module {
  public:
   Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding, Device device,
@@ -20,9 +20,13 @@ class Conv2d : public Module {
   std::vector<Parameter*> parameters() override { return {&weight_, &bias_}; }
   std::string describe() const override;
   bool absorb_following_relu() override { return relu_ = true; }
+  void set_amp(AmpMode mode) override { amp_ = mode; }
 
  private:
   int64_t in_c_, out_c_, k_, stride_, pad_;
+  AmpMode amp_ = AmpMode::kOff;
+  DType half_ = DType::kF32;  // the last forward's operand format
+  Tensor cols_half_, weight_half_, dy_half_;  // 16-bit copies of the GEMM operands
   bool relu_ = false;  // output is ReLU(conv): Note [Fused ReLU]
   Parameter weight_, bias_;  // weight [out_c, in_c, k, k]
   kernels::ConvGeometry geom_{};

@@ -74,12 +74,12 @@ Tensor TiedLmHead::forward(const Tensor& x) {
   const int64_t rows = x.dim(0);
   input_ = x;
   ensure_tensor(logits_, {rows, vocab}, dev);
-  bf16_forward_ = amp_ == AmpMode::kBf16;
-  if (bf16_forward_) {
-    pack_bf16(x, input_bf16_);
-    pack_bf16(w, weight_bf16_);
-    gemm_bf16(dev, false, true, rows, vocab, channels, 1.f, input_bf16_.data_as<uint16_t>(),
-              weight_bf16_.data_as<uint16_t>(), 0.f, logits_.data());
+  half_ = amp_operand_dtype(amp_);
+  if (half_ != DType::kF32) {
+    pack_half(half_, x, input_half_);
+    pack_half(half_, w, weight_half_);
+    gemm_half(dev, half_, false, true, rows, vocab, channels, 1.f, input_half_.data_as<uint16_t>(),
+              weight_half_.data_as<uint16_t>(), 0.f, logits_.data());
   } else {
     gemm(dev, false, true, rows, vocab, channels, 1.f, x.data(), w.data(), 0.f, logits_.data());
   }
@@ -93,12 +93,12 @@ Tensor TiedLmHead::backward(const Tensor& dlogits) {
   const Device dev = w.device();
   ensure_tensor(grad_input_, {rows, channels}, dev);
   // No grad_ready(wte) here: Note [Tied embedding gradient].
-  if (bf16_forward_) {
-    pack_bf16(dlogits, grad_bf16_);
-    const uint16_t* dy = grad_bf16_.data_as<uint16_t>();
-    gemm_bf16(dev, true, false, vocab, channels, rows, 1.f, dy, input_bf16_.data_as<uint16_t>(), take_grad_beta(wte_),
-              wte_.grad.data());
-    gemm_bf16(dev, false, false, rows, channels, vocab, 1.f, dy, weight_bf16_.data_as<uint16_t>(), 0.f,
+  if (half_ != DType::kF32) {
+    pack_half(half_, dlogits, grad_half_);
+    const uint16_t* dy = grad_half_.data_as<uint16_t>();
+    gemm_half(dev, half_, true, false, vocab, channels, rows, 1.f, dy, input_half_.data_as<uint16_t>(),
+              take_grad_beta(wte_), wte_.grad.data());
+    gemm_half(dev, half_, false, false, rows, channels, vocab, 1.f, dy, weight_half_.data_as<uint16_t>(), 0.f,
               grad_input_.data());
     return grad_input_;
   }

@@ -34,8 +34,8 @@ class TokenEmbedding : public Module {
   Tensor buckets_;  // I32: offsets (V + 1), then two buffers of B*T positions (the sort ping-pongs)
 };
 
-// Not a Module: it owns no parameter (wte belongs to the TokenEmbedding). With AmpMode::kBf16
-// its GEMMs take bf16 operands, as autocast does for lm_head.
+// Not a Module: it owns no parameter (wte belongs to the TokenEmbedding). With AmpMode::kBf16 or
+// kFp16 its GEMMs take 16-bit operands, as autocast does for lm_head.
 class TiedLmHead {
  public:
   explicit TiedLmHead(Parameter& wte) : wte_(wte) {}
@@ -46,9 +46,9 @@ class TiedLmHead {
  private:
   Parameter& wte_;
   AmpMode amp_ = AmpMode::kOff;
-  bool bf16_forward_ = false;
+  DType half_ = DType::kF32;  // the last forward's operand format
   Tensor input_, logits_, grad_input_;
-  Tensor input_bf16_, weight_bf16_, grad_bf16_;
+  Tensor input_half_, weight_half_, grad_half_;
 };
 
 }  // namespace dtrain

@@ -43,12 +43,12 @@ Tensor Linear::forward(const Tensor& input) {
       launch(dev, output_.numel(), kernels::BroadcastRows{output_.data(), bias_.value.data(), out_});
     beta = 1.f;
   }
-  bf16_forward_ = amp_ == AmpMode::kBf16;
-  if (bf16_forward_) {
-    pack_bf16(input, input_bf16_);
-    pack_bf16(weight_.value, weight_bf16_);
-    gemm_bf16(dev, false, true, batch, out_, in_, 1.f, input_bf16_.data_as<uint16_t>(),
-              weight_bf16_.data_as<uint16_t>(), beta, output_.data());
+  half_ = amp_operand_dtype(amp_);
+  if (half_ != DType::kF32) {
+    pack_half(half_, input, input_half_);
+    pack_half(half_, weight_.value, weight_half_);
+    gemm_half(dev, half_, false, true, batch, out_, in_, 1.f, input_half_.data_as<uint16_t>(),
+              weight_half_.data_as<uint16_t>(), beta, output_.data());
   } else {
     gemm(dev, false, true, batch, out_, in_, 1.f, input.data(), weight_.value.data(), beta, output_.data());
   }
@@ -86,15 +86,15 @@ Tensor Linear::backward(const Tensor& grad_output, bool need_input_grad) {
   // Bias first, then weight: reverse parameter order, and each hook fires before the
   // input-gradient GEMM so its all-reduce overlaps that GEMM.
   const Tensor dz = pre_activation_grad(grad_output);
-  if (bf16_forward_) {  // dW = dZ^T X against forward's packed input; dX = dZ W against its packed weight
-    pack_bf16(dz, grad_output_bf16_);
-    const uint16_t* dy = grad_output_bf16_.data_as<uint16_t>();
-    gemm_bf16(dev, true, false, out_, in_, batch, 1.f, dy, input_bf16_.data_as<uint16_t>(), take_grad_beta(weight_),
-              weight_.grad.data());
+  if (half_ != DType::kF32) {  // dW = dZ^T X against forward's packed input; dX = dZ W against its packed weight
+    pack_half(half_, dz, grad_output_half_);
+    const uint16_t* dy = grad_output_half_.data_as<uint16_t>();
+    gemm_half(dev, half_, true, false, out_, in_, batch, 1.f, dy, input_half_.data_as<uint16_t>(),
+              take_grad_beta(weight_), weight_.grad.data());
     grad_ready(weight_);
     if (!need_input_grad) return {};
     ensure_tensor(grad_input_, {batch, in_}, dev);
-    gemm_bf16(dev, false, false, batch, in_, out_, 1.f, dy, weight_bf16_.data_as<uint16_t>(), 0.f,
+    gemm_half(dev, half_, false, false, batch, in_, out_, 1.f, dy, weight_half_.data_as<uint16_t>(), 0.f,
               grad_input_.data());
     return grad_input_;
   }

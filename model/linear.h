@@ -1,7 +1,7 @@
 // Linear: y = x W^T + b, W stored [out, in] as in PyTorch. Input [B, in]. A following ReLU can
-// be fused (Note [Fused ReLU]): y = ReLU(x W^T + b). With AmpMode::kBf16 the three GEMMs (y,
-// dW, dX) take bf16 operands with float32 accumulation, like autocast; weight, bias, their
-// gradients and the output stay float32.
+// be fused (Note [Fused ReLU]): y = ReLU(x W^T + b). With AmpMode::kBf16 or kFp16 the three
+// GEMMs (y, dW, dX) take bf16 or fp16 operands with float32 accumulation, like autocast; weight,
+// bias, their gradients and the output stay float32.
 #pragma once
 
 #include "model/init.h"
@@ -39,9 +39,9 @@ class Linear : public Module {
   Tensor masked_;  // with a fused ReLU: dY masked by the output (the gradient of x W^T + b)
   Tensor ones_;  // >= batch ones (core ones()): the bias gradient is the GEMM ones^T dY
   AmpMode amp_ = AmpMode::kOff;
-  bool bf16_forward_ = false;  // the last forward ran in bf16: backward uses its packed operands
-  // bf16 copies of the GEMM operands, refilled every step (the weight changes every step).
-  Tensor input_bf16_, weight_bf16_, grad_output_bf16_;
+  DType half_ = DType::kF32;  // the last forward's operand format: backward uses its packed operands
+  // 16-bit copies of the GEMM operands, refilled every step (the weight changes every step).
+  Tensor input_half_, weight_half_, grad_output_half_;
 };
 
 }  // namespace dtrain

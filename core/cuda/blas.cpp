@@ -1,4 +1,4 @@
-// GEMM through cuBLAS on the compute stream: float32 (cublasSgemm) and bf16 inputs with float32
+// GEMM through cuBLAS on the compute stream: float32 (cublasSgemm) and bf16 or fp16 inputs with float32
 // output and accumulation (cublasGemmEx). cuBLAS is column-major and dtrain row-major: a
 // row-major matrix is its column-major transpose, so C = op(A) op(B) is computed as
 // C^T = op(B)^T op(A)^T, i.e. cuBLAS called with the operands (and m, n) swapped.
@@ -110,14 +110,15 @@ void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
                                          to_int(count, "batch count")));
 }
 
-void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
-               int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+void gemm_half(bool fp16, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
   const GemmDims d(m, n, k, lda, ldb, ldc);
   BoundBlas blas;
-  // The compute type alone fixes the arithmetic: bf16 products summed in float32 (tensor cores).
-  CUBLAS_CHECK(cublasGemmEx(blas.handle(), op(trans_b), op(trans_a), d.n, d.m, d.k, &alpha, b, CUDA_R_16BF, d.ldb, a,
-                            CUDA_R_16BF, d.lda, &beta, c, CUDA_R_32F, d.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  // The compute type alone fixes the arithmetic: 16-bit products summed in float32 (tensor cores).
+  const cudaDataType_t type = fp16 ? CUDA_R_16F : CUDA_R_16BF;
+  CUBLAS_CHECK(cublasGemmEx(blas.handle(), op(trans_b), op(trans_a), d.n, d.m, d.k, &alpha, b, type, d.ldb, a,
+                            type, d.lda, &beta, c, CUDA_R_32F, d.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 void set_allow_tf32(bool allow) { g_allow_tf32.store(allow, std::memory_order_relaxed); }

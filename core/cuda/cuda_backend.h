@@ -66,9 +66,9 @@ void set_allow_tf32(bool allow);
 void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                           int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b, float beta,
                           float* c, int64_t ldc, int64_t stride_c, int64_t count);
-// The same with bf16 A and B (raw 16-bit words), float32 C and float32 accumulation
-// (cublasGemmEx, CUBLAS_COMPUTE_32F): tensor cores on sm_80+.
-void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+// The same with 16-bit A and B (raw words: fp16 when `fp16`, else bf16), float32 C and float32
+// accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F): tensor cores on sm_80+.
+void gemm_half(bool fp16, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 }  // namespace dtrain::cuda

@@ -33,9 +33,10 @@ class CudaGpuBackend final : public GpuBackend {
             const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override {
     cuda::gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
-  void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
-                 int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) override {
-    cuda::gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  void gemm_half(bool fp16, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                 const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
+                 int64_t ldc) override {
+    cuda::gemm_half(fp16, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
   void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                             int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b, float beta,

@@ -4,10 +4,12 @@
 // summation-order error, and --amp bf16 the CPU's emulation of it within bf16 rounding.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
 #include "model/amp.h"
+#include "model/grad_scaler.h"
 #include "model/loss.h"
 #include "model/models.h"
 #include "model/optimizer.h"
@@ -91,6 +93,39 @@ TEST_F(GpuModelParity, CnnStepMatchesTheCpu) {
 // bf16 operands are the same on both devices; only the fp32 accumulation order differs.
 TEST_F(GpuModelParity, MlpBf16AmpStepMatchesTheCpuEmulation) {
   expect_step_matches(ModelSpec{ModelKind::kMlp, {256}, 0.f}, AmpMode::kBf16, 1e-3, gpu());
+}
+
+// The same for fp16 (cuBLAS GemmEx on CUDA_R_16F against the CPU's rounded operands), and the
+// CNN's Conv2d layers in both formats.
+TEST_F(GpuModelParity, MlpFp16AmpStepMatchesTheCpuEmulation) {
+  expect_step_matches(ModelSpec{ModelKind::kMlp, {256}, 0.f}, AmpMode::kFp16, 1e-3, gpu());
+}
+
+TEST_F(GpuModelParity, CnnFp16AmpStepMatchesTheCpuEmulation) {
+  expect_step_matches(ModelSpec{ModelKind::kCnn, {}, 0.f}, AmpMode::kFp16, 1e-3, gpu());
+}
+
+TEST_F(GpuModelParity, CnnBf16AmpStepMatchesTheCpuEmulation) {
+  expect_step_matches(ModelSpec{ModelKind::kCnn, {}, 0.f}, AmpMode::kBf16, 1e-2, gpu());
+}
+
+// GradScaler's unscale-and-check on the GPU: the same bits as the CPU, the same finding.
+TEST_F(GpuModelParity, GradScalerUnscaleMatchesTheCpu) {
+  std::vector<float> g(70000);
+  std::mt19937 gen(3);
+  std::normal_distribution<float> normal(0.f, 1000.f);
+  for (float& v : g) v = normal(gen);
+  for (bool poisoned : {false, true}) {
+    if (poisoned) g[65537] = std::numeric_limits<float>::infinity();
+    Tensor cpu = Tensor::from_vector(g, {70000}), dev = cpu.to(gpu());
+    GradScaler cpu_scaler(GradScalerSettings{}, Device::cpu()), gpu_scaler(GradScalerSettings{}, gpu());
+    const std::vector<GradSpan> cpu_spans = {{cpu.data(), 70000}}, gpu_spans = {{dev.data(), 70000}};
+    cpu_scaler.unscale(cpu_spans);
+    gpu_scaler.unscale(gpu_spans);
+    EXPECT_EQ(gpu_scaler.read_found_inf(), cpu_scaler.read_found_inf()) << "poisoned " << poisoned;
+    EXPECT_EQ(gpu_scaler.read_found_inf() > 0.f, poisoned);
+    EXPECT_EQ(dev.to_vector(), cpu.to_vector()) << "x * 2^-16 is exact on both";
+  }
 }
 
 }  // namespace

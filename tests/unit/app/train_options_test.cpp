@@ -155,9 +155,35 @@ TEST(TrainOptions, AmpIsOffUnlessBf16IsAsked) {
   EXPECT_EQ(parse_train_options({"--data", "/tmp", "--amp", "off"}).config.amp, AmpMode::kOff);
   EXPECT_EQ(parse_train_options({"--data", "/tmp", "--amp", "bf16"}).config.amp, AmpMode::kBf16);
   EXPECT_EQ(parse_train_options({"--data", "/tmp", "--amp", "bf16", "--device", "cpu"}).config.amp, AmpMode::kBf16);
-  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--amp", "fp16"}), "--amp: expected off or bf16, got 'fp16'");
-  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--amp", "BF16"}), "--amp: expected off or bf16, got 'BF16'");
-  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--amp", ""}), "--amp: expected off or bf16, got ''");
+  EXPECT_EQ(parse_train_options({"--data", "/tmp", "--amp", "fp16"}).config.amp, AmpMode::kFp16);
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--amp", "BF16"}), "--amp: expected off, bf16 or fp16, got 'BF16'");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--amp", ""}), "--amp: expected off, bf16 or fp16, got ''");
+}
+
+TEST(TrainOptions, LossScaleIsForFp16Only) {
+  const TrainConfig dyn = parse_train_options({"--data", "/tmp", "--amp", "fp16"}).config;
+  EXPECT_TRUE(dyn.loss_scale.dynamic);
+  EXPECT_EQ(dyn.loss_scale.init_scale, 65536.f);
+  EXPECT_EQ(dyn.loss_scale.growth_interval, 2000);
+  const TrainConfig fixed = parse_train_options({"--data", "/tmp", "--amp", "fp16", "--loss-scale", "128"}).config;
+  EXPECT_FALSE(fixed.loss_scale.dynamic);
+  EXPECT_EQ(fixed.loss_scale.init_scale, 128.f);
+  EXPECT_EQ(parse_train_options({"--data", "/tmp", "--amp", "fp16", "--loss-scale-growth-interval", "3"})
+                .config.loss_scale.growth_interval,
+            3);
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--loss-scale", "128"}),
+            "--loss-scale and --loss-scale-growth-interval: need --amp fp16 (got --amp off)");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--amp", "bf16", "--loss-scale-growth-interval", "5"}),
+            "--loss-scale and --loss-scale-growth-interval: need --amp fp16 (got --amp bf16)");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--amp", "fp16", "--loss-scale", "0"}),
+            "--loss-scale: expected dynamic or a positive scale, got '0'");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--amp", "fp16", "--loss-scale", "big"}),
+            "--loss-scale: expected a number, got 'big'");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--amp", "fp16", "--loss-scale-growth-interval", "0"}),
+            "--loss-scale-growth-interval: must be in [1, 1000000000], got 0");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--amp", "fp16", "--loss-scale", "8", "--loss-scale-growth-interval", "9"}),
+            "--loss-scale-growth-interval: needs a dynamic --loss-scale (a fixed scale never grows)");
+  EXPECT_EQ(parse_train_options({"--model", "gpt", "--data", "/tmp", "--amp", "fp16"}).config.amp, AmpMode::kFp16);
 }
 
 TEST(TrainOptions, HelpListsEveryFlag) {
@@ -165,7 +191,7 @@ TEST(TrainOptions, HelpListsEveryFlag) {
   ASSERT_TRUE(p.help);
   for (const char* flag : {"--data", "--model", "--hidden", "--epochs", "--batch-size", "--lr", "--momentum",
                            "--optimizer", "--weight-decay", "--seed", "--device", "--log-interval", "--bucket-cap-mb",
-                           "--find-unused-parameters", "--trace", "--comm-hook", "--allow-gpu-sharing", "--tf32", "--amp"})
+                           "--find-unused-parameters", "--trace", "--comm-hook", "--allow-gpu-sharing", "--tf32", "--amp", "--loss-scale"})
     EXPECT_NE(p.help_text.find(flag), std::string::npos) << flag;
 }
 

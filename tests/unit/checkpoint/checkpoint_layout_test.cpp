@@ -90,6 +90,16 @@ TEST(TrainingState, RoundTripsThroughJsonToTheBit) {
   EXPECT_EQ(back.dtrain_version, "0.1.0");
 }
 
+TEST(TrainingState, KeepsTheFp16LossScaleAndLeavesItOutWithoutOne) {
+  TrainingState s = sample_state();
+  EXPECT_FALSE(nlohmann::json::parse(encode_state(s)).contains("grad_scaler")) << "no --amp fp16: no field";
+  EXPECT_TRUE(decode_state(encode_state(s), "state.json").grad_scaler.is_null());
+  s.grad_scaler = {{"scale", 0.0078125f}, {"growth_tracker", 1999}, {"skipped_steps", 12}};
+  const TrainingState back = decode_state(encode_state(s), "state.json");
+  EXPECT_EQ(back.grad_scaler, s.grad_scaler);
+  EXPECT_EQ(back.grad_scaler["scale"].get<float>(), 0.0078125f);
+}
+
 std::string decode_error(nlohmann::json doc) {
   try {
     decode_state(doc.dump(), "d/state.json");
