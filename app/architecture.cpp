@@ -140,6 +140,22 @@ std::optional<GptSpec> gpt_spec_from_metadata(const safetensors::Metadata& m, co
   return spec;
 }
 
+void check_gpt_weights_fit(const safetensors::File& weights, const GptSpec& spec) {
+  int64_t stored = 0;
+  for (const safetensors::TensorInfo& info : weights.header().tensors) stored += shape_numel(info.shape);
+  const int64_t needed = gpt_parameter_count(spec);
+  if (stored != needed)
+    throw Error(fmt::format("{}: the metadata's GPT (L{} H{} C{} T{} V{}) has {} parameters, the file holds {}",
+                            weights.source(), spec.layers, spec.heads, spec.embd, spec.context, spec.vocab, needed,
+                            stored));
+}
+
+void load_parameters(const safetensors::File& weights, Module& model) {
+  std::vector<safetensors::NamedTarget> targets;
+  for (Parameter* p : model.parameters()) targets.push_back({p->name, &p->value});
+  safetensors::load_named(weights, targets);
+}
+
 std::string describe(const Architecture& a) {
   if (a.model.kind == ModelKind::kCnn) return "cnn";
   return fmt::format("mlp {}-{}-{}", shape_numel(a.input_shape), fmt::join(a.model.hidden, "-"), a.classes);

@@ -44,6 +44,16 @@ safetensors::Metadata gpt_architecture_metadata(const GptSpec& spec);
 // Error "<source>: __metadata__ dtrain.heads: expected ..., got '...'" when it records one badly.
 std::optional<GptSpec> gpt_spec_from_metadata(const safetensors::Metadata& metadata, const std::string& source);
 
+// Checks that `weights` holds as many numbers as the GPT `spec` has parameters, before the model
+// is built: a file whose metadata claims a larger model than its tensors hold fails having
+// allocated nothing (a wrong name or shape is load_parameters' one line later). Throws Error
+// "<source>: the metadata's GPT (L2 H2 C32 T32 V256) has N parameters, the file holds M".
+void check_gpt_weights_fit(const safetensors::File& weights, const GptSpec& spec);
+
+// Loads every parameter of `model` from the tensor of its name in `weights`; a tensor missing,
+// of another shape, or left over is an Error naming it (safetensors::load_named).
+void load_parameters(const safetensors::File& weights, Module& model);
+
 // "mlp 784-256-10" / "cnn", for messages.
 std::string describe(const Architecture& arch);
 

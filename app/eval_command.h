@@ -28,6 +28,11 @@ struct EvalConfig {
   std::string weights;  // a safetensors file, a checkpoint (DIR/step-N) or a checkpoint directory
   std::string data_dir = DataSettings{}.dir;
   int64_t test_limit = 0;
+  // GPT weights only: validation slots (0: all) and sequences per slot (nullopt: 8, the trainer's
+  // default for gpt).
+  int64_t eval_batches = 0;
+  std::optional<int64_t> batch_size;
+  bool model_gpt = false;  // --model gpt: only with GPT weights
   ArchitectureFlags flags;
   RuntimeOptions runtime;
 };
@@ -48,7 +53,8 @@ Architecture resolve_architecture(const std::optional<Architecture>& recorded, c
                                   const Shape& input_shape, int classes, const std::string& source);
 
 // Reads the weights (rank 0, broadcast), builds the model, evaluates it and prints the `Test
-// set:` line on rank 0. Throws AgreedError for a file or flags that do not fit.
+// set:` line on rank 0 (for a GPT: "val loss 2.781234 | perplexity 16.14 | 4 slots of 8x256
+// tokens"; Evaluation::loss is that loss, samples the slots). Throws AgreedError for a file or flags that do not fit.
 Evaluation run_eval(Runtime& runtime, const EvalConfig& config);
 
 }  // namespace dtrain

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "app/batch_stager.h"
+#include "app/lm_batches.h"
 #include "data/data_loader.h"
 #include "model/loss.h"
 
@@ -31,6 +32,20 @@ Evaluation evaluate(Module& model, const Dataset& data, Communicator& control, D
   control.allreduce(sums, 3, DType::kF32, ReduceOp::kSum);
   const float count = std::max(sums[2], 1.f);
   return {sums[0] / count, sums[1] / count, static_cast<int64_t>(sums[2])};
+}
+
+double lm_validation_loss(Module& model, LmBatches& data, int64_t batches, Communicator& control) {
+  model.set_training(false);
+  CrossEntropyLoss mean_loss;
+  double sum = 0;
+  for (int64_t i = control.rank(); i < batches; i += control.size()) {
+    data.stage_val(i);
+    sum += loss_value(mean_loss.forward(model.forward(data.inputs()), data.targets()));
+  }
+  model.set_training(true);
+  float total = static_cast<float>(sum);  // at most `batches` terms: float is plenty
+  control.allreduce(&total, 1, DType::kF32, ReduceOp::kSum);
+  return static_cast<double>(total) / static_cast<double>(batches);
 }
 
 std::string test_set_line(const Evaluation& eval, int64_t test_size) {

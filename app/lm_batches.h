@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "app/train_config.h"
+#include "comm/runtime.h"
 #include "core/tensor.h"
 
 namespace dtrain {
@@ -41,5 +42,11 @@ class LmBatches {
   Tensor host_inputs_, host_targets_;  // the slot on the host
   Tensor inputs_, targets_;            // on the device (the host tensors themselves on CPU)
 };
+
+// LmBatches on every rank, which maps the shards itself (nodes need not share a filesystem), and
+// every rank learns every rank's verdict: one bad shard is one line (with the rank when the ranks
+// saw different things) and every rank stops alike (AgreedError, a data error), with no
+// MPI_Abort. A collective over runtime.control().
+LmBatches open_lm_batches(Runtime& runtime, const TrainConfig& config);
 
 }  // namespace dtrain

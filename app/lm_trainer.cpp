@@ -11,6 +11,7 @@
 
 #include "app/architecture.h"
 #include "app/checkpointing.h"
+#include "app/evaluate.h"
 #include "app/lm_batches.h"
 #include "app/preemption.h"
 #include "app/progress.h"
@@ -58,29 +59,6 @@ GptSpec gpt_spec(const LmSettings& lm, int64_t vocab) {
   return spec;
 }
 
-// Every rank maps the shards itself (nodes need not share a filesystem), and all learn every
-// rank's verdict: one bad shard is one line (with the rank when the ranks saw different things)
-// and every rank stops alike, with no MPI_Abort.
-LmBatches open_data(Runtime& rt, const TrainConfig& c) {
-  std::optional<LmBatches> data;
-  std::string mine;
-  try {
-    data.emplace(classify_errors(ErrorKind::kData, [&] { return LmBatches(c, rt.device()); }));
-  } catch (const Error& e) {
-    mine = fmt::format("{}\t{}", static_cast<int>(e.kind()), e.what());  // the kind travels with the line
-  }
-  const std::vector<std::string> verdicts = allgather_strings(rt.control(), mine);
-  for (size_t r = 0; r < verdicts.size(); ++r) {
-    if (verdicts[r].empty()) continue;
-    const bool all_alike = std::all_of(verdicts.begin(), verdicts.end(), [&](const std::string& v) { return v == verdicts[r]; });
-    const size_t tab = verdicts[r].find('\t');
-    const std::string line = verdicts[r].substr(tab + 1);
-    throw AgreedError(all_alike ? line : fmt::format("rank {}: {}", r, line),
-                      static_cast<ErrorKind>(std::stoi(verdicts[r].substr(0, tab))));
-  }
-  return std::move(*data);
-}
-
 class LmTrainer {
  public:
   LmTrainer(Runtime& runtime, const TrainConfig& config);
@@ -116,12 +94,12 @@ LmTrainer::LmTrainer(Runtime& runtime, const TrainConfig& c)
     : rt_(runtime),
       c_(c),
       lm_(*c.lm),
-      data_(open_data(runtime, c)),
+      data_(open_lm_batches(runtime, c)),
       model_(build_gpt(gpt_spec(lm_, data_.vocab()), runtime.device(), c.seed,
                        host_memory_bytes() / std::max(1, runtime.local_size()))),
       schedule_{c.optimizer.lr, c.min_lr, c.warmup_steps, lm_.steps, c.lr_schedule == LrSchedule::Kind::kCosine},
       tracer_(!c.output.trace_path.empty()),
-      reporter_(c.output, runtime.rank() == 0, false),
+      reporter_(c.output, runtime.rank() == 0, progress_wanted_here(c.output.progress)),
       sample_log_(runtime.rank()) {
   // Before the first collective whose count or shape a setting decides: ranks started with other
   // flags (or other shards) fail here, in one line.
@@ -197,18 +175,7 @@ Tensor LmTrainer::train_step() {
 }
 
 double LmTrainer::validation_loss() {
-  const int64_t batches = std::min(lm_.eval_batches, data_.val_slots());
-  model_->set_training(false);
-  CrossEntropyLoss mean_loss;
-  double sum = 0;
-  for (int64_t i = rt_.rank(); i < batches; i += rt_.size()) {
-    data_.stage_val(i);
-    sum += loss_value(mean_loss.forward(model_->forward(data_.inputs()), data_.targets()));
-  }
-  model_->set_training(true);
-  float total = static_cast<float>(sum);  // at most --eval-batches terms: float is plenty
-  rt_.control().allreduce(&total, 1, DType::kF32, ReduceOp::kSum);
-  return static_cast<double>(total) / static_cast<double>(batches);
+  return lm_validation_loss(*model_, data_, std::min(lm_.eval_batches, data_.val_slots()), rt_.control());
 }
 
 checkpoint::TrainingState LmTrainer::training_state() const {
@@ -248,6 +215,13 @@ TrainResult LmTrainer::run() {
     control_->end_step({pos_.step, 0, pos_.step});
     ++interval_steps;
     const bool last = pos_.step == lm_.steps;
+    if (reporter_.draws_progress()) {  // rates over this run's steps, evaluations left out
+      const double run_seconds = seconds_since(start) - eval_seconds;
+      const double steps_per_s = run_seconds > 0 ? static_cast<double>(pos_.step - first_step) / run_seconds : 0;
+      reporter_.lm_progress({pos_.step, lm_.steps, tokens_per_step * steps_per_s, 0.f, schedule_.lr_at(pos_.step - 1),
+                             steps_per_s > 0 ? static_cast<double>(lm_.steps - pos_.step) / steps_per_s : 0},
+                            loss);
+    }
     if (pos_.step % c_.output.log_interval == 0 || pos_.step == 1 || last) {
       const float loss_now = loss_value(loss);  // a device-to-host copy: waits for the step
       const double seconds = seconds_since(interval_start);
@@ -287,11 +261,7 @@ TrainResult LmTrainer::run() {
   if (!loss.defined()) result.val_loss = validation_loss();  // resumed at the end: nothing trained
   result.tokens_per_second =
       result.train_seconds > 0 ? tokens_per_step * static_cast<double>(lm_.steps - first_step) / result.train_seconds : 0;
-  if (tracer_.enabled()) {
-    const Tracer::Overlap o = tracer_.write(c_.output.trace_path, rt_.control());
-    result.allreduce_overlap = o.allreduce_ns > 0 ? o.overlapped_ns / o.allreduce_ns : 0.0;
-    reporter_.trace_written(c_.output.trace_path, tracer_.spans().size(), result.allreduce_overlap, o.allreduce_ns);
-  }
+  control_->write_trace(tracer_, result);
   reporter_.finish_lm(result);
   return result;
 }

@@ -217,7 +217,7 @@ void Reporter::start_lm(Runtime& rt, const std::string& model, const TrainConfig
 
 void Reporter::lm_step(const LmStep& s) {
   if (!rank_zero_) return;
-  if (logs())
+  if (logs() && !progress_)
     print(fmt::format("step {}/{} | loss {:.4f} | {}{}lr {:.2e} | {:.0f} ms | {} tokens/s\n", s.step, s.steps, s.loss,
                       s.norm >= 0 ? fmt::format("norm {:.4f} | ", s.norm) : "",
                       loss_scale_ ? fmt::format("scale {:g} ({} skipped) | ", loss_scale_->scale,
@@ -235,8 +235,16 @@ void Reporter::lm_step(const LmStep& s) {
   std::fflush(metrics_);
 }
 
+void Reporter::lm_progress(const LmProgressState& state, const Tensor& loss) {
+  if (!progress_ || !progress_->due(state.step == state.steps)) return;
+  LmProgressState shown = state;
+  shown.loss = loss_value(loss);  // a device-to-host copy: only when the line is redrawn
+  progress_->draw(shown);
+}
+
 void Reporter::lm_eval(int64_t step, double val_loss) {
   if (!rank_zero_) return;
+  if (progress_) progress_->finish();  // the val line below the progress line, which goes on under it
   if (logs()) print(fmt::format("val loss {:.4f}\n", val_loss));
   if (!metrics_) return;
   const nlohmann::json record = {{"type", "eval"},
@@ -248,6 +256,7 @@ void Reporter::lm_eval(int64_t step, double val_loss) {
 }
 
 void Reporter::finish_lm(const TrainResult& r) {
+  if (progress_) progress_->finish();
   if (!rank_zero_ || !output_.json) return;
   const nlohmann::json summary = {{"dtrain", DTRAIN_VERSION},
                                   {"np", r.world_size},

@@ -63,7 +63,12 @@ class Reporter {
     double step_ms = 0;  // this interval's mean step time
     double tokens_per_s = 0;
   };
+  // The per-step log line, unless the progress line is drawn; the metrics record always.
   void lm_step(const LmStep& s);
+  // After every optimizer step: redraws the progress line when it is due (the last step always);
+  // `loss` is read from the device only then. Nothing without the progress line.
+  void lm_progress(const LmProgressState& state, const Tensor& loss);
+  bool draws_progress() const { return progress_ != nullptr; }
   void lm_eval(int64_t step, double val_loss);
   void finish_lm(const TrainResult& result);
   // --amp fp16: the loss scale's state (kept by the loop's StepGate), shown in the log lines and

@@ -155,4 +155,11 @@ void RunControl::finish() {
   if (stopped_by_ == 0 && !diverged_) reporter_.note(saver_.summary());
 }
 
+void RunControl::write_trace(const Tracer& tracer, TrainResult& result) {
+  if (!tracer.enabled()) return;
+  const Tracer::Overlap o = tracer.write(c_.output.trace_path, rt_.control());
+  result.allreduce_overlap = o.allreduce_ns > 0 ? o.overlapped_ns / o.allreduce_ns : 0.0;
+  reporter_.trace_written(c_.output.trace_path, tracer.spans().size(), result.allreduce_overlap, o.allreduce_ns);
+}
+
 }  // namespace dtrain

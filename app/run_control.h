@@ -15,6 +15,7 @@
 #include "app/divergence.h"
 #include "app/preemption.h"
 #include "app/reporter.h"
+#include "app/trace.h"
 #include "app/train_config.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/training_state.h"
@@ -63,6 +64,10 @@ class RunControl {
   bool at_step_boundary(const Boundary& b);
   // The end of the run: a failed background save fails here; the checkpoints' closing line.
   void finish();
+  // With --trace (`tracer` enabled): writes the trace (a collective: rank 0 writes every rank's
+  // spans), tells the user, and sets result.allreduce_overlap to the share of all-reduce time
+  // inside backward. Nothing without it.
+  void write_trace(const Tracer& tracer, TrainResult& result);
 
   int stopped_by() const { return stopped_by_; }
   bool diverged() const { return diverged_; }

@@ -38,18 +38,6 @@ cxxopts::Options make_sample_options() {
   return o;
 }
 
-// A file whose metadata claims a larger model than its tensors hold fails here, having
-// allocated nothing; a wrong name or shape is load_named's one line later.
-void check_size_fits(const safetensors::File& weights, const GptSpec& spec) {
-  int64_t stored = 0;
-  for (const safetensors::TensorInfo& info : weights.header().tensors) stored += shape_numel(info.shape);
-  const int64_t needed = gpt_parameter_count(spec);
-  if (stored != needed)
-    throw Error(fmt::format("{}: the metadata's GPT (L{} H{} C{} T{} V{}) has {} parameters, the file holds {}",
-                            weights.source(), spec.layers, spec.heads, spec.embd, spec.context, spec.vocab, needed,
-                            stored));
-}
-
 // Position p's logits of a [n, V] tensor on any device, on the host.
 std::vector<float> logits_row(const Tensor& logits, int64_t p) {
   const int64_t v = logits.dim(-1);
@@ -143,18 +131,12 @@ std::vector<int32_t> run_sample(Runtime& rt, const SampleConfig& c) {
   const GptSpec spec = weights_step([&] {
     return agreed([&] {
       const GptSpec s = sample_gpt_spec(weights.metadata(), weights.source());
-      check_size_fits(weights, s);
+      check_gpt_weights_fit(weights, s);
       return s;
     });
   });
   std::unique_ptr<Gpt> model = build_gpt(spec, rt.device(), 0);
-  weights_step([&] {
-    agreed([&] {
-      std::vector<safetensors::NamedTarget> targets;
-      for (Parameter* p : model->parameters()) targets.push_back({p->name, &p->value});
-      safetensors::load_named(weights, targets);
-    });
-  });
+  weights_step([&] { agreed([&] { load_parameters(weights, *model); }); });
   model->set_training(false);
   const bool printing = rt.rank() == 0;
   if (printing && !chosen_because.empty()) fmt::print(stderr, "weights: {}\n", chosen_because);

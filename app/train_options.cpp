@@ -361,9 +361,6 @@ void read_lm(const cxxopts::ParseResult& r, TrainConfig& c) {
                                             std::string_view(flag) == "epochs" ? "language models train --steps"
                                                                                : "an image-model flag"));
   require(c.data.format != DataFormat::kIdx, "--data-format idx: --model gpt trains on token shards (llmc)");
-  // The progress line counts samples of epochs; a language model's log is its per-step line.
-  require(c.output.progress != ProgressMode::kOn,
-          "--progress on: not with --model gpt (its log is a line every --log-interval steps)");
   LmSettings& lm = *c.lm;
   lm.layers = r["layers"].as<int64_t>();
   lm.heads = r["heads"].as<int64_t>();

@@ -120,9 +120,7 @@ Trainer::Trainer(Runtime& runtime, const TrainConfig& c)
       loader_(std::make_unique<DataLoader>(*data_.train, c.batch_size)),
       stager_(runtime.device()),
       tracer_(!c.output.trace_path.empty()),
-      reporter_(c.output, runtime.rank() == 0,
-                progress_wanted(c.output.progress, started_by_launcher(process_env), process_env("DTRAIN_STDOUT_IS_TTY"),
-                                isatty(STDOUT_FILENO) == 1)),
+      reporter_(c.output, runtime.rank() == 0, progress_wanted_here(c.output.progress)),
       sample_log_(runtime.rank()) {
   // Before the first collective whose count or shape a setting decides (DDP's checks, the
   // broadcast, the steps): ranks started with other flags fail here, in one line, not in a hang.
@@ -322,11 +320,7 @@ TrainResult Trainer::run() {
   if (result.stop_signal || result.diverged) return result;
   result.samples_per_second = result.train_seconds > 0 ? static_cast<double>(result.train_samples) / result.train_seconds : 0;
   result.parameters_fingerprint = parameters_fingerprint(*model_);
-  if (tracer_.enabled()) {
-    const Tracer::Overlap o = tracer_.write(c_.output.trace_path, rt_.control());
-    result.allreduce_overlap = o.allreduce_ns > 0 ? o.overlapped_ns / o.allreduce_ns : 0.0;
-    reporter_.trace_written(c_.output.trace_path, tracer_.spans().size(), result.allreduce_overlap, o.allreduce_ns);
-  }
+  control_->write_trace(tracer_, result);
   reporter_.finish(result);
   return result;
 }

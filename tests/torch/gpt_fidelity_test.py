@@ -19,12 +19,14 @@ reads slot s), and dtrain trains from the same file with the same settings (--in
   2. the peer's model loads dtrain's file with strict=True (lm_head.weight re-tied to wte), and
      its validation loss over val slots 0..K-1 (the peer's batch() at rank 0 of 1) equals the
      val_loss dtrain's --json line reports (--eval-batches K) within 1e-5;
+     `dtrain eval --weights CHECKPOINT --eval-batches K` prints that loss too (1e-5);
   3. `dtrain sample --temperature 0` with dtrain's checkpoint prints the continuation the peer's
      model (dtrain's weights loaded) writes greedily from the same prompt, byte for byte.
 Exit 77 (CTest: skipped) with the reason when torch cannot be imported or the peers are missing.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -206,6 +208,12 @@ def main():
         check(got is not None and abs(peer_val - got) <= LOSS_BOUND,
               f"the peer's validation loss with dtrain's weights over {EVAL_BATCHES} val slots, {peer_val:.7f}, "
               f"equals dtrain's --json val_loss {got} (bound {LOSS_BOUND:g})")
+        out = dtrain("eval", "--weights", ck, "--data", data, "--eval-batches", str(EVAL_BATCHES), "--batch-size",
+                     str(BATCH), "--threads", "1")
+        m = re.search(r"^val loss ([0-9.]+) \| perplexity", out, re.M)
+        check(m is not None and abs(peer_val - float(m[1])) <= LOSS_BOUND,
+              f"dtrain eval of dtrain's weights over the same {EVAL_BATCHES} val slots, "
+              f"{m[1] if m else out.strip()[-200:]!r}, equals the peer's {peer_val:.7f} (bound {LOSS_BOUND:g})")
         prompt, n = b"import json\ndef ", 48  # longer than the context by the end: the window slides
         want = greedy(loaded, prompt, n)
         r = subprocess.run([DTRAIN, "sample", "--weights", ck, "--prompt", prompt.decode(), "--tokens", str(n),

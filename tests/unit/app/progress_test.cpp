@@ -30,5 +30,14 @@ TEST(Progress, LineShowsEpochPercentRateLossAndEta) {
   EXPECT_NE(render_progress(s, 120).find("ETA 1:02:05"), std::string::npos);
 }
 
+TEST(Progress, LanguageModelLineShowsStepPercentTokensLossLrAndEta) {
+  LmProgressState s{120, 500, 4114.4, 2.34561f, 9.87e-4, 92};
+  EXPECT_EQ(render_progress(s, 120),
+            "step 120/500  24% [#######.......................]  4114 tokens/s  loss 2.3456  lr 9.87e-04  ETA 1:32");
+  EXPECT_LE(render_progress(s, 60).size(), 60u) << "the bar gives way on narrow terminals";
+  s.step = 500;
+  EXPECT_NE(render_progress(s, 120).find("100% [##############################]"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace dtrain

@@ -258,7 +258,7 @@ TEST(TrainOptions, GptFlagsAndDefaults) {
                            "--context", "16", "--vocab", "256", "--steps", "50", "--warmup-steps", "10",
                            "--lr-schedule", "cosine", "--lr", "3e-3", "--min-lr", "0", "--beta2", "0.95",
                            "--weight-decay", "0.1", "--clip-grad-norm", "1", "--eval-every", "5", "--eval-batches",
-                           "4", "--batch-size", "2", "--data-format", "llmc", "--shuffle", "off"})
+                           "4", "--batch-size", "2", "--data-format", "llmc", "--shuffle", "off", "--progress", "on"})
           .config;
   EXPECT_EQ(c.lm->layers, 1);
   EXPECT_EQ(c.lm->heads, 2);
@@ -278,6 +278,7 @@ TEST(TrainOptions, GptFlagsAndDefaults) {
   EXPECT_EQ(c.batch_size, 2);
   EXPECT_EQ(c.data.format, DataFormat::kLlmc);
   EXPECT_FALSE(c.data.shuffle);
+  EXPECT_EQ(c.output.progress, ProgressMode::kOn);  // the step progress line, as images' epoch line
   // Image models: unchanged defaults; clipping and beta2 are theirs too.
   const TrainConfig mlp = parse_train_options({"--data", "/tmp", "--optimizer", "adamw", "--beta2", "0.98",
                                                "--clip-grad-norm", "0.5"})
@@ -304,8 +305,6 @@ TEST(TrainOptions, GptWrongValuesAndMisplacedFlagsAreOneLineUsageErrors) {
   EXPECT_EQ(lm_error_of({"--epochs", "2"}), "--epochs: not with --model gpt (language models train --steps)");
   EXPECT_EQ(lm_error_of({"--hidden", "64"}), "--hidden: not with --model gpt (an image-model flag)");
   EXPECT_EQ(lm_error_of({"--data-format", "idx"}), "--data-format idx: --model gpt trains on token shards (llmc)");
-  EXPECT_EQ(lm_error_of({"--progress", "on"}),
-            "--progress on: not with --model gpt (its log is a line every --log-interval steps)");
   EXPECT_EQ(lm_error_of({"--data-format", "npy"}), "--data-format: expected auto, idx or llmc, got 'npy'");
   EXPECT_EQ(lm_error_of({"--optimizer", "sgd", "--beta2", "0.95"}), "--beta2: only with --optimizer adamw");
   EXPECT_EQ(usage_error_of({"--model", "gpt"}).substr(0, 34), "--data: --model gpt needs --data D");
