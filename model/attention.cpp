@@ -51,6 +51,7 @@ CausalSelfAttention::CausalSelfAttention(int64_t embd, int64_t heads, int64_t co
 // Measured at B=8 T=256 C=256 H=4 (1 thread, thread CPU time, loaded machine): 53.7-57.3 ms
 // one head at a time, 54.3-63.5 ms all 32 at once; the larger T it is meant for is unmeasured.
 int64_t CausalSelfAttention::heads_per_pass(int64_t heads_total) const {
+  if (forced_heads_per_pass_ > 0) return std::min(forced_heads_per_pass_, heads_total);
   return device_.is_cpu() ? 1 : heads_total;
 }
 

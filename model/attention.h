@@ -29,6 +29,11 @@ class CausalSelfAttention : public Module {
   // Query rows per causal block of the score products (Note [Causal blocks] in attention_kernels.h).
   static constexpr int64_t kCausalBlock = 64;
 
+  // Heads (of the B*H) per pass of the products and softmax kernels: 0 (the default) lets the
+  // device choose (all on the GPU, one on the CPU); a test sets it to run the GPU's all-heads
+  // batched path on the CPU.
+  void set_heads_per_pass(int64_t heads) { forced_heads_per_pass_ = heads; }
+
  private:
   int64_t heads_per_pass(int64_t heads_total) const;
 
@@ -36,6 +41,7 @@ class CausalSelfAttention : public Module {
   Device device_;
   Linear c_attn_, c_proj_;
   int64_t batch_ = 0, time_ = 0;  // of the last forward
+  int64_t forced_heads_per_pass_ = 0;
   // Kept from forward for backward: q|k|v as heads (3, B*H, T, hs) and the probabilities (B*H, T, T).
   Tensor qkv_heads_, att_;
   Tensor y_heads_, y_rows_;                 // att v (B*H, T, hs) and as rows (B*T, C)

@@ -19,6 +19,15 @@
 
 namespace dtrain::kernels {
 
+// The offset in a rows tensor (B*T, parts*C) of segment i = ((s*B + b)*H + h)*T + t of a heads
+// tensor (parts, B*H, T, hs): rows[b*T + t, s*C + h*hs]. Both re-layouts below walk it.
+DTRAIN_HD inline int64_t head_row_offset(int64_t i, int64_t batch, int64_t time, int64_t heads_n, int64_t head_size,
+                                         int64_t parts) {
+  const int64_t t = i % time, bh = i / time, h = bh % heads_n, sb = bh / heads_n, b = sb % batch, s = sb / batch;
+  const int64_t c = heads_n * head_size;
+  return (b * time + t) * parts * c + s * c + h * head_size;
+}
+
 // One (part, b, h, t) segment of hs floats per i: heads[s, b*H + h, t, :] = rows[b*T + t, s*C + h*hs : +hs].
 // n = parts*B*H*T. A segment per i, not an element: the index arithmetic is paid once per hs floats.
 struct RowsToHeads {
@@ -26,9 +35,7 @@ struct RowsToHeads {
   const float* rows;
   int64_t batch, time, heads_n, head_size, parts;
   DTRAIN_HD void operator()(int64_t i) const {
-    const int64_t t = i % time, bh = i / time, h = bh % heads_n, sb = bh / heads_n, b = sb % batch, s = sb / batch;
-    const int64_t c = heads_n * head_size;
-    const float* src = rows + (b * time + t) * parts * c + s * c + h * head_size;
+    const float* src = rows + head_row_offset(i, batch, time, heads_n, head_size, parts);
     float* dst = heads + i * head_size;
     for (int64_t d = 0; d < head_size; ++d) dst[d] = src[d];
   }
@@ -40,9 +47,7 @@ struct HeadsToRows {
   const float* heads;
   int64_t batch, time, heads_n, head_size, parts;
   DTRAIN_HD void operator()(int64_t i) const {
-    const int64_t t = i % time, bh = i / time, h = bh % heads_n, sb = bh / heads_n, b = sb % batch, s = sb / batch;
-    const int64_t c = heads_n * head_size;
-    float* dst = rows + (b * time + t) * parts * c + s * c + h * head_size;
+    float* dst = rows + head_row_offset(i, batch, time, heads_n, head_size, parts);
     const float* src = heads + i * head_size;
     for (int64_t d = 0; d < head_size; ++d) dst[d] = src[d];
   }

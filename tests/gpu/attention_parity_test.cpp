@@ -16,6 +16,7 @@ namespace dtrain {
 namespace {
 
 using testing::GpuTest;
+using testing::max_rel_diff;
 
 std::vector<float> uniform(size_t n, uint32_t seed, float a) {
   std::mt19937 gen(seed);
@@ -23,17 +24,6 @@ std::vector<float> uniform(size_t n, uint32_t seed, float a) {
   std::vector<float> v(n);
   for (float& x : v) x = dist(gen);
   return v;
-}
-
-// Largest absolute difference, relative to the largest CPU magnitude (floored at 1e-3).
-double max_rel_diff(const Tensor& cpu, const Tensor& gpu) {
-  const std::vector<float> a = cpu.to_vector(), b = gpu.to_vector();
-  EXPECT_EQ(a.size(), b.size());
-  double scale = 1e-3, worst = 0;
-  for (float x : a) scale = std::max(scale, static_cast<double>(std::abs(x)));
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
-    worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]));
-  return worst / scale;
 }
 
 void expect_layer_matches(int64_t B, int64_t T, int64_t C, int64_t H, Device gpu) {

@@ -19,17 +19,7 @@ namespace dtrain {
 namespace {
 
 using testing::GpuTest;
-
-// Largest absolute difference, relative to the largest CPU magnitude (floored at 1e-3).
-double max_rel_diff(const Tensor& cpu, const Tensor& gpu) {
-  const std::vector<float> a = cpu.to_vector(), b = gpu.to_vector();
-  EXPECT_EQ(a.size(), b.size());
-  double scale = 1e-3, worst = 0;
-  for (float x : a) scale = std::max(scale, static_cast<double>(std::abs(x)));
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
-    worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]));
-  return worst / scale;
-}
+using testing::max_rel_diff;
 
 struct Batch {
   Tensor images, labels;

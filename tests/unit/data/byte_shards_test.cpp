@@ -79,16 +79,19 @@ TEST(ByteShards, RemovesTrainShardsOfALargerEarlierRun) {
   EXPECT_EQ(open_token_shards(d.file("out"), 0, 4).train.size(), 380);
 }
 
+// The message and kind of the Error `work` throws; ("", kFailure) when it throws none.
+template <class Work>
+std::pair<std::string, ErrorKind> error_of(Work work) {
+  try {
+    work();
+  } catch (const Error& e) {
+    return {e.what(), e.kind()};
+  }
+  return {"", ErrorKind::kFailure};
+}
+
 TEST(ByteShards, UnusableInputIsOneLine) {
   TempDir d;
-  auto error_of = [](auto work) -> std::pair<std::string, ErrorKind> {
-    try {
-      work();
-    } catch (const Error& e) {
-      return {e.what(), e.kind()};
-    }
-    return {"", ErrorKind::kFailure};
-  };
   auto [missing, kind] = error_of([&] { write_byte_shards({d.file("nope")}, d.file("out")); });
   EXPECT_EQ(missing, d.file("nope") + ": no such file or folder");
   EXPECT_EQ(kind, ErrorKind::kData);
@@ -104,14 +107,6 @@ TEST(ByteShards, UnusableInputIsOneLine) {
 
 TEST(ByteShards, ASplitUnderTwoTokensIsRefusedNamingTheOutputFolder) {
   TempDir d;
-  auto error_of = [](auto work) -> std::pair<std::string, ErrorKind> {
-    try {
-      work();
-    } catch (const Error& e) {
-      return {e.what(), e.kind()};
-    }
-    return {"", ErrorKind::kFailure};
-  };
   put(d.file("small.txt"), std::string(39, 's'));  // 39 / 20 = 1 validation byte
   const auto [small, kind] = error_of([&] { write_byte_shards({d.file("small.txt")}, d.file("o1")); });
   EXPECT_EQ(small, d.file("o1") + ": 39 bytes of text split into 1 validation and 38 training tokens; each split "

@@ -206,6 +206,42 @@ TEST(CausalSelfAttention, Bf16AutocastStaysCloseToFloat32) {
   EXPECT_LT(diff, 0.02 * largest);
 }
 
+// The GPU runs every head in one pass of each product and softmax (a few large launches), the CPU
+// one head per pass (model/attention.cpp): forced onto the CPU, the all-heads path gives the same
+// output and gradients, and so does a group that does not divide the heads (3 of 2*4).
+TEST(CausalSelfAttention, AllHeadsBatchedPathMatchesOneHeadPerPass) {
+  const int64_t B = 2, T = 70, C = 16, H = 4;  // T spans two causal blocks
+  const Tensor x = Tensor::from_vector(random_values(static_cast<size_t>(B * T * C), 21), {B, T, C});
+  const Tensor dy = Tensor::from_vector(random_values(static_cast<size_t>(B * T * C), 22), {B, T, C});
+  struct Run {
+    std::vector<float> out, dx;
+    std::vector<std::vector<float>> grads;
+  };
+  auto run = [&](int64_t heads_per_pass) {
+    InitRng rng(8);
+    CausalSelfAttention layer(C, H, T, Device::cpu(), rng, 0.1f);
+    randomise(layer, 0.5f, 31);
+    layer.set_heads_per_pass(heads_per_pass);
+    Run r;
+    r.out = layer.forward(x).to_vector();
+    r.dx = layer.backward(dy, true).to_vector();
+    for (Parameter* p : layer.parameters()) r.grads.push_back(p->grad.to_vector());
+    return r;
+  };
+  const Run one = run(1);
+  for (int64_t group : {B * H, int64_t{3}}) {
+    const Run batched = run(group);
+    auto expect_close = [&](const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+      ASSERT_EQ(got.size(), want.size()) << what;
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 1e-5f + 1e-5f * std::abs(want[i])) << what << " " << i << ", group " << group;
+    };
+    expect_close(batched.out, one.out, "output");
+    expect_close(batched.dx, one.dx, "input gradient");
+    for (size_t p = 0; p < one.grads.size(); ++p) expect_close(batched.grads[p], one.grads[p], "parameter gradient");
+  }
+}
+
 // After the first step, forward and backward allocate no tensor buffer at all, not even one the
 // host allocator would serve from its cache: every buffer is kept and reused (ensure_tensor).
 TEST(CausalSelfAttention, NoTensorAllocationAfterTheFirstStep) {

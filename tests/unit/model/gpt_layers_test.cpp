@@ -155,45 +155,17 @@ TEST(GradCheck, TokenEmbedding) {
   expect_gradients_match(e, tokens_tensor({3, 1, 3, 5, 3, 0, 1, 1}, 2, 4), 1e-2f, 1e-3, 1e-3, false);
 }
 
-// The backward's wte rows are the sums of dy over the positions holding the token, in
-// position order: the floats a plain host loop gives, bit for bit, on 1 and on 3 threads (a
-// launch of 2^18 elements is split across the threads: core/launch.h).
-TEST(TokenEmbedding, BackwardIsThePositionOrderSumOnAnyThreadCount) {
-  const int64_t vocab = 1024, channels = 256, batch = 4, seq = 64;  // vocab * channels = 2^18
+// TokenEmbedding(vocab, seq, channels)'s wte gradient for token ids drawn as floor(u * spread) +
+// low, u uniform in [0, 1), and a random dy, on 1 and on 3 threads, against the sums of dy over the
+// positions holding each token in position order, as a plain host loop adds them (tokens outside
+// [0, V) add to no row): bit for bit.
+void expect_position_order_sum(int64_t vocab, int64_t channels, int64_t batch, int64_t seq, float spread, int32_t low,
+                               uint32_t seed) {
   std::vector<int32_t> ids(static_cast<size_t>(batch * seq));
-  std::vector<float> pick = random_values(ids.size(), 14, 0.f, 1.f);
-  for (size_t p = 0; p < ids.size(); ++p) ids[p] = static_cast<int32_t>(pick[p] * 24.f);  // few tokens, many repeats
+  std::vector<float> pick = random_values(ids.size(), seed, 0.f, 1.f);
+  for (size_t p = 0; p < ids.size(); ++p) ids[p] = static_cast<int32_t>(pick[p] * spread) + low;
   const Tensor tokens = tokens_tensor(ids, batch, seq);
-  const Tensor dy = random_tensor({batch, seq, channels}, 15, -10.f, 10.f);
-  std::vector<float> expected(static_cast<size_t>(vocab * channels), 0.f);
-  const std::vector<float> g = dy.to_vector();
-  for (size_t p = 0; p < ids.size(); ++p)
-    for (int64_t c = 0; c < channels; ++c) expected[ids[p] * channels + c] += g[p * channels + c];
-  for (int threads : {1, 3}) {
-    ASSERT_EQ(set_cpu_threads(threads), threads);
-    TokenEmbedding e(vocab, seq, channels, Device::cpu());
-    e.wte().grad_is_zero = e.wpe().grad_is_zero = true;
-    e.forward(tokens);
-    e.backward(dy);
-    const std::vector<float> got = e.wte().grad.to_vector();
-    ASSERT_EQ(got.size(), expected.size());
-    size_t differ = 0;
-    for (size_t i = 0; i < got.size(); ++i) differ += std::memcmp(&got[i], &expected[i], sizeof(float)) != 0;
-    EXPECT_EQ(differ, 0u) << "threads " << threads;
-  }
-  set_cpu_threads(1);
-}
-
-// The parallel bucket build (Note [Token buckets]) at a position count that is no power of two
-// (the merge rounds end on a partial run) and with tokens outside [0, V), which belong to no
-// row: still the host loop's floats, bit for bit, on 1 and on 3 threads.
-TEST(TokenEmbedding, BucketsOfAnOddPositionCountAndOutOfRangeTokensGiveThePositionOrderSum) {
-  const int64_t vocab = 50, channels = 8, batch = 3, seq = 37;  // 111 positions
-  std::vector<int32_t> ids(static_cast<size_t>(batch * seq));
-  std::vector<float> pick = random_values(ids.size(), 21, 0.f, 1.f);
-  for (size_t p = 0; p < ids.size(); ++p) ids[p] = static_cast<int32_t>(pick[p] * 60.f) - 3;  // -3 .. 56
-  const Tensor tokens = tokens_tensor(ids, batch, seq);
-  const Tensor dy = random_tensor({batch, seq, channels}, 22, -10.f, 10.f);
+  const Tensor dy = random_tensor({batch, seq, channels}, seed + 1, -10.f, 10.f);
   std::vector<float> expected(static_cast<size_t>(vocab * channels), 0.f);
   const std::vector<float> g = dy.to_vector();
   for (size_t p = 0; p < ids.size(); ++p)
@@ -212,6 +184,21 @@ TEST(TokenEmbedding, BucketsOfAnOddPositionCountAndOutOfRangeTokensGiveThePositi
     EXPECT_EQ(differ, 0u) << "threads " << threads;
   }
   set_cpu_threads(1);
+}
+
+// The backward's wte rows are the sums of dy over the positions holding the token, in
+// position order: the floats a plain host loop gives, bit for bit, on 1 and on 3 threads (a
+// launch of 2^18 elements is split across the threads: core/launch.h).
+TEST(TokenEmbedding, BackwardIsThePositionOrderSumOnAnyThreadCount) {
+  // vocab * channels = 2^18; 24 tokens of 1024: few tokens, many repeats
+  expect_position_order_sum(1024, 256, 4, 64, 24.f, 0, 14);
+}
+
+// The parallel bucket build (Note [Token buckets]) at a position count that is no power of two
+// (the merge rounds end on a partial run) and with tokens outside [0, V), which belong to no
+// row: still the host loop's floats, bit for bit, on 1 and on 3 threads.
+TEST(TokenEmbedding, BucketsOfAnOddPositionCountAndOutOfRangeTokensGiveThePositionOrderSum) {
+  expect_position_order_sum(50, 8, 3, 37, 60.f, -3, 21);  // 111 positions, tokens -3 .. 56
 }
 
 TEST(TokenEmbedding, RefusesTokensLongerThanTheContextOrNotInt32) {
