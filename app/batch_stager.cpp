@@ -36,10 +36,11 @@ BatchStager::~BatchStager() {
 
 void BatchStager::stage(const Batch& host) {
   DTRAIN_CHECK(!pending_, "BatchStager: stage() called again before the staged batch was taken");
-  DTRAIN_CHECK(host.images.defined() && host.labels.defined() && host.images.dtype() == DType::kF32 &&
+  DTRAIN_CHECK(host.images.defined() && host.labels.defined() &&
+                   (host.images.dtype() == DType::kF32 || host.images.dtype() == DType::kI32) &&
                    host.labels.dtype() == DType::kI32 && host.images.device().is_cpu() &&
                    host.labels.device().is_cpu(),
-               "BatchStager: a batch is F32 images and I32 labels on the host");
+               "BatchStager: a batch is F32 images (or I32 tokens) and I32 labels on the host");
   if (device_.is_cpu()) {
     cpu_images_ = host.images;
     cpu_labels_ = host.labels;
@@ -86,12 +87,13 @@ void BatchStager::stage_cuda(const Batch& host) {
     s.pinned.reset(static_cast<std::byte*>(gpu_backend().alloc_pinned(label_offset + label_bytes)));
     s.pinned_bytes = label_offset + label_bytes;
   }
-  if (s.images.numel() < host.images.numel() || s.labels.numel() < host.labels.numel()) {
+  if (s.images.numel() < host.images.numel() || s.labels.numel() < host.labels.numel() ||
+      (s.images.defined() && s.images.dtype() != host.images.dtype())) {
     // The caching allocator orders reuse for the compute stream only: a block it hands out may
     // still be read by queued compute work, and this buffer is written on the copy stream. So
     // the device goes idle first; this happens on the first batch (and when batches grow).
     compute_stream(device_).synchronize();
-    s.images = Tensor::empty({std::max(s.images.numel(), host.images.numel())}, device_, DType::kF32);
+    s.images = Tensor::empty({std::max(s.images.numel(), host.images.numel())}, device_, host.images.dtype());
     s.labels = Tensor::empty({std::max(s.labels.numel(), host.labels.numel())}, device_, DType::kI32);
   }
 

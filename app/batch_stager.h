@@ -23,7 +23,8 @@ class BatchStager {
   BatchStager(const BatchStager&) = delete;
   BatchStager& operator=(const BatchStager&) = delete;
 
-  // Starts moving `host` (F32 images and I32 labels, contiguous on the host) to the device.
+  // Starts moving `host` (images F32, or I32 token ids, and I32 labels, contiguous on the host)
+  // to the device.
   // At most one batch may be staged and not yet taken (checked). On CUDA the batch is copied
   // out before this returns, so the caller may recycle it at once; on CPU it is kept by
   // reference and must stay valid until the step that uses it is done (see copies()).

@@ -151,6 +151,7 @@ Tensor LmTrainer::train_step() {
     const bool ends_step = m + 1 == c_.accumulate;
     const int64_t g = pos_.slots + m * world + rt_.rank();  // Note [A language model's position]
     data_.stage_train(g);
+    data_.prefetch_train(g + world);  // the next micro-batch's slot: its copy overlaps this one (CUDA)
     if (sample_log_.enabled()) {  // the slot read, not the counter: they differ when shuffled
       const int64_t slot = data_.train_slot(g);
       sample_log_.record(0, pos_.step + 1, std::span(&slot, 1));

@@ -10,13 +10,7 @@ DTRAIN=${1:?usage: gpt_sample_test.sh PATH/TO/dtrain}
 E2E_NO_IDX=1
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
-TEXT=/usr/lib/python3.11/json
-[ -d "$TEXT" ] || { echo "SKIPPED: $TEXT not found (Python 3.11's standard library)"; exit 77; }
-
-if ! "$DTRAIN" data shard --bytes "$TEXT" -o "$WORK/shards" >"$WORK/shard.log" 2>&1; then
-  not_ok "byte shards of $TEXT" "$(tail -3 "$WORK/shard.log")"
-  finish
-fi
+json_byte_shards "$WORK/shards"
 tiny=(train --model gpt --layers 1 --heads 2 --embd 16 --context 16 --data "$WORK/shards" --batch-size 4
   --optimizer adamw --lr 0.01 --threads 1 --quiet)
 C="$WORK/C"

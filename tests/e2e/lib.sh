@@ -93,3 +93,14 @@ lines_at_least() { [ "$(grep -cE "$3" "$1")" -ge "$2" ]; }
 
 # The state of every file in DIR (names, sizes, contents): equal before and after means unchanged.
 dir_state() { (cd "$1" && find . -printf '%p %y\n' | sort && find . -type f -exec md5sum {} + | sort); }
+
+# json_byte_shards DIR: byte-level token shards of Python 3.11's json package in DIR (`dtrain data
+# shard --bytes`): the test is skipped (77) without that package, and ends (not ok) if sharding fails.
+json_byte_shards() {
+  local text=/usr/lib/python3.11/json
+  [ -d "$text" ] || { echo "SKIPPED: $text not found (Python 3.11's standard library)"; exit 77; }
+  if ! "$DTRAIN" data shard --bytes "$text" -o "$1" >"$WORK/shard.log" 2>&1; then
+    not_ok "byte shards of $text" "$(tail -3 "$WORK/shard.log")"
+    finish
+  fi
+}

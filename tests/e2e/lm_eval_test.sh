@@ -15,12 +15,7 @@ NP=${2:?usage: lm_eval_test.sh PATH/TO/dtrain NP}
 E2E_NO_IDX=1
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
-TEXT=/usr/lib/python3.11/json
-[ -d "$TEXT" ] || { echo "SKIPPED: $TEXT not found (Python 3.11's standard library)"; exit 77; }
-if ! "$DTRAIN" data shard --bytes "$TEXT" -o "$WORK/shards" >"$WORK/shard.log" 2>&1; then
-  not_ok "byte shards of $TEXT" "$(tail -3 "$WORK/shard.log")"
-  finish
-fi
+json_byte_shards "$WORK/shards"
 GPT=(train --model gpt --threads 1 --layers 1 --heads 2 --embd 16 --context 16 --batch-size 4 --data "$WORK/shards"
      --lr 3e-3 --warmup-steps 2 --lr-schedule cosine --shuffle off --log-interval 5)
 C="$WORK/C"

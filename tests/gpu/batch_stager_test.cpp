@@ -121,5 +121,40 @@ TEST_F(GpuBatchStager, ManyStepsWithoutWaitingKeepEveryBatchIntact) {
   EXPECT_EQ(wrong, 0);
 }
 
+// A language model's slots (app/lm_batches.h): I32 token ids [B, T] as the "images" and I32
+// targets, double-buffered as above; the device buffers are I32 and hold the host's ids.
+TEST_F(GpuBatchStager, TokenBatchesArriveAsInt32) {
+  BatchStager stager(gpu());
+  constexpr int64_t kB = 4, kT = 16, kSteps = 6;
+  Batch host{Tensor::empty({kB, kT}, Device::cpu(), DType::kI32), Tensor::empty({kB * kT}, Device::cpu(), DType::kI32),
+             kB};
+  auto fill = [&](int64_t tag) {
+    for (int64_t i = 0; i < kB * kT; ++i) {
+      host.images.data_as<int32_t>()[i] = static_cast<int32_t>(tag * 1000 + i);
+      host.labels.data_as<int32_t>()[i] = static_cast<int32_t>(tag * 1000 + i + 1);
+    }
+  };
+  fill(0);
+  stager.stage(host);
+  for (int64_t b = 0; b < kSteps; ++b) {
+    Tensor inputs, targets;
+    stager.take(inputs, targets);
+    if (b + 1 < kSteps) {
+      fill(b + 1);
+      stager.stage(host);
+    }
+    ASSERT_EQ(inputs.dtype(), DType::kI32);
+    ASSERT_EQ(inputs.shape(), (Shape{kB, kT}));
+    compute_stream(gpu()).synchronize();  // the compute stream waits for the copy (take())
+    std::vector<int32_t> got(static_cast<size_t>(kB * kT)), got_targets(got.size());
+    copy_bytes(got.data(), Device::cpu(), inputs.raw(), gpu(), inputs.nbytes());
+    copy_bytes(got_targets.data(), Device::cpu(), targets.raw(), gpu(), targets.nbytes());
+    for (int64_t i = 0; i < kB * kT; ++i) {
+      ASSERT_EQ(got[static_cast<size_t>(i)], b * 1000 + i) << "step " << b;
+      ASSERT_EQ(got_targets[static_cast<size_t>(i)], b * 1000 + i + 1) << "step " << b;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dtrain

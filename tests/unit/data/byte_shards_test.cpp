@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "data/token_shards.h"
+#include "error_of.h"
 #include "temp_dir.h"
 
 namespace dtrain {
@@ -19,6 +20,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using testing::error_of;
 using testing::TempDir;
 namespace fs = std::filesystem;
 
@@ -77,17 +79,6 @@ TEST(ByteShards, RemovesTrainShardsOfALargerEarlierRun) {
   EXPECT_FALSE(fs::exists(d.file("out/bytes_train_000001.bin")));
   EXPECT_TRUE(fs::exists(d.file("out/notes_train.txt")));
   EXPECT_EQ(open_token_shards(d.file("out"), 0, 4).train.size(), 380);
-}
-
-// The message and kind of the Error `work` throws; ("", kFailure) when it throws none.
-template <class Work>
-std::pair<std::string, ErrorKind> error_of(Work work) {
-  try {
-    work();
-  } catch (const Error& e) {
-    return {e.what(), e.kind()};
-  }
-  return {"", ErrorKind::kFailure};
 }
 
 TEST(ByteShards, UnusableInputIsOneLine) {

@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "error_of.h"
 #include "temp_dir.h"
 
 namespace dtrain {
@@ -25,6 +26,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
+using testing::error_of;
 using testing::TempDir;
 
 // A shard's bytes as they would be on disk: the 256-int32 header, then `body` raw.
@@ -59,17 +61,6 @@ std::vector<int32_t> all_tokens(const TokenStream& s) {
   std::vector<int32_t> out(static_cast<size_t>(s.size()));
   s.copy(0, out);
   return out;
-}
-
-// The message and kind of the Error `work` throws ("" when none).
-template <class Work>
-std::pair<std::string, ErrorKind> error_of(Work work) {
-  try {
-    work();
-  } catch (const Error& e) {
-    return {e.what(), e.kind()};
-  }
-  return {"", ErrorKind::kFailure};
 }
 
 // The error opening `path` alone gives, checked to be one line of kind kData naming the file.
