@@ -73,9 +73,12 @@ class Communicator {
   virtual WorkHandle allgather_async(const void* send, void* recv, int64_t count_per_rank, DType dtype) = 0;
   // `send` holds size() blocks of count_per_rank elements; rank r receives the reduction over
   // every rank of block r in `recv` (count_per_rank elements). In place when recv == send + r *
-  // count_per_rank (NCCL's rule; ZeRO-2 reduces a bucket into its owner's slice that way). Same
-  // deadlines, flight recorder and consistency checks as allreduce_async. Until a backend has
-  // its own, this one throws naming the backend.
+  // count_per_rank (NCCL's rule; ZeRO-2 reduces a bucket into its owner's slice that way); the
+  // other blocks of `send` may then be used as scratch (MPI's in-place form does). Same
+  // deadlines, flight recorder (count per rank) and consistency checks as allreduce_async. On
+  // one node, float32 blocks have the bits the all-reduce gives those elements (MPI's shared-
+  // memory path, HierarchicalCommunicator). Until a backend has its own, this one throws naming
+  // the backend. (allgather_async is in place when send == recv + r * count_per_rank.)
   virtual WorkHandle reduce_scatter_async(const void* send, void* recv, int64_t count_per_rank, DType dtype,
                                           ReduceOp op);
   virtual WorkHandle barrier_async() = 0;

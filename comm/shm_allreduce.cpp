@@ -176,10 +176,26 @@ void ShmAllreduce::allreduce(float* buf, int64_t count, ReduceOp op, const std::
   reductions_.fetch_add(1, std::memory_order_relaxed);
 }
 
+void ShmAllreduce::exchange(MPI_Win win, const std::function<void()>& arrived, const std::function<void()>& work) {
+  barrier(win);  // every rank's data is in place
+  arrive(win, arrived);
+  work();
+  barrier(win);  // nobody reads another's copy any more: each may change its own
+}
+
+void ShmAllreduce::in_rounds(int64_t count, int64_t part, const std::function<void()>& arrived,
+                             const std::function<void(float* slot, int64_t base, int64_t m)>& stage,
+                             const std::function<void(int64_t base, int64_t m)>& work) {
+  for (int64_t base = 0; base < count; base += part) {
+    const int64_t m = std::min(part, count - base);
+    stage(slots_.bases[static_cast<size_t>(rank_)], base, m);
+    exchange(slots_.win, base == 0 ? arrived : std::function<void()>(), [&] { work(base, m); });
+  }
+}
+
 void ShmAllreduce::reduce_scatter(const float* send, float* recv, int64_t count_per_rank, ReduceOp op,
                                   const std::function<void()>& arrived) {
   const bool average = op == ReduceOp::kAvg;
-  const auto size = static_cast<size_t>(size_);
   alignas(64) float acc[kChunk];
   // Sums the n floats of this rank's block, which starts at `block` in every copy of `blocks`,
   // into recv + out. Each rank reads only its own block of the others' copies and writes only
@@ -193,57 +209,45 @@ void ShmAllreduce::reduce_scatter(const float* send, float* recv, int64_t count_
   };
   int64_t offset = 0;
   if (const Region* region = region_of(send, count_per_rank * size_, offset)) {
-    for (size_t r = 0; r < size; ++r) scratch_[r] = region->bases[r] + offset;
-    barrier(region->win);  // every rank's buffer is complete
-    arrive(region->win, arrived);
-    reduce_mine(scratch_, rank_ * count_per_rank, count_per_rank, 0);
-    barrier(region->win);  // nobody reads another's copy any more: each may reuse its buffer
-    reductions_.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  // Staged: each round, every rank copies `part` floats of each of its blocks into its slot
-  // (block b at b * part), then reduces its own block's part from every slot.
-  const int64_t part = slots_.floats / size_;
-  for (int64_t base = 0; base < count_per_rank; base += part) {
-    const int64_t m = std::min(part, count_per_rank - base);
-    float* slot = slots_.bases[static_cast<size_t>(rank_)];
-    for (int64_t b = 0; b < size_; ++b)
-      std::memcpy(slot + b * m, send + b * count_per_rank + base, static_cast<size_t>(m) * sizeof(float));
-    barrier(slots_.win);
-    if (base == 0) arrive(slots_.win, arrived);
-    reduce_mine(slots_.bases, rank_ * m, m, base);
-    barrier(slots_.win);  // every rank has read the slots before the next round refills them
+    for (int r = 0; r < size_; ++r) scratch_[static_cast<size_t>(r)] = region->bases[static_cast<size_t>(r)] + offset;
+    exchange(region->win, arrived, [&] { reduce_mine(scratch_, rank_ * count_per_rank, count_per_rank, 0); });
+  } else {
+    // Each round, every rank stages `m` floats of each of its blocks (block b at b * m) and
+    // reduces its own block's part from every slot.
+    in_rounds(
+        count_per_rank, slots_.floats / size_, arrived,
+        [&](float* slot, int64_t base, int64_t m) {
+          for (int64_t b = 0; b < size_; ++b)
+            std::memcpy(slot + b * m, send + b * count_per_rank + base, static_cast<size_t>(m) * sizeof(float));
+        },
+        [&](int64_t base, int64_t m) { reduce_mine(slots_.bases, rank_ * m, m, base); });
   }
   reductions_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void ShmAllreduce::allgather(const float* send, float* recv, int64_t count_per_rank,
                              const std::function<void()>& arrived) {
-  const size_t block_bytes = static_cast<size_t>(count_per_rank) * sizeof(float);
   int64_t offset = 0;
   if (const Region* region = region_of(recv, count_per_rank * size_, offset)) {
-    // Every rank is here before any writes into another's copy (which it may still be reading).
-    barrier(region->win);
-    arrive(region->win, arrived);
+    // Pushed into every copy once every rank is here (before, one may still read its copy).
     const int64_t at = offset + rank_ * count_per_rank;
-    for (float* base : region->bases)
-      if (base + at != send) std::memcpy(base + at, send, block_bytes);
-    barrier(region->win);  // every block is in every copy
-    reductions_.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  // Staged: each round, every rank copies `part` floats of its block into its slot, then every
-  // rank copies that part of every block out of the slots.
-  const int64_t part = slots_.floats;
-  for (int64_t base = 0; base < count_per_rank; base += part) {
-    const int64_t m = std::min(part, count_per_rank - base);
-    std::memcpy(slots_.bases[static_cast<size_t>(rank_)], send + base, static_cast<size_t>(m) * sizeof(float));
-    barrier(slots_.win);
-    if (base == 0) arrive(slots_.win, arrived);
-    for (int r = 0; r < size_; ++r)
-      std::memcpy(recv + r * count_per_rank + base, slots_.bases[static_cast<size_t>(r)],
-                  static_cast<size_t>(m) * sizeof(float));
-    barrier(slots_.win);  // every rank has read the slots before the next round refills them
+    exchange(region->win, arrived, [&] {
+      for (float* base : region->bases)
+        if (base + at != send) std::memcpy(base + at, send, static_cast<size_t>(count_per_rank) * sizeof(float));
+    });
+  } else {
+    // Each round, every rank stages `m` floats of its block and copies that part of every
+    // block out of the slots.
+    in_rounds(
+        count_per_rank, slots_.floats, arrived,
+        [&](float* slot, int64_t base, int64_t m) {
+          std::memcpy(slot, send + base, static_cast<size_t>(m) * sizeof(float));
+        },
+        [&](int64_t base, int64_t m) {
+          for (int r = 0; r < size_; ++r)
+            std::memcpy(recv + r * count_per_rank + base, slots_.bases[static_cast<size_t>(r)],
+                        static_cast<size_t>(m) * sizeof(float));
+        });
   }
   reductions_.fetch_add(1, std::memory_order_relaxed);
 }

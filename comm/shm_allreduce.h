@@ -101,6 +101,14 @@ class ShmAllreduce {
   // Runs `arrived` (if any) once every rank is in the collective; if it throws, every rank
   // does, after one more barrier.
   void arrive(MPI_Win win, const std::function<void()>& arrived);
+  // Barrier, `arrived`, `work`, barrier on `win`: `work` may read every rank's data in `win`,
+  // and no rank changes its data before all are done.
+  void exchange(MPI_Win win, const std::function<void()>& arrived, const std::function<void()>& work);
+  // `count` floats per block through the slots, `part` at a time: `stage` fills this rank's
+  // slot with part [base, base + m), then `work` runs in an exchange over the slots.
+  void in_rounds(int64_t count, int64_t part, const std::function<void()>& arrived,
+                 const std::function<void(float* slot, int64_t base, int64_t m)>& stage,
+                 const std::function<void(int64_t base, int64_t m)>& work);
   // The region holding [buf, buf + count), or null; `offset` is buf's place in this rank's copy.
   const Region* region_of(const float* buf, int64_t count, int64_t& offset) const;
 

@@ -26,16 +26,24 @@ namespace {
 
 using NcclOneRank = testing::GpuTest;
 
-TEST_F(NcclOneRank, AllreduceThroughThePluginIsInTheFlightRecorderDump) {
-  const auto* plugin = static_cast<const NcclPlugin*>(
+const NcclPlugin* nccl_plugin() {
+  return static_cast<const NcclPlugin*>(
       open_plugin(gpu_plugin_path(kNcclPluginLibrary), kNcclPluginEntryPoint, kNcclPluginApiVersion));
-  SelfCommunicator bootstrap;
-  FlightRecorder log(16, "nccl");
+}
+
+// A one-minute timeout, the compute stream of `gpu`, and collectives recorded in `log`.
+NcclOptions recorded_options(Device gpu, FlightRecorder& log) {
   NcclOptions options;
   options.timeout = std::chrono::seconds(60);
-  options.compute = &compute_stream(gpu());
+  options.compute = &compute_stream(gpu);
   options.log = &log;
-  std::unique_ptr<Communicator> nccl(plugin->make_communicator(bootstrap, gpu(), options));
+  return options;
+}
+
+TEST_F(NcclOneRank, AllreduceThroughThePluginIsInTheFlightRecorderDump) {
+  SelfCommunicator bootstrap;
+  FlightRecorder log(16, "nccl");
+  std::unique_ptr<Communicator> nccl(nccl_plugin()->make_communicator(bootstrap, gpu(), recorded_options(gpu(), log)));
   ASSERT_EQ(nccl->backend(), "nccl");
 
   const int n = 1000;
@@ -76,16 +84,11 @@ TEST_F(NcclOneRank, AllreduceThroughThePluginIsInTheFlightRecorderDump) {
 // recorded with its kind and count per rank, and device-timed like the all-reduce
 // (Note [Device-timed collectives]) when the options ask for it.
 TEST_F(NcclOneRank, ReduceScatterAndAllgatherAreRecordedAndDeviceTimed) {
-  const auto* plugin = static_cast<const NcclPlugin*>(
-      open_plugin(gpu_plugin_path(kNcclPluginLibrary), kNcclPluginEntryPoint, kNcclPluginApiVersion));
   SelfCommunicator bootstrap;
   FlightRecorder log(16, "nccl");
-  NcclOptions options;
-  options.timeout = std::chrono::seconds(60);
-  options.compute = &compute_stream(gpu());
-  options.log = &log;
+  NcclOptions options = recorded_options(gpu(), log);
   options.device_timing = true;
-  std::unique_ptr<Communicator> nccl(plugin->make_communicator(bootstrap, gpu(), options));
+  std::unique_ptr<Communicator> nccl(nccl_plugin()->make_communicator(bootstrap, gpu(), options));
   const int n = 777;
   std::vector<float> values(n);
   for (int i = 0; i < n; ++i) values[static_cast<size_t>(i)] = 0.25f * static_cast<float>(i);
@@ -124,8 +127,7 @@ TEST_F(NcclOneRank, ReduceScatterAndAllgatherAreRecordedAndDeviceTimed) {
 // watchdog through the options the Runtime makes: it writes flight_recorder_rank0_nccl.json and
 // the communicator goes on.
 TEST_F(NcclOneRank, ADumpRequestWritesTheNcclRecorder) {
-  const auto* plugin = static_cast<const NcclPlugin*>(
-      open_plugin(gpu_plugin_path(kNcclPluginLibrary), kNcclPluginEntryPoint, kNcclPluginApiVersion));
+  const NcclPlugin* plugin = nccl_plugin();
   SelfCommunicator bootstrap;
   FlightRecorder log(16, "nccl");
   RuntimeOptions runtime;

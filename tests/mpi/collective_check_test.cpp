@@ -13,6 +13,7 @@
 
 #include "comm/mpi_communicator.h"
 #include "core/error.h"
+#include "tests/mpi/collective_test_util.h"
 
 namespace dtrain {
 namespace {
@@ -24,16 +25,7 @@ CollectiveOptions checked() {
   return o;
 }
 
-// Runs `issue` and returns the error it threw ("" when none).
-template <class F>
-std::string error_of(F issue) {
-  try {
-    issue();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 TEST(CollectiveCheck, DifferentCountsAreOneErrorOnEveryRankNamingTheRanks) {
   MpiCommunicator comm(MPI_COMM_WORLD, checked());

@@ -16,6 +16,7 @@
 #include "comm/exchange.h"
 #include "core/error.h"
 #include "core/kernels.h"
+#include "tests/mpi/collective_test_util.h"
 #include "tests/mpi/mpi_test_env.h"
 
 namespace dtrain {
@@ -154,12 +155,7 @@ TEST(Allreduce, F32ResultIsBitwiseIdenticalOnEveryRank) {
 }
 
 // 16-bit allreduce against the float32 allreduce of the same (rounded) inputs.
-struct HalfCase {
-  DType dtype;
-  uint16_t (*pack)(float);
-  float (*unpack)(uint16_t);
-  double rel_tol;  // bf16: 8 significant bits, fp16: 11 (a rounding per add, a few ranks)
-};
+using testing::HalfCase;
 
 class HalfAllreduce : public ::testing::TestWithParam<HalfCase> {};
 

@@ -21,6 +21,7 @@
 #include "comm/shm_allreduce.h"
 #include "core/error.h"
 #include "core/kernels.h"
+#include "tests/mpi/collective_test_util.h"
 #include "tests/mpi/mpi_test_env.h"
 
 namespace dtrain {
@@ -28,16 +29,8 @@ namespace {
 
 using testing::test_comm;
 
-int comm_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int comm_size() {
-  int s = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
+using testing::error_of;
+using testing::HalfCase;
 
 // Quarter-integers in [-10, 15]: every sum over a few ranks is exact in float32 (and in int32
 // after scaling by 4), so sums in any order agree.
@@ -122,12 +115,6 @@ TEST(ReduceScatter, SumI32InPlaceAndOutOfPlace) {
 }
 
 // 16-bit reduce-scatter against the float32 one of the same (rounded) inputs.
-struct HalfCase {
-  DType dtype;
-  uint16_t (*pack)(float);
-  float (*unpack)(uint16_t);
-  double rel_tol;  // bf16: 8 significant bits, fp16: 11 (a rounding per add, a few ranks)
-};
 
 class HalfReduceScatter : public ::testing::TestWithParam<HalfCase> {};
 
@@ -261,17 +248,6 @@ TEST(ReduceScatter, FlightRecorderNamesTheKindAndTheCountPerRank) {
   comm.shutdown();
 }
 
-// Runs `issue` and returns the error it threw ("" when none).
-template <class F>
-std::string error_of(F issue) {
-  try {
-    issue();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // --debug-collectives' header check: another count per rank is one error on every rank naming
 // both, thrown before any data moved, and the communicator goes on working.
 TEST(ReduceScatter, HeaderCheckCatchesDifferentCountsOnEveryRank) {
@@ -382,7 +358,7 @@ TEST(ReduceScatter, SharedMemoryBlockIsBitwiseTheAllreducesElements) {
 TEST(ReduceScatter, ShmReduceScatterIsBitwiseTheShmAllreduceWithTinySlots) {
   auto shm = ShmAllreduce::create(MPI_COMM_WORLD, 64 * sizeof(float));  // 64 / p floats of each block a round
   ASSERT_NE(shm, nullptr);
-  const int r = comm_rank(), p = comm_size();
+  const int r = testing::world_rank(), p = testing::world_size();
   for (int64_t n : {1, 5, 16, 21, 64, 100, 333}) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
       const std::vector<float> send = order_sensitive_values(r, n * p, 23);
@@ -408,7 +384,7 @@ TEST(ReduceScatter, ShmReduceScatterIsBitwiseTheShmAllreduceWithTinySlots) {
 TEST(Allgather, SharedMemoryPathIsExactInPlaceAndOutOfPlace) {
   auto shm = ShmAllreduce::create(MPI_COMM_WORLD, 64 * sizeof(float));
   ASSERT_NE(shm, nullptr);
-  const int r = comm_rank(), p = comm_size();
+  const int r = testing::world_rank(), p = testing::world_size();
   for (int64_t n : {1, 5, 63, 64, 65, 200}) {
     const std::vector<float> mine = order_sensitive_values(r, n, 31);
     std::vector<float> want;

@@ -16,21 +16,14 @@
 #include "comm/mpi_communicator.h"
 #include "comm/shm_allreduce.h"
 #include "core/error.h"
+#include "tests/mpi/collective_test_util.h"
 #include "tests/mpi/mpi_test_env.h"
 
 namespace dtrain {
 namespace {
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int s = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
+using testing::world_rank;
+using testing::world_size;
 
 // Integers below 2^12: sums over a few ranks, and those sums divided by the rank count when
 // every rank adds the same multiple, are exact in float32.
