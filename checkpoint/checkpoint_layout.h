@@ -63,7 +63,6 @@ inline constexpr std::string_view kStateFile = "state.json";
 inline constexpr std::string_view kLatestFile = "latest";
 inline constexpr std::string_view kTempPrefix = ".tmp-";  // entries a save may leave behind
 inline constexpr std::string_view kLockFile = "dtrain.lock";  // Note [One job per directory]
-inline constexpr int64_t kOptimizerShardsSupported = 1;
 inline constexpr int kDefaultKeep = 2;
 // Set to a byte count, the writer stops the process with SIGKILL after that many bytes of a
 // save (all files of one save counted together): the crash tests' injection point.

@@ -86,7 +86,7 @@ int run(int argc, char** argv) {
     }
     auto loaded = checkpoint::read_checkpoint(argv[2]);
     if (loaded.state.global_step != step) throw Error(fmt::format("loaded step {}, expected {}", loaded.state.global_step, step));
-    if (auto m = testing::synthetic_mismatch(loaded.model, loaded.optimizer, step, numel); !m.empty()) throw Error(m);
+    if (auto m = testing::synthetic_mismatch(loaded, step, numel); !m.empty()) throw Error(m);
     return 0;
   }
   if (cmd == "write-sample" && argc == 3) {
