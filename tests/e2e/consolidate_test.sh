@@ -51,5 +51,6 @@ expect_failure "a damaged shard" 66 "optimizer-rank1-of-3.safetensors: 100 bytes
 expect_failure "no folder" 66 "no such checkpoint directory" checkpoint consolidate "$WORK/none"
 expect_failure "no DIR" 2 "expected one checkpoint folder" checkpoint consolidate
 expect_failure "another subcommand" 2 "checkpoint: expected 'consolidate'" checkpoint merge "$WORK/sharded"
-"$DTRAIN" checkpoint consolidate --help | grep -q "dtrain checkpoint consolidate" && ok "--help" || not_ok "--help" "no usage"
+"$DTRAIN" checkpoint consolidate --help >"$WORK/help" 2>&1 && grep -q "dtrain checkpoint consolidate \[OPTION...\] DIR" "$WORK/help" \
+  && ok "--help" || not_ok "--help" "$(cat "$WORK/help")"
 exit $((failures > 0))
