@@ -55,6 +55,7 @@ std::string run_consolidate(const ConsolidateConfig& c) {
     throw Error(fmt::format("{}: the optimizer state is not sharded ({} holds it whole already)", loaded.path.string(),
                             loaded.optimizer.sources().front()),
                 ErrorKind::kUsage);
+  if (!loaded.optimizer.nonfinite().empty()) throw Error(loaded.optimizer.nonfinite(), ErrorKind::kCheckpoint);
   const uint64_t bytes = classify_errors(ErrorKind::kOutput, [&] { return checkpoint::consolidate(loaded.optimizer, c.out); });
   return fmt::format("{}: the optimizer state of {} from {} shards: {} tensors, {} counts, {} bytes", c.out,
                      loaded.path.string(), loaded.state.optimizer_shards, loaded.optimizer.tensors().size(),

@@ -137,10 +137,11 @@ struct OpenedFile {
   std::string source;
   safetensors::Header header;
   uint64_t data_start = 0;
+  std::string nonfinite;  // "<source>: <tensor>: <count> non-finite value(s) ...", or ""
 };
 
-// The header, then one pass over the whole file in chunks: its CRC-32 and the non-finite values
-// of its floating-point tensors, never more than one chunk in memory.
+// One pass over the whole file in chunks for its CRC-32, the header, then a second pass for the
+// non-finite values of its floating-point tensors: never more than one chunk in memory.
 OpenedFile check_file(int fd, const std::string& source, const FileDigest& digest) {
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) fail(source, "not a regular file");
@@ -157,7 +158,7 @@ OpenedFile check_file(int fd, const std::string& source, const FileDigest& diges
   if (static_cast<uint32_t>(crc) != digest.crc32)
     fail(source, fmt::format("CRC-32 {:08x}, state.json records {:08x} (the file is damaged)", static_cast<uint32_t>(crc),
                              digest.crc32));
-  OpenedFile file{source, {}, 0};
+  OpenedFile file{source, {}, 0, {}};
   if (size < 8) fail(source, fmt::format("{} bytes, too short for the 8-byte header length", size));
   uint64_t length = 0;
   pread_all(fd, reinterpret_cast<std::byte*>(&length), 8, 0, source);
@@ -182,7 +183,7 @@ OpenedFile check_file(int fd, const std::string& source, const FileDigest& diges
         total.first_index += static_cast<int64_t>((at - t.begin) / element);
       }
     }
-    if (total.count > 0) fail(source, fmt::format("{}: {}", t.name, describe(total)));
+    if (total.count > 0 && file.nonfinite.empty()) file.nonfinite = fmt::format("{}: {}: {}", source, t.name, describe(total));
   }
   return file;
 }
@@ -228,6 +229,7 @@ OptimizerFiles& OptimizerFiles::operator=(OptimizerFiles&& o) noexcept {
   metadata_ = std::move(o.metadata_);
   tensors_ = std::move(o.tensors_);
   counts_ = std::move(o.counts_);
+  nonfinite_ = std::move(o.nonfinite_);
   return *this;
 }
 
@@ -253,6 +255,7 @@ OptimizerFiles OptimizerFiles::open(const fs::path& dir, const TrainingState& st
     out.sources_.push_back(source);
     out.fds_.push_back(open_read(source));
     const OpenedFile file = check_file(out.fds_.back(), source, digest->second);
+    if (out.nonfinite_.empty()) out.nonfinite_ = file.nonfinite;
     for (const safetensors::TensorInfo& info : file.header.tensors) {
       if (info.dtype == safetensors::Dtype::kI64) {  // a step count, replicated on every rank
         if (info.end - info.begin != 8)

@@ -83,9 +83,10 @@ struct StoredTensor {
 class OptimizerFiles {
  public:
   // Opens the checkpoint's optimizer.safetensors or its state.optimizer_shards shard files and
-  // checks each (size and CRC-32 against state.json, read in chunks; the header; no non-finite
-  // value; every piece's metadata; counts that agree) and that the pieces of each tensor cover
-  // it exactly once. Throws one line naming the file and the tensor.
+  // checks each (size and CRC-32 against state.json, read in chunks; the header; every piece's
+  // metadata; counts that agree) and that the pieces of each tensor cover it exactly once.
+  // Throws one line naming the file and the tensor. Non-finite values are found in the same
+  // reading but not refused here (nonfinite(): a resume refuses them, reading weights does not).
   static OptimizerFiles open(const std::filesystem::path& dir, const TrainingState& state);
   OptimizerFiles(OptimizerFiles&&) noexcept;
   OptimizerFiles& operator=(OptimizerFiles&&) noexcept;
@@ -98,6 +99,9 @@ class OptimizerFiles {
   const std::vector<StoredTensor>& tensors() const { return tensors_; }  // sorted by name
   const std::vector<ShardCount>& counts() const { return counts_; }      // sorted by name
   const StoredTensor* find(std::string_view name) const;
+  // "<file>: <tensor>: <count> non-finite value(s) (first: nan at index 3)" for the first
+  // tensor holding a NaN or an infinity, "" when every value is finite.
+  const std::string& nonfinite() const { return nonfinite_; }
   // Copies elements [offset, offset + numel) of `tensor` into `dst` (numel elements of its
   // dtype), reading only those bytes from whichever files hold them.
   void read(const StoredTensor& tensor, int64_t offset, int64_t numel, std::byte* dst) const;
@@ -110,6 +114,7 @@ class OptimizerFiles {
   safetensors::Metadata metadata_;
   std::vector<StoredTensor> tensors_;
   std::vector<ShardCount> counts_;
+  std::string nonfinite_;
 };
 
 // The chunk in which a file is read for its checksum, and the most a rank sends at once.

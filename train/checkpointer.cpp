@@ -102,7 +102,7 @@ std::optional<Resumed> restore(Communicator& control,
     if (!loaded) return {};
     if (!config.is_null()) checkpoint::check_config_matches(*loaded, config, {});
     return {loaded->path.string(), checkpoint::encode_state(loaded->state), as_string(loaded->model.file_bytes()),
-            loaded->chosen_because};
+            loaded->chosen_because, loaded->optimizer.nonfinite()};
   });
   if (parts.empty()) return std::nullopt;
   const fs::path dir = parts[0];
@@ -110,6 +110,7 @@ std::optional<Resumed> restore(Communicator& control,
   Resumed resumed = agreed([&] {
     Resumed r{checkpoint::decode_state(parts[1], state_source), parts[0], parts[3]};
     load_parameters(file_from(parts[2], (dir / checkpoint::kModelFile).string()), model);
+    if (!parts[4].empty()) throw Error(parts[4]);  // a non-finite optimizer value, after the model's checks
     return r;
   });
   const OptimizerState state = receive_optimizer_state(control, loaded ? &loaded->optimizer : nullptr, pieces,
