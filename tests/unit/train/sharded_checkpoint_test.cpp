@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -294,6 +295,33 @@ TEST(ShardedCheckpoint, APieceOfAnotherShapeIsRefused) {
               std::string::npos)
         << what;
   }
+}
+
+// Each rank checks its own slices before a save (no rank holds the others'): a NaN in rank 1's is
+// every rank's error, naming its shard, and nothing of the step is written.
+TEST(ShardedCheckpoint, ANonFiniteSliceOnAnyRankStopsTheSaveOnEveryRank) {
+  testing::TempDir tmp;
+  const std::string dir = (tmp.path() / "ck").string();
+  const OptimizerState full = full_state();
+  std::vector<std::string> errors(2);
+  testing::run_ranks(2, [&](Communicator& comm) {
+    auto model = tiny_model();
+    OptimizerState mine = slice_of(full, comm.rank(), 2);
+    if (comm.rank() == 1) mine.tensors.back().value.data()[2] = std::numeric_limits<float>::quiet_NaN();
+    testing::FixedStateOptimizer opt(mine);
+    Checkpointer saver(comm, {.dir = dir, .background = true});
+    try {
+      saver.save(state_at(10, 2), *model, opt);
+    } catch (const AgreedError& e) {
+      errors[static_cast<size_t>(comm.rank())] = e.what();
+    }
+    saver.finish();
+  });
+  const std::string name = slice_of(full, 1, 2).tensors.back().name;
+  EXPECT_EQ(errors[0], dir + "/step-10: not saved: optimizer-rank1-of-2.safetensors: " + name +
+                           ": 1 non-finite value(s) (first: nan at index 2)");
+  EXPECT_EQ(errors[1], errors[0]);
+  EXPECT_EQ(entries(dir), std::vector<std::string>{});  // no step-10, no .tmp-*, the lock let go
 }
 
 TEST(ShardedCheckpoint, ConsolidateWritesTheBytesOfTheUnshardedSave) {
