@@ -61,6 +61,10 @@
 //     file and the tensor, a checkpoint error), and for each wanted range reads (pread) the
 //     overlapping parts of whichever files hold them and sends them in chunks. An unsharded file
 //     is the special case of one file holding [0, numel) of everything.
+//   Measured (mpi_sharded_checkpoint_test's DISABLED_PeakMemoryOfASaveAndALoad, a 192 MiB state,
+//   CPU, this 2-core machine under load): each rank's peak RSS grew by 16.2-16.5 MiB (one chunk)
+//   during the save, then by the slice it loaded plus the chunk (np 2: +112 MiB for a 96 MiB
+//   slice; np 3: +80 MiB for 64 MiB), on rank 0 as on the others.
 //   - `dtrain checkpoint consolidate DIR` writes the whole state as one file with the bytes an
 //     unsharded save of the same state has, tensor by tensor (consolidate(), optimizer_shards.h).
 #pragma once
