@@ -189,7 +189,7 @@ std::string Checkpointer::snapshot(checkpoint::TrainingState state, Module& mode
   if (options_.dir.empty()) return "";
   std::string bad;
   OptimizerState optimizer_state = optimizer.export_state();  // views: nothing copied yet
-  if (is_sharded(optimizer_state)) {  // every rank checks its own slices, a chunk at a time
+  if (agree_sharded(control_, optimizer_state)) {  // every rank checks its own slices, a chunk at a time
     const std::string file = checkpoint::optimizer_shard_name(control_.rank(), control_.size());
     bad = first_nonfinite_slice(optimizer_state, file, options_.transfer_chunk_bytes);
     pending_shards_ = std::move(optimizer_state);

@@ -70,10 +70,10 @@ struct Resumed {
 
 // Saves checkpoints. Only rank 0 (replicas are identical) writes, and from its start to its end
 // it holds the lock of the directory (checkpoint/directory_lock.h), taken before anything reads
-// it. An optimizer that exports slices (ZeRO) is saved in shards, one per rank (Note [Sharded
-// optimizer state]): the other ranks stream theirs to rank 0 during write(), which is then
-// collective and waits for the shards; the model and state.json are still written in the
-// background.
+// it. An optimizer whose ranks export different parts of the state (ZeRO: agree_sharded) is
+// saved in shards, one per rank (Note [Sharded optimizer state]): the other ranks stream theirs
+// to rank 0 during write(), which is then collective and waits for the shards; the model and
+// state.json are still written in the background.
 class Checkpointer {
  public:
   // Collective over `control`: a directory another job holds is the same AgreedError on every
@@ -98,8 +98,8 @@ class Checkpointer {
   std::optional<Resumed> restore_latest(Module& model, Optimizer& optimizer, const nlohmann::json& config = nullptr,
                                         const WantedPieces& pieces = std::nullopt);
 
-  // save()'s parts. snapshot() (this rank alone) takes the snapshot after the previous save is
-  // written, and returns the snapshot's first tensor holding a NaN or an infinity ("<file>:
+  // save()'s parts. snapshot() (collective: the ranks agree whether the optimizer state is
+  // sharded, agree_sharded) takes the snapshot after the previous save is written, and returns the snapshot's first tensor holding a NaN or an infinity ("<file>:
   // <tensor>: <count> non-finite value(s) ..."), "" when all are finite or this rank does not
   // write (with sharded state every rank checks its own slices); it throws the error of an
   // earlier save. `state.rng` may carry the caller's RNG state; the Checkpointer adds the model's

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -18,8 +19,15 @@ namespace dtrain {
 using checkpoint::Piece;
 using nlohmann::json;
 
-bool is_sharded(const OptimizerState& state) {
-  return std::any_of(state.tensors.begin(), state.tensors.end(), [](const auto& e) { return e.is_slice(); });
+bool agree_sharded(Communicator& control, const OptimizerState& state) {
+  // What this rank holds, not the values: replicas hold the same entries.
+  const bool sliced = std::any_of(state.tensors.begin(), state.tensors.end(), [](const auto& e) { return e.is_slice(); });
+  std::string layout = sliced ? "S" : "W";
+  for (const OptimizerState::Entry& e : state.tensors)
+    layout += fmt::format("{}:{}:{};", e.name, e.offset, e.value.numel());
+  for (const OptimizerState::Count& c : state.counts) layout += c.name + ";";
+  const std::vector<std::string> all = allgather_strings(control, layout);
+  return std::any_of(all.begin(), all.end(), [&](const std::string& l) { return l != all.front() || l[0] == 'S'; });
 }
 
 checkpoint::ShardManifest shard_manifest(const OptimizerState& state, const safetensors::Metadata& metadata) {
@@ -259,7 +267,14 @@ OptimizerState receive_optimizer_state(Communicator& control, const checkpoint::
       out.tensors.push_back({name, std::move(value), offset, full_shape});
   }
   agree_on(control, error);
-  for (const json& c : plan.at("counts")) out.counts.push_back({c.at(0).get<std::string>(), c.at(1).get<int64_t>()});
+  // The parameters ("1.weight" of "1.weight.exp_avg") this rank got pieces of.
+  auto parameter = [](const std::string& name) { return name.substr(0, name.rfind('.')); };
+  std::set<std::string> got;
+  for (const OptimizerState::Entry& e : out.tensors) got.insert(parameter(e.name));
+  for (const json& c : plan.at("counts")) {
+    const auto name = c.at(0).get<std::string>();
+    if (!wanted || got.contains(parameter(name))) out.counts.push_back({name, c.at(1).get<int64_t>()});
+  }
   return out;
 }
 

@@ -27,8 +27,10 @@ struct TransferStats {
   size_t largest_chunk = 0;  // the most bytes one collective carried
 };
 
-// Whether `state` holds slices (ZeRO's export) and so is saved as shards.
-bool is_sharded(const OptimizerState& state);
+// Collective: whether the ranks' exports are shards of one state (ZeRO) rather than replicas:
+// some rank exports a slice, or the ranks export different entries (a ZeRO rank that owns whole
+// parameters exports them whole, and only those). Every rank gets the same answer.
+bool agree_sharded(Communicator& control, const OptimizerState& state);
 
 // The shard file that `state` (this rank's export) makes: its pieces, counts and `metadata`.
 checkpoint::ShardManifest shard_manifest(const OptimizerState& state, const safetensors::Metadata& metadata);
@@ -55,7 +57,9 @@ using WantedPieces = std::optional<std::vector<checkpoint::Piece>>;
 // streamed in chunks of at most `chunk_bytes`, as an OptimizerState of CPU tensors (slices
 // 1-D with their offset and full shape; whole tensors in their shape) with every count. A piece
 // that does not fit the checkpoint's tensor (another full shape) is the same AgreedError on
-// every rank, naming the file and the tensor.
+// every rank, naming the file and the tensor. A rank that asked for pieces gets the counts of
+// the parameters whose pieces it got (a ZeRO optimizer keeps counts for those only); one that
+// asked for everything gets every count.
 OptimizerState receive_optimizer_state(Communicator& control, const checkpoint::OptimizerFiles* files,
                                        const WantedPieces& wanted, size_t chunk_bytes,
                                        TransferStats* stats = nullptr);

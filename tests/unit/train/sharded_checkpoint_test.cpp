@@ -119,6 +119,28 @@ TEST(ShardedCheckpoint, TwoShardsLoadWholeAtOneAndThreeRanks) {
   expect_loaded(dir, full, 2, true);   // the same world size
 }
 
+// A ZeRO rank that owns whole parameters exports them whole, and only those: the ranks' exports
+// differ, so the state is saved in shards although no entry is a slice.
+TEST(ShardedCheckpoint, RanksExportingDifferentWholeTensorsSaveShards) {
+  testing::TempDir tmp;
+  const std::string dir = (tmp.path() / "ck").string();
+  const OptimizerState full = full_state(6);
+  testing::run_ranks(2, [&](Communicator& comm) {
+    OptimizerState mine;  // rank 0: the biases and 0.weight, rank 1: 2.weight
+    for (const auto& e : full.tensors)
+      if ((e.name.starts_with("2.") ? 1 : 0) == comm.rank()) mine.tensors.push_back(e);
+    for (const auto& c : full.counts)
+      if ((c.name.starts_with("2.") ? 1 : 0) == comm.rank()) mine.counts.push_back(c);
+    auto model = tiny_model();
+    testing::FixedStateOptimizer opt(mine);
+    Checkpointer saver(comm, {.dir = dir, .background = false});
+    saver.save(state_at(10, 2), *model, opt);
+  });
+  EXPECT_EQ(checkpoint::read_checkpoint(dir).state.optimizer_shards, 2);
+  expect_loaded(dir, full, 1, false);
+  expect_loaded(dir, full, 3, true);
+}
+
 TEST(ShardedCheckpoint, AnUnshardedCheckpointLoadsAsThreeSlices) {
   testing::TempDir tmp;
   const std::string dir = (tmp.path() / "ck").string();

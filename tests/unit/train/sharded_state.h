@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -44,7 +45,8 @@ inline std::vector<checkpoint::Piece> pieces_of(const OptimizerState& full, int 
   return out;
 }
 
-// What a ZeRO optimizer on rank r of n exports: its slices (1-D) and every count.
+// What a ZeRO optimizer on rank r of n exports: its slices (1-D) and the counts of the
+// parameters it has slices of (as model/optimizer.h's ZeRO export keeps them).
 inline OptimizerState slice_of(const OptimizerState& full, int rank, int n) {
   OptimizerState s;
   for (const checkpoint::Piece& p : pieces_of(full, rank, n)) {
@@ -55,7 +57,13 @@ inline OptimizerState slice_of(const OptimizerState& full, int rank, int n) {
     std::memcpy(t.data(), whole->data() + p.offset, static_cast<size_t>(p.numel) * sizeof(float));
     s.tensors.push_back({p.name, t, p.offset, p.full_shape});
   }
-  s.counts = full.counts;
+  auto parameter = [](const std::string& name) { return name.substr(0, name.rfind('.')); };
+  for (const OptimizerState::Count& c : full.counts)
+    for (const auto& e : s.tensors)
+      if (parameter(e.name) == parameter(c.name)) {
+        s.counts.push_back(c);
+        break;
+      }
   return s;
 }
 
