@@ -33,16 +33,19 @@
 // Note [Sharded optimizer state]
 //   With ZeRO each rank owns a slice of the optimizer state and no rank holds it all
 //   (OptimizerState::Entry::is_slice, model/optimizer.h).
-//   - state.json's "optimizer_shards" is 1 when the optimizer exports whole tensors: rank 0
-//     writes optimizer.safetensors, exactly as before shards existed. With slices, at n ranks it
-//     is n and the step directory holds optimizer-rank<r>-of-<n>.safetensors for r < n (and no
-//     optimizer.safetensors), each listed in state.json with its size and CRC like any file.
+//   - state.json's "optimizer_shards" is 1 when every rank exports the same whole tensors
+//     (replicas): rank 0 writes optimizer.safetensors, exactly as before shards existed. When
+//     the ranks' exports differ or hold slices (ZeRO; the ranks agree on it, agree_sharded), at
+//     n ranks it is n and the step directory holds optimizer-rank<r>-of-<n>.safetensors for
+//     r < n (and no optimizer.safetensors), each listed in state.json with its size and CRC.
 //   - A shard file keeps PyTorch's names; a slice is stored 1-D, and the file's __metadata__
 //     records, per name, "<name>": "<offset>,<numel>,[<full shape>]" ("70,35,[5,7]": element
 //     offset into the flattened tensor, the slice's length, the full shape), so the pieces are
-//     self-describing; "optimizer" is the optimizer's name as in optimizer.safetensors. The
-//     step counts (0-d I64, replicated on every rank) are in every shard file and must agree.
-//     One piece per name per file (a rank's slice of the flat store meets a tensor in one range).
+//     self-describing (a whole tensor a rank owns is the piece "0,<numel>,[<shape>]", stored
+//     in its shape); "optimizer" is the optimizer's name as in optimizer.safetensors. A step
+//     count (0-d I64) is in the file of every rank that holds a piece of its parameter, and the
+//     copies must agree. One piece per name per file (a rank's part of the flat store meets a
+//     tensor in one range).
 //   - Saving: still only rank 0 writes (no shared filesystem, train/root_broadcast.h). During
 //     Checkpointer::write(), collective then, rank r sends its manifest (names, sizes) and its
 //     bytes to rank 0 in chunks of at most CheckpointerOptions::transfer_chunk_bytes (16 MiB by
