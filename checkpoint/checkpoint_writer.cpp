@@ -166,7 +166,9 @@ fs::path write_checkpoint(const CheckpointWriterOptions& options, CheckpointSnap
 }
 
 ShardedSave::ShardedSave(const CheckpointWriterOptions& options, int64_t step, int64_t shards)
-    : temp_(temp_step_directory(options.dir, step)), shards_(shards), budget_(options.fault_after_bytes) {
+    : temp_(temp_step_directory(options.dir, step)),
+      shards_(shards),
+      budget_(std::make_unique<FaultBudget>(options.fault_after_bytes)) {
   DTRAIN_CHECK(shards >= 1, "{} optimizer shards", shards);
   const fs::path target = options.dir / step_dir_name(step);
   try {
@@ -188,7 +190,7 @@ ShardedSave::~ShardedSave() {
 }
 
 std::unique_ptr<DurableFile> ShardedSave::create(const std::string& name) {
-  return std::make_unique<DurableFile>(temp_ / name, &budget_);
+  return std::make_unique<DurableFile>(temp_ / name, budget_.get());
 }
 
 void ShardedSave::add(const std::string& name, const DurableFile& committed) {

@@ -22,12 +22,14 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_layout.h"
-#include "checkpoint/durable_file.h"
 #include "checkpoint/host_buffer_pool.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/training_state.h"
 
 namespace dtrain::checkpoint {
+
+class DurableFile;  // checkpoint/durable_file.h (not installed: include it to use create())
+class FaultBudget;
 
 struct CheckpointWriterOptions {
   std::filesystem::path dir;  // created when missing
@@ -56,13 +58,13 @@ class ShardedSave {
   // writer's own clean-up owns the directory.
   const std::map<std::string, FileDigest>& files() const { return files_; }
   const std::filesystem::path& temp() const { return temp_; }
-  FaultBudget& budget() { return budget_; }
+  FaultBudget& budget() { return *budget_; }
   void hand_over() { handed_over_ = true; }
 
  private:
   std::filesystem::path temp_;
   int64_t shards_;
-  FaultBudget budget_;
+  std::unique_ptr<FaultBudget> budget_;
   std::map<std::string, FileDigest> files_;
   bool handed_over_ = false;
 };

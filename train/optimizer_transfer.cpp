@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/durable_file.h"
 #include "checkpoint/finite.h"
 #include "comm/exchange.h"
 #include "core/memory.h"

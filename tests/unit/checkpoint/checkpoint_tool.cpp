@@ -15,6 +15,7 @@
 
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/checkpoint_writer.h"
+#include "checkpoint/durable_file.h"
 #include "checkpoint/optimizer_shards.h"
 #include "core/error.h"
 #include "model/models.h"

@@ -13,6 +13,7 @@
 #include "../data/temp_dir.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/checkpoint_writer.h"
+#include "checkpoint/durable_file.h"
 #include "comm/self_communicator.h"
 #include "model/models.h"
 #include "sharded_state.h"
