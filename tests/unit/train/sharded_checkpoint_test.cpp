@@ -187,6 +187,30 @@ TEST(ShardedCheckpoint, NoChunkExceedsTheBound) {
   EXPECT_EQ(sent[0].bytes, 2u * (3 + 35 + 20) * 4 - rank0_bytes);
 }
 
+// Rank 0 failing to write (here: its temporary directory vanished) keeps moving every chunk, then
+// the failure is every rank's: no rank is left waiting on another.
+TEST(ShardedCheckpoint, ARank0WriteFailureIsEveryRanksErrorWithoutAHang) {
+  testing::TempDir tmp;
+  const OptimizerState full = full_state();
+  std::vector<std::string> errors(3);
+  testing::run_ranks(3, [&](Communicator& comm) {
+    std::unique_ptr<checkpoint::ShardedSave> save;
+    if (comm.rank() == 0) {
+      save = std::make_unique<checkpoint::ShardedSave>(
+          checkpoint::CheckpointWriterOptions{.dir = tmp.path(), .keep = 2, .fault_after_bytes = std::nullopt}, 3, 3);
+      fs::remove_all(save->temp());
+    }
+    try {
+      send_optimizer_shards(comm, slice_of(full, comm.rank(), 3), {}, save.get(), 24);
+    } catch (const AgreedError& e) {
+      errors[static_cast<size_t>(comm.rank())] = e.what();
+    }
+  });
+  EXPECT_NE(errors[0].find("optimizer-rank0-of-3.safetensors"), std::string::npos) << errors[0];
+  EXPECT_EQ(errors[1], errors[0]);
+  EXPECT_EQ(errors[2], errors[0]);
+}
+
 // Writes rank states as shard files of one checkpoint directly (no ranks), letting a test edit
 // each file's metadata first: how damaged checkpoints are made.
 void write_shards(const fs::path& dir, const std::vector<OptimizerState>& ranks,
