@@ -126,13 +126,13 @@ CheckpointerOptions checkpointer_options(const CheckpointSettings& settings) {
 }
 
 std::optional<ResumedRun> restore_checkpoint(Communicator& control, const TrainConfig& c, Module& model,
-                                             Optimizer& optimizer) {
+                                             Optimizer& optimizer, const WantedPieces& pieces) {
   const CheckpointSettings& k = c.checkpoints;
   if (k.resume == ResumeMode::kNone) return std::nullopt;
   const nlohmann::json config = resume_config(c);
   std::optional<Resumed> resumed = k.resume == ResumeMode::kAuto
-                                       ? restore_newest(control, k.dir, model, optimizer, config)
-                                       : restore_from(control, k.resume_path, model, optimizer, config);
+                                       ? restore_newest(control, k.dir, model, optimizer, config, pieces)
+                                       : restore_from(control, k.resume_path, model, optimizer, config, pieces);
   if (!resumed) return std::nullopt;
   ResumedRun run{std::move(*resumed), {}};
   // Every rank read the same state.json: a layout that does not fit fails alike everywhere.

@@ -56,8 +56,10 @@ struct ResumedRun : Resumed {
 // settings name (train/checkpointer.h: restore_newest for `--resume auto`, restore_from for a
 // path), checking this run's resume_config() against the checkpoint's. nullopt when `--resume
 // auto` finds no checkpoint. Every rank throws the same AgreedError (one line naming the file or
-// the field) when it does not fit. Collective over `control`.
+// the field) when it does not fit. `pieces`: this rank's slices of the optimizer state when the
+// optimizer is sharded (ZeRO), nullopt for whole tensors (train/optimizer_transfer.h); the
+// checkpoint may be sharded at any count or not. Collective over `control`.
 std::optional<ResumedRun> restore_checkpoint(Communicator& control, const TrainConfig& config, Module& model,
-                                             Optimizer& optimizer);
+                                             Optimizer& optimizer, const WantedPieces& pieces = std::nullopt);
 
 }  // namespace dtrain

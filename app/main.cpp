@@ -1,6 +1,7 @@
 // `dtrain`: the command-line trainer. `dtrain train [flags]` runs data-parallel training on as
 // many ranks as it was started with (dtrain-launch, mpirun -np N, srun, or one process alone);
-// `dtrain eval --weights FILE` evaluates trained weights; `dtrain data shard` writes token shards. Flags are parsed before anything
+// `dtrain eval --weights FILE` evaluates trained weights; `dtrain data shard` writes token shards;
+// `dtrain checkpoint consolidate` writes a sharded checkpoint's optimizer state as one file. Flags are parsed before anything
 // starts, so --help and flag errors need no MPI job. `dtrain sample` continues a prompt with a
 // byte-level GPT.
 #include <unistd.h>
@@ -15,6 +16,7 @@
 
 #include "app/bench_allreduce.h"
 #include "app/bench_gemm.h"
+#include "app/checkpoint_command.h"
 #include "app/data_command.h"
 #include "app/divergence.h"
 #include "app/eval_command.h"
@@ -38,6 +40,7 @@ constexpr const char* kUsage =
     "       dtrain flight-report DIR             (where a hung or timed-out job stopped)\n"
     "       dtrain bench allreduce [flags]       (dtrain bench allreduce --help)\n"
     "       dtrain data shard --bytes PATH... -o DIR (token shards from text; dtrain data shard --help)\n"
+    "       dtrain checkpoint consolidate DIR [-o FILE] (a sharded checkpoint's optimizer state as one file)\n"
     "       dtrain bench gemm [flags]            (this binary's float32 GEMM rate)\n"
     "  runs on every rank it is started with: dtrain-launch -n 2 -- dtrain train --epochs 1\n";
 
@@ -164,23 +167,42 @@ int run_bench_allreduce_command(const std::vector<std::string>& args, int* argc,
   });
 }
 
-// `dtrain data shard`: no MPI job; an error is one line and its kind's status.
+// A command without an MPI job: `work` returns its summary line; an error is one line and its
+// kind's status.
+template <class Work>
+int run_offline(Work&& work) {
+  try {
+    fmt::print("{}\n", work());
+    return 0;
+  } catch (const dtrain::Error& e) {
+    fmt::print(stderr, "dtrain: error: {}\n", e.what());
+    return dtrain::exit_status(e.kind());
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr, "dtrain: error: out of memory: an allocation failed\n");
+    return dtrain::kExitNoMemory;
+  }
+}
+
+// `dtrain data shard`: no MPI job.
 int run_data(const std::vector<std::string>& args) {
   if (args.empty() || args[0] != "shard")
     return usage_error(fmt::format("data: expected 'shard' (dtrain data shard --bytes PATH... -o DIR), got '{}'",
                                    args.empty() ? "" : args[0]));
   return with_flags({args.begin() + 1, args.end()}, dtrain::parse_data_shard_options,
                     [](const dtrain::ParsedDataShard& parsed) {
-                      try {
-                        fmt::print("{}\n", dtrain::run_data_shard(parsed.config));
-                        return 0;
-                      } catch (const dtrain::Error& e) {
-                        fmt::print(stderr, "dtrain: error: {}\n", e.what());
-                        return dtrain::exit_status(e.kind());
-                      } catch (const std::bad_alloc&) {
-                        fmt::print(stderr, "dtrain: error: out of memory: an allocation failed\n");
-                        return dtrain::kExitNoMemory;
-                      }
+                      return run_offline([&] { return dtrain::run_data_shard(parsed.config); });
+                    });
+}
+
+// `dtrain checkpoint consolidate`: no MPI job.
+int run_checkpoint(const std::vector<std::string>& args) {
+  if (args.empty() || args[0] != "consolidate")
+    return usage_error(fmt::format(
+        "checkpoint: expected 'consolidate' (dtrain checkpoint consolidate DIR [-o FILE]), got '{}'",
+        args.empty() ? "" : args[0]));
+  return with_flags({args.begin() + 1, args.end()}, dtrain::parse_consolidate_options,
+                    [](const dtrain::ParsedConsolidate& parsed) {
+                      return run_offline([&] { return dtrain::run_consolidate(parsed.config); });
                     });
 }
 
@@ -218,6 +240,7 @@ int main(int argc, char** argv) {
   if (args[0] == "bench") return run_bench({args.begin() + 1, args.end()}, &argc, &argv);
   if (args[0] == "eval") return run_eval({args.begin() + 1, args.end()}, &argc, &argv);
   if (args[0] == "data") return run_data({args.begin() + 1, args.end()});
+  if (args[0] == "checkpoint") return run_checkpoint({args.begin() + 1, args.end()});
   if (args[0] == "sample") return run_sample({args.begin() + 1, args.end()}, &argc, &argv);
   if (args[0] == "flight-report") {
     if (args.size() != 2) return usage_error("flight-report: expected one directory (dtrain flight-report DIR)");
@@ -231,5 +254,5 @@ int main(int argc, char** argv) {
     }
   }
   return usage_error(fmt::format(
-      "unknown command '{}'; expected 'train', 'eval', 'sample', 'bench', 'data' or 'flight-report'", args[0]));
+      "unknown command '{}'; expected 'train', 'eval', 'sample', 'bench', 'data', 'checkpoint' or 'flight-report'", args[0]));
 }

@@ -24,12 +24,12 @@ RunControl::RunControl(Runtime& runtime, const TrainConfig& c, Module& model, co
       stop_vote_(runtime.control()),
       loss_watch_(runtime.device(), runtime.device().is_cpu(), kVotePeriodMs) {}
 
-std::optional<ResumedRun> RunControl::read_starting_point(Optimizer& optimizer) {
+std::optional<ResumedRun> RunControl::read_starting_point(Optimizer& optimizer, const WantedPieces& pieces) {
   const CheckpointSettings& k = c_.checkpoints;
   // Whatever fails in reading, checking or loading them is about the files (a damaged one, one
   // made for another model or run): a restart would fail the same way.
   std::optional<ResumedRun> resumed = classify_errors(ErrorKind::kCheckpoint, [&] {
-    return restore_checkpoint(rt_.control(), c_, model_, optimizer);
+    return restore_checkpoint(rt_.control(), c_, model_, optimizer, pieces);
   });
   if (!resumed && !k.init_weights.empty())
     classify_errors(ErrorKind::kCheckpoint, [&] { load_initial_weights(rt_.control(), k.init_weights, model_); });

@@ -52,7 +52,8 @@ class RunControl {
   // weights (--init-weights, into the model), else nullopt and the seeded initialisation. Reads
   // everything that can fail before anything is printed: a checkpoint that does not fit is the
   // run's only line (a checkpoint error). Collective.
-  std::optional<ResumedRun> read_starting_point(Optimizer& optimizer);
+  // `pieces`: the optimizer's slices when it is sharded (ZeRO), else nullopt (whole tensors).
+  std::optional<ResumedRun> read_starting_point(Optimizer& optimizer, const WantedPieces& pieces = std::nullopt);
   // After the run's opening line: notes where it starts; from a checkpoint, hands its bucket
   // layout to `ddp` (null on one rank) and remembers the checkpoint as the newest.
   void announce_start(const std::optional<ResumedRun>& resumed, DistributedDataParallel* ddp);

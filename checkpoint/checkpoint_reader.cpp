@@ -40,12 +40,18 @@ TrainingState read_state(const fs::path& dir) {
   FileBytes file = read_whole_file(path);
   TrainingState state =
       decode_state(std::string_view(reinterpret_cast<const char*>(file.data.get()), file.size), path.string());
-  if (state.optimizer_shards != kOptimizerShardsSupported)
-    throw Error(fmt::format("{}: optimizer_shards: {} shards; this dtrain reads unsharded optimizer state only",
-                            path.string(), state.optimizer_shards));
+  // Note [Sharded optimizer state]: optimizer.safetensors, or one file per shard.
+  auto expected = [&](const std::string& name) {
+    if (name == kModelFile) return true;
+    if (name == kOptimizerFile) return state.optimizer_shards == 1;
+    for (int64_t r = 0; r < state.optimizer_shards; ++r)
+      if (name == optimizer_shard_name(r, state.optimizer_shards)) return true;
+    return false;
+  };
   for (const auto& [name, digest] : state.files)
-    if (name != kModelFile && name != kOptimizerFile)
-      throw Error(fmt::format("{}: files: unexpected entry '{}'", path.string(), name));
+    if (!expected(name))
+      throw Error(fmt::format("{}: files: unexpected entry '{}' (optimizer_shards {})", path.string(), name,
+                              state.optimizer_shards));
   if (auto step = parse_step_dir_name(dir.filename().string()); step && *step != state.global_step)
     throw Error(fmt::format("{}: global_step: {}, but the directory is {}", path.string(), state.global_step,
                             dir.filename().string()));
@@ -91,7 +97,7 @@ namespace {
 LoadedCheckpoint read_step_directory(const fs::path& dir) {
   TrainingState state = read_state(dir);
   safetensors::File model = read_checked(dir, kModelFile, state);
-  safetensors::File optimizer = read_checked(dir, kOptimizerFile, state);
+  OptimizerFiles optimizer = OptimizerFiles::open(dir, state);
   return LoadedCheckpoint{dir, std::move(state), std::move(model), std::move(optimizer), {}};
 }
 

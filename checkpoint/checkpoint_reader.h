@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/optimizer_shards.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/training_state.h"
 
@@ -21,7 +22,8 @@ struct LoadedCheckpoint {
   std::filesystem::path path;  // DIR/step-<N>
   TrainingState state;
   safetensors::File model;
-  safetensors::File optimizer;
+  // Opened and checked, not read into memory (one file, or state.optimizer_shards shards).
+  OptimizerFiles optimizer;
   // Why this one, when DIR had no `latest` to say: "DIR has no latest; using DIR/step-16, the
   // newest complete checkpoint" (and any newer one skipped, with the reason). Empty otherwise.
   std::string chosen_because;

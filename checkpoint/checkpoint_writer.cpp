@@ -93,22 +93,30 @@ void refuse_if_poisoned() {
     throw Error(fmt::format("a collective of this process failed, so its state may be wrong: {}", why));
 }
 
+fs::path temp_step_directory(const fs::path& dir, int64_t step) {
+  return dir / fmt::format("{}{}-{}", kTempPrefix, step_dir_name(step), ::getpid());
+}
+
 // The step directory, complete and fsynced under its final name; nothing of it on failure.
 void write_step_directory(const fs::path& dir, const fs::path& target, CheckpointSnapshot& snapshot,
                           FaultBudget& budget) {
-  const fs::path temp =
-      dir / fmt::format("{}{}-{}", kTempPrefix, target.filename().string(), ::getpid());
-  make_directory(temp);
+  const fs::path temp = temp_step_directory(dir, snapshot.state.global_step);
+  if (!snapshot.sharded) make_directory(temp);  // a sharded save made it, and wrote its shards
   try {
     TrainingState& state = snapshot.state;
     state.format_version = kFormatVersion;
     state.dtrain_version = dtrain_version();
-    state.optimizer_shards = 1;  // Note [Sharded optimizer state]
     state.files.clear();
     state.files[std::string(kModelFile)] =
         write_tensor_file(temp / kModelFile, snapshot.model, snapshot.model_metadata, budget);
-    state.files[std::string(kOptimizerFile)] =
-        write_tensor_file(temp / kOptimizerFile, snapshot.optimizer, snapshot.optimizer_metadata, budget);
+    if (snapshot.sharded) {  // Note [Sharded optimizer state]
+      state.optimizer_shards = snapshot.sharded->shards();
+      state.files.insert(snapshot.sharded->files().begin(), snapshot.sharded->files().end());
+    } else {
+      state.optimizer_shards = 1;
+      state.files[std::string(kOptimizerFile)] =
+          write_tensor_file(temp / kOptimizerFile, snapshot.optimizer, snapshot.optimizer_metadata, budget);
+    }
     write_text_file(temp / kStateFile, encode_state(state), budget);
     fsync_directory(temp);
     if (!publish_unless_poisoned([&] { publish(temp, target); })) refuse_if_poisoned();
@@ -136,7 +144,15 @@ fs::path write_checkpoint(const CheckpointWriterOptions& options, CheckpointSnap
     fs::create_directories(dir, ec);
     if (ec) throw_os_error("cannot create directory", dir, ec.value());
     refuse_if_poisoned();  // before any byte: not even a temporary folder
-    FaultBudget budget(options.fault_after_bytes);
+    FaultBudget own_budget(options.fault_after_bytes);
+    // A sharded save's budget already counts its shards' bytes: one budget per save.
+    FaultBudget& budget = snapshot.sharded ? snapshot.sharded->budget() : own_budget;
+    if (snapshot.sharded) {
+      DTRAIN_CHECK(snapshot.sharded->temp() == temp_step_directory(dir, snapshot.state.global_step),
+                   "a sharded save of {} handed over with the snapshot of step {}", snapshot.sharded->temp().string(),
+                   snapshot.state.global_step);
+      snapshot.sharded->hand_over();  // the step directory's clean-up owns it now
+    }
     write_step_directory(dir, target, snapshot, budget);
     // The step folder stays; `latest` keeps naming the one before.
     if (!publish_unless_poisoned([&] { write_latest(dir, snapshot.state.global_step, budget); })) refuse_if_poisoned();
@@ -147,6 +163,38 @@ fs::path write_checkpoint(const CheckpointWriterOptions& options, CheckpointSnap
     throw Error(fmt::format("checkpoint {} not saved: {}", target.string(), e.what()));
   }
   return target;
+}
+
+ShardedSave::ShardedSave(const CheckpointWriterOptions& options, int64_t step, int64_t shards)
+    : temp_(temp_step_directory(options.dir, step)),
+      shards_(shards),
+      budget_(std::make_unique<FaultBudget>(options.fault_after_bytes)) {
+  DTRAIN_CHECK(shards >= 1, "{} optimizer shards", shards);
+  const fs::path target = options.dir / step_dir_name(step);
+  try {
+    std::error_code ec;
+    fs::create_directories(options.dir, ec);
+    if (ec) throw_os_error("cannot create directory", options.dir, ec.value());
+    refuse_if_poisoned();
+    make_directory(temp_);
+  } catch (const Error& e) {
+    handed_over_ = true;  // nothing of ours to remove
+    throw Error(fmt::format("checkpoint {} not saved: {}", target.string(), e.what()));
+  }
+}
+
+ShardedSave::~ShardedSave() {
+  if (handed_over_) return;
+  std::error_code ec;
+  fs::remove_all(temp_, ec);
+}
+
+std::unique_ptr<DurableFile> ShardedSave::create(const std::string& name) {
+  return std::make_unique<DurableFile>(temp_ / name, budget_.get());
+}
+
+void ShardedSave::add(const std::string& name, const DurableFile& committed) {
+  files_[name] = {committed.size(), committed.crc32()};
 }
 
 CheckpointWriter::CheckpointWriter(CheckpointWriterOptions options) : options_(std::move(options)) {

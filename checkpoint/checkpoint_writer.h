@@ -14,7 +14,10 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -25,19 +28,54 @@
 
 namespace dtrain::checkpoint {
 
-struct CheckpointSnapshot {
-  TrainingState state;  // its global_step names the directory; the writer fills files/versions
-  std::vector<safetensors::HostTensor> model;
-  safetensors::Metadata model_metadata;  // e.g. the architecture, for loading without flags
-  std::vector<safetensors::HostTensor> optimizer;
-  safetensors::Metadata optimizer_metadata;
-};
+class DurableFile;  // checkpoint/durable_file.h (not installed: include it to use create())
+class FaultBudget;
 
 struct CheckpointWriterOptions {
   std::filesystem::path dir;  // created when missing
   int keep = kDefaultKeep;    // newest checkpoints kept, >= 1
   // Tests only: stop the process dead after this many bytes of a save (kFaultEnv).
   std::optional<uint64_t> fault_after_bytes = parse_fault_after_bytes(std::getenv(kFaultEnv));
+};
+
+// A save whose optimizer state comes in shards (Note [Sharded optimizer state]): its temporary
+// directory is made first and the shard files are streamed into it as their bytes arrive (from
+// other ranks, one chunk at a time), before the snapshot of the model is handed to the writer,
+// which completes the directory as any save. Destroyed before that, it removes what it wrote.
+class ShardedSave {
+ public:
+  ShardedSave(const CheckpointWriterOptions& options, int64_t step, int64_t shards);
+  ~ShardedSave();
+  ShardedSave(const ShardedSave&) = delete;
+  ShardedSave& operator=(const ShardedSave&) = delete;
+
+  int64_t shards() const { return shards_; }
+  // A new file `name` in the save's directory; commit() it when written, then add() it.
+  std::unique_ptr<DurableFile> create(const std::string& name);
+  void add(const std::string& name, const DurableFile& committed);
+
+  // For the writer: the files written, the directory, the save's budget; hand_over() once the
+  // writer's own clean-up owns the directory.
+  const std::map<std::string, FileDigest>& files() const { return files_; }
+  const std::filesystem::path& temp() const { return temp_; }
+  FaultBudget& budget() { return *budget_; }
+  void hand_over() { handed_over_ = true; }
+
+ private:
+  std::filesystem::path temp_;
+  int64_t shards_;
+  std::unique_ptr<FaultBudget> budget_;
+  std::map<std::string, FileDigest> files_;
+  bool handed_over_ = false;
+};
+
+struct CheckpointSnapshot {
+  TrainingState state;  // its global_step names the directory; the writer fills files/versions
+  std::vector<safetensors::HostTensor> model;
+  safetensors::Metadata model_metadata;  // e.g. the architecture, for loading without flags
+  std::vector<safetensors::HostTensor> optimizer;  // empty when `sharded` holds the state
+  safetensors::Metadata optimizer_metadata;
+  std::shared_ptr<ShardedSave> sharded;  // the shard files already written, or null
 };
 
 // Writes one checkpoint now; returns its directory once `latest` names it and older ones beyond

@@ -37,9 +37,8 @@ constexpr std::pair<Dtype, std::string_view> kDtypeNames[] = {
     {Dtype::kI64, "I64"},   {Dtype::kF64, "F64"},
 };
 
-// Data order: larger elements first (each tensor then starts aligned to its element size, the
-// buffer itself starting 8-aligned), then by name.
-std::vector<size_t> data_order(std::span<const TensorRef> tensors) {
+template <class T>
+std::vector<size_t> order_of(std::span<const T> tensors) {
   std::vector<size_t> order(tensors.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
@@ -233,18 +232,26 @@ std::vector<TensorRef> refs(std::span<const HostTensor> tensors) {
   return out;
 }
 
-std::string encode_header(std::span<const TensorRef> tensors, const Metadata& metadata) {
+// Data order: larger elements first (each tensor then starts aligned to its element size, the
+// buffer itself starting 8-aligned), then by name.
+std::vector<size_t> data_order(std::span<const TensorSpec> tensors) { return order_of(tensors); }
+
+uint64_t nbytes_of(const TensorSpec& spec) {
+  auto n = checked_nbytes(spec.shape, spec.dtype);
+  DTRAIN_CHECK(n.has_value(), "tensor '{}' has an invalid shape {}", spec.name, shape_str(spec.shape));
+  return *n;
+}
+
+std::string encode_header(std::span<const TensorSpec> tensors, const Metadata& metadata) {
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
   for (size_t i : data_order(tensors)) {
-    const TensorRef& t = tensors[i];
-    auto nbytes = checked_nbytes(t.shape, t.dtype);
-    DTRAIN_CHECK(nbytes && *nbytes == t.bytes.size(), "tensor '{}' of dtype {} and shape {} given {} bytes", t.name,
-                 dtype_name(t.dtype), shape_str(t.shape), t.bytes.size());
+    const TensorSpec& t = tensors[i];
+    const uint64_t nbytes = nbytes_of(t);
     DTRAIN_CHECK(t.name != "__metadata__" && !header.contains(t.name), "tensor name '{}' used twice or reserved", t.name);
-    header[t.name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + *nbytes}}};
-    offset += *nbytes;
+    header[t.name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + nbytes}}};
+    offset += nbytes;
   }
   std::string text;
   try {
@@ -254,6 +261,18 @@ std::string encode_header(std::span<const TensorRef> tensors, const Metadata& me
   }
   text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-aligned, as the reference pads
   return text;
+}
+
+std::string encode_header(std::span<const TensorRef> tensors, const Metadata& metadata) {
+  std::vector<TensorSpec> specs;
+  specs.reserve(tensors.size());
+  for (const TensorRef& t : tensors) {
+    auto nbytes = checked_nbytes(t.shape, t.dtype);
+    DTRAIN_CHECK(nbytes && *nbytes == t.bytes.size(), "tensor '{}' of dtype {} and shape {} given {} bytes", t.name,
+                 dtype_name(t.dtype), shape_str(t.shape), t.bytes.size());
+    specs.push_back({t.name, t.dtype, t.shape});
+  }
+  return encode_header(std::span<const TensorSpec>(specs), metadata);
 }
 
 Header parse_header(std::string_view text, uint64_t data_bytes, std::string_view source) {
@@ -276,13 +295,24 @@ Header parse_header(std::string_view text, uint64_t data_bytes, std::string_view
   return header;  // json objects iterate in key order: tensors are sorted by name
 }
 
-uint64_t write(ByteSink& sink, std::span<const TensorRef> tensors, const Metadata& metadata) {
-  const std::string header = encode_header(tensors, metadata);
+namespace {
+
+uint64_t write_encoded_header(ByteSink& sink, const std::string& header) {
   const uint64_t length = header.size();
   sink.write(std::as_bytes(std::span(&length, 1)));
   sink.write(std::as_bytes(std::span(header)));
-  uint64_t total = 8 + length;
-  for (size_t i : data_order(tensors)) {
+  return 8 + length;
+}
+
+}  // namespace
+
+uint64_t write_header(ByteSink& sink, std::span<const TensorSpec> tensors, const Metadata& metadata) {
+  return write_encoded_header(sink, encode_header(tensors, metadata));
+}
+
+uint64_t write(ByteSink& sink, std::span<const TensorRef> tensors, const Metadata& metadata) {
+  uint64_t total = write_encoded_header(sink, encode_header(tensors, metadata));
+  for (size_t i : order_of(tensors)) {
     sink.write(tensors[i].bytes);
     total += tensors[i].bytes.size();
   }

@@ -85,6 +85,19 @@ struct Header {
 // multiple of 8 bytes (the 8-byte length prefix is not included). Keys are sorted.
 std::string encode_header(std::span<const TensorRef> tensors, const Metadata& metadata);
 
+// A tensor's name, dtype and shape without its bytes: what a file written piece by piece
+// (write_header, then the data in data_order) declares before its data exists in memory.
+struct TensorSpec {
+  std::string name;
+  Dtype dtype = Dtype::kF32;
+  Shape shape;
+};
+std::string encode_header(std::span<const TensorSpec> tensors, const Metadata& metadata);
+// The order of the tensors' data in the file: indices into `tensors`.
+std::vector<size_t> data_order(std::span<const TensorSpec> tensors);
+// numel * the dtype's size (the shape must be valid).
+uint64_t nbytes_of(const TensorSpec& spec);
+
 // The largest header accepted, as the reference implementation's limit.
 inline constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
@@ -104,6 +117,9 @@ class ByteSink {
 // Writes a complete safetensors file to `sink` (tensor names must be unique). Returns the bytes
 // written.
 uint64_t write(ByteSink& sink, std::span<const TensorRef> tensors, const Metadata& metadata);
+// The length prefix and the header of a file holding `tensors`; the caller then writes each
+// tensor's bytes in data_order(tensors), in pieces of any size. Returns the bytes written.
+uint64_t write_header(ByteSink& sink, std::span<const TensorSpec> tensors, const Metadata& metadata);
 
 // A safetensors file read completely into memory and validated.
 class File {

@@ -46,8 +46,8 @@ set(DTRAIN_PUBLIC_HEADERS
   ddp/bucket_cap_tuner.h ddp/bucket_plan.h ddp/comm_hook.h ddp/distributed_data_parallel.h ddp/grad_bucket.h
   ddp/join.h ddp/reducer.h
   checkpoint/checkpoint_layout.h checkpoint/checkpoint_reader.h checkpoint/checkpoint_writer.h checkpoint/finite.h
-  checkpoint/host_buffer_pool.h checkpoint/safetensors.h checkpoint/training_state.h
-  train/checkpointer.h train/root_broadcast.h)
+  checkpoint/host_buffer_pool.h checkpoint/optimizer_shards.h checkpoint/safetensors.h checkpoint/training_state.h
+  train/checkpointer.h train/optimizer_transfer.h train/root_broadcast.h)
 foreach(header IN LISTS DTRAIN_PUBLIC_HEADERS)
   cmake_path(GET header PARENT_PATH layer)
   install(FILES ${header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/dtrain/${layer})

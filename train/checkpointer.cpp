@@ -14,6 +14,7 @@
 #include "checkpoint/checkpoint_writer.h"
 #include "checkpoint/directory_lock.h"
 #include "checkpoint/finite.h"
+#include "comm/exchange.h"
 #include "train/root_broadcast.h"
 
 namespace dtrain {
@@ -53,17 +54,6 @@ void load_parameters(const safetensors::File& file, Module& model) {
   safetensors::load_named(file, targets);
 }
 
-OptimizerState optimizer_state_from(const safetensors::File& file) {
-  OptimizerState state;
-  for (const safetensors::TensorInfo& info : file.header().tensors) {
-    if (info.dtype == safetensors::Dtype::kI64)
-      state.counts.push_back({info.name, file.i64_scalar(info.name)});
-    else
-      state.tensors.push_back({info.name, file.to_tensor(info.name)});
-  }
-  return state;
-}
-
 // The caller's RNG state (an object, or nothing) with the model's Dropout counters added.
 json with_dropout_counters(json rng, Module& model) {
   if (!rng.is_object()) rng = json::object();
@@ -94,31 +84,42 @@ double mean(const std::vector<double>& v) {
   return v.empty() ? 0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
 }
 
+// The name errors about the optimizer state carry: its file, or its shards.
+std::string optimizer_source(const fs::path& dir, const checkpoint::TrainingState& state) {
+  if (state.files.contains(std::string(checkpoint::kOptimizerFile))) return (dir / checkpoint::kOptimizerFile).string();
+  return (dir / fmt::format("optimizer-rank*-of-{}.safetensors", state.optimizer_shards)).string();
+}
+
 // Rank 0 reads (`read`: nullopt when there is nothing to resume) and checks the config; every
-// rank loads the same bytes, so that a checkpoint that does not fit fails alike everywhere.
+// rank loads the same model bytes, so that a checkpoint that does not fit fails alike everywhere,
+// and receives its optimizer state from rank 0's files in chunks (train/optimizer_transfer.h).
 std::optional<Resumed> restore(Communicator& control,
                                const std::function<std::optional<checkpoint::LoadedCheckpoint>()>& read,
-                               const json& config, Module& model, Optimizer& optimizer) {
+                               const json& config, Module& model, Optimizer& optimizer, const WantedPieces& pieces) {
+  std::optional<checkpoint::LoadedCheckpoint> loaded;  // rank 0's
   const std::vector<std::string> parts = broadcast_from_root(control, [&]() -> std::vector<std::string> {
-    std::optional<checkpoint::LoadedCheckpoint> loaded = read();
+    loaded = read();
     if (!loaded) return {};
     if (!config.is_null()) checkpoint::check_config_matches(*loaded, config, {});
     return {loaded->path.string(), checkpoint::encode_state(loaded->state), as_string(loaded->model.file_bytes()),
-            as_string(loaded->optimizer.file_bytes()), loaded->chosen_because};
+            loaded->chosen_because, loaded->optimizer.nonfinite()};
   });
   if (parts.empty()) return std::nullopt;
-  return agreed([&] {
-    const fs::path dir = parts[0];
-    const std::string state_source = (dir / checkpoint::kStateFile).string();
-    Resumed resumed{checkpoint::decode_state(parts[1], state_source), parts[0], parts[4]};
+  const fs::path dir = parts[0];
+  const std::string state_source = (dir / checkpoint::kStateFile).string();
+  Resumed resumed = agreed([&] {
+    Resumed r{checkpoint::decode_state(parts[1], state_source), parts[0], parts[3]};
     load_parameters(file_from(parts[2], (dir / checkpoint::kModelFile).string()), model);
-    const std::string optimizer_source = (dir / checkpoint::kOptimizerFile).string();
-    const safetensors::File optimizer_file = file_from(parts[3], optimizer_source);
-    refuse_nonfinite(optimizer_file);
+    if (!parts[4].empty()) throw Error(parts[4]);  // a non-finite optimizer value, after the model's checks
+    return r;
+  });
+  const OptimizerState state = receive_optimizer_state(control, loaded ? &loaded->optimizer : nullptr, pieces,
+                                                       checkpoint::kStreamChunkBytes);
+  return agreed([&] {
     try {
-      optimizer.import_state(optimizer_state_from(optimizer_file));
+      optimizer.import_state(state);
     } catch (const Error& e) {
-      throw Error(fmt::format("{}: {}", optimizer_source, e.what()), e.kind());  // out of memory stays so
+      throw Error(fmt::format("{}: {}", optimizer_source(dir, resumed.state), e.what()), e.kind());  // out of memory stays so
     }
     restore_rng(resumed.state.rng, model, state_source);
     return resumed;
@@ -147,17 +148,23 @@ Checkpointer::~Checkpointer() = default;
 
 void Checkpointer::save(checkpoint::TrainingState state, Module& model, const Optimizer& optimizer,
                         const safetensors::Metadata& metadata) {
-  // Rank 0 snapshots and writes; whatever stops it (an earlier save's error, a non-finite value,
-  // a synchronous write's error) is every rank's, and nothing of this step is written.
+  // Whatever stops a rank's snapshot (an earlier save's error, a non-finite value: rank 0's, or
+  // with sharded state any rank's slice) is every rank's, and nothing of this step is written.
+  const std::string path = (fs::path(options_.dir) / checkpoint::step_dir_name(state.global_step)).string();
+  std::string outcome;  // "" fine; "E<kind><message>" an error; "N<tensor>" a non-finite value
+  try {
+    if (const std::string bad = snapshot(std::move(state), model, optimizer, metadata); !bad.empty()) outcome = "N" + bad;
+  } catch (const Error& e) {
+    outcome = fmt::format("E{}{}", static_cast<int>(e.kind()), e.what());
+  }
+  for (const std::string& o : allgather_strings(control_, outcome)) {
+    if (o.empty()) continue;
+    discard();
+    if (o[0] == 'E') throw AgreedError(o.substr(2), static_cast<ErrorKind>(o[1] - '0'));
+    throw AgreedError(fmt::format("{}: not saved: {}", path, o.substr(1)));
+  }
+  if (pending_shards_) return write();  // collective, and agreed
   broadcast_from_root(control_, [&]() -> std::vector<std::string> {
-    if (!writer_) return {};
-    const int64_t step = state.global_step;
-    const std::string bad = snapshot(std::move(state), model, optimizer, metadata);
-    if (!bad.empty()) {
-      discard();
-      throw Error(fmt::format("{}: not saved: {}", (fs::path(options_.dir) / checkpoint::step_dir_name(step)).string(),
-                              bad));
-    }
     write();
     return {};
   });
@@ -170,14 +177,26 @@ void Checkpointer::finish() {
   });
 }
 
-std::optional<Resumed> Checkpointer::restore_latest(Module& model, Optimizer& optimizer, const json& config) {
-  return restore_newest(control_, options_.dir, model, optimizer, config);
+std::optional<Resumed> Checkpointer::restore_latest(Module& model, Optimizer& optimizer, const json& config,
+                                                    const WantedPieces& pieces) {
+  return restore_newest(control_, options_.dir, model, optimizer, config, pieces);
 }
 
 std::string Checkpointer::snapshot(checkpoint::TrainingState state, Module& model, const Optimizer& optimizer,
                                    const safetensors::Metadata& metadata) {
   pending_.reset();
-  if (!writer_) return "";
+  pending_shards_.reset();
+  if (options_.dir.empty()) return "";
+  std::string bad;
+  OptimizerState optimizer_state = optimizer.export_state();  // views: nothing copied yet
+  if (agree_sharded(control_, optimizer_state)) {  // every rank checks its own slices, a chunk at a time
+    const std::string file = checkpoint::optimizer_shard_name(control_.rank(), control_.size());
+    bad = first_nonfinite_slice(optimizer_state, file, options_.transfer_chunk_bytes);
+    pending_shards_ = std::move(optimizer_state);
+    pending_shard_metadata_ = {{"optimizer", optimizer_name(optimizer.kind())}};
+    pending_step_ = state.global_step;
+  }
+  if (!writer_) return bad;
   const auto t0 = Clock::now();
   // The previous save's buffers return to the pool once written: wait for them rather than
   // take a second set (and so never queue more than one save).
@@ -190,13 +209,14 @@ std::string Checkpointer::snapshot(checkpoint::TrainingState state, Module& mode
   snapshot.state = std::move(state);
   for (Parameter* p : model.parameters()) snapshot.model.push_back(safetensors::host_copy(p->name, p->value, pool));
   snapshot.model_metadata = metadata;
-  const OptimizerState optimizer_state = optimizer.export_state();
-  for (const auto& e : optimizer_state.tensors) snapshot.optimizer.push_back(safetensors::host_copy(e.name, e.value, pool));
-  for (const auto& c : optimizer_state.counts) snapshot.optimizer.push_back(safetensors::i64_scalar(c.name, c.value));
+  if (!pending_shards_) {
+    for (const auto& e : optimizer_state.tensors) snapshot.optimizer.push_back(safetensors::host_copy(e.name, e.value, pool));
+    for (const auto& c : optimizer_state.counts) snapshot.optimizer.push_back(safetensors::i64_scalar(c.name, c.value));
+  }
   snapshot.optimizer_metadata = {{"optimizer", optimizer_name(optimizer.kind())}};
   // One pass over the host copy just made: O(state), as the copy itself.
-  std::string bad = checkpoint::first_nonfinite_tensor(snapshot.model);
-  if (!bad.empty()) bad = fmt::format("{}: {}", checkpoint::kModelFile, bad);
+  if (const std::string m = checkpoint::first_nonfinite_tensor(snapshot.model); !m.empty())
+    bad = fmt::format("{}: {}", checkpoint::kModelFile, m);
   if (const std::string o = checkpoint::first_nonfinite_tensor(snapshot.optimizer); bad.empty() && !o.empty())
     bad = fmt::format("{}: {}", checkpoint::kOptimizerFile, o);
   pending_previous_ms_ = ms_between(t0, t1);
@@ -204,12 +224,35 @@ std::string Checkpointer::snapshot(checkpoint::TrainingState state, Module& mode
   return bad;
 }
 
+void Checkpointer::write_sharded() {
+  const OptimizerState state = std::move(*pending_shards_);
+  pending_shards_.reset();
+  // Rank 0 makes the save's temporary directory (its failure is every rank's), then every
+  // rank's shard streams into it; the model and state.json follow as in any save.
+  std::shared_ptr<checkpoint::ShardedSave> save;
+  broadcast_from_root(control_, [&]() -> std::vector<std::string> {
+    DTRAIN_CHECK(writer_ && pending_, "rank 0 holds no snapshot for the sharded save of step {}", pending_step_);
+    save = std::make_shared<checkpoint::ShardedSave>(writer_->options(), pending_step_, control_.size());
+    return {};
+  });
+  try {
+    send_optimizer_shards(control_, state, pending_shard_metadata_, save.get(), options_.transfer_chunk_bytes);
+  } catch (const Error& e) {
+    pending_.reset();
+    throw AgreedError(fmt::format("checkpoint {} not saved: {}",
+                                  (fs::path(options_.dir) / checkpoint::step_dir_name(pending_step_)).string(), e.what()),
+                      e.kind());
+  }
+  if (pending_) pending_->sharded = std::move(save);
+}
+
 void Checkpointer::write() {
+  const auto t2 = Clock::now();
+  if (pending_shards_) write_sharded();
   if (!writer_ || !pending_) return;
   checkpoint::CheckpointSnapshot snapshot = std::move(*pending_);
   pending_.reset();
   last_path_ = (fs::path(options_.dir) / checkpoint::step_dir_name(snapshot.state.global_step)).string();
-  const auto t2 = Clock::now();
   if (options_.background)
     writer_->save_async(std::move(snapshot));
   else
@@ -223,7 +266,10 @@ void Checkpointer::write() {
   times_.blocked_ms.push_back(pending_previous_ms_ + pending_snapshot_ms_ + ms_between(t2, t3));
 }
 
-void Checkpointer::discard() { pending_.reset(); }
+void Checkpointer::discard() {
+  pending_.reset();
+  pending_shards_.reset();
+}
 
 void Checkpointer::wait() {
   if (writer_) writer_->wait();
@@ -249,19 +295,20 @@ std::string Checkpointer::summary() const {
 }
 
 std::optional<Resumed> restore_newest(Communicator& control, const std::string& dir, Module& model,
-                                      Optimizer& optimizer, const json& config) {
+                                      Optimizer& optimizer, const json& config, const WantedPieces& pieces) {
   // What fails here is about the files (damaged, or made for another model or run): a restart
   // would fail the same way (core/exit_status.h). Failed MPI or CUDA calls keep their kind.
-  return classify_errors(ErrorKind::kCheckpoint,
-                         [&] { return restore(control, [&] { return checkpoint::read_newest(dir); }, config, model, optimizer); });
+  return classify_errors(ErrorKind::kCheckpoint, [&] {
+    return restore(control, [&] { return checkpoint::read_newest(dir); }, config, model, optimizer, pieces);
+  });
 }
 
 Resumed restore_from(Communicator& control, const std::string& path, Module& model, Optimizer& optimizer,
-                     const json& config) {
+                     const json& config, const WantedPieces& pieces) {
   return classify_errors(ErrorKind::kCheckpoint, [&] {
     return *restore(
         control, [&] { return std::optional<checkpoint::LoadedCheckpoint>(checkpoint::read_checkpoint(path)); },
-        config, model, optimizer);
+        config, model, optimizer, pieces);
   });
 }
 

@@ -31,6 +31,7 @@
 #include "comm/communicator.h"
 #include "model/module.h"
 #include "model/optimizer.h"
+#include "train/optimizer_transfer.h"
 
 namespace dtrain {
 
@@ -47,6 +48,8 @@ struct CheckpointerOptions {
   // Ends the line of a directory another job holds: the caller's words for the rule (the CLI
   // names its flag).
   std::string in_use_hint = "one job per checkpoint directory";
+  // The most bytes of sharded optimizer state a rank sends to rank 0 at once.
+  size_t transfer_chunk_bytes = checkpoint::kStreamChunkBytes;
 };
 
 // How long saving held training up, for a run's closing checkpoint line.
@@ -67,7 +70,10 @@ struct Resumed {
 
 // Saves checkpoints. Only rank 0 (replicas are identical) writes, and from its start to its end
 // it holds the lock of the directory (checkpoint/directory_lock.h), taken before anything reads
-// it.
+// it. An optimizer whose ranks export different parts of the state (ZeRO: agree_sharded) is
+// saved in shards, one per rank (Note [Sharded optimizer state]): the other ranks stream theirs
+// to rank 0 during write(), which is then collective and waits for the shards; the model and
+// state.json are still written in the background.
 class Checkpointer {
  public:
   // Collective over `control`: a directory another job holds is the same AgreedError on every
@@ -89,17 +95,21 @@ class Checkpointer {
   // Collective: waits for the save in flight; its error is an AgreedError on every rank.
   void finish();
   // Collective: restore_newest() of this directory (nullopt when it holds no checkpoint).
-  std::optional<Resumed> restore_latest(Module& model, Optimizer& optimizer,
-                                               const nlohmann::json& config = nullptr);
+  std::optional<Resumed> restore_latest(Module& model, Optimizer& optimizer, const nlohmann::json& config = nullptr,
+                                        const WantedPieces& pieces = std::nullopt);
 
-  // save()'s parts, each on this rank alone. snapshot() takes the snapshot after the previous
-  // save is written, and returns the snapshot's first tensor holding a NaN or an infinity
-  // ("<file>: <tensor>: <count> non-finite value(s) ..."), "" when all are finite or this rank
-  // does not write; it throws the error of an earlier save. `state.rng` may carry the caller's
-  // RNG state; the Checkpointer adds the model's Dropout counters as "dropout_counters".
+  // save()'s parts. snapshot() (collective: the ranks agree whether the optimizer state is
+  // sharded, agree_sharded) takes the snapshot after the previous save is written, and returns the snapshot's first tensor holding a NaN or an infinity ("<file>:
+  // <tensor>: <count> non-finite value(s) ..."), "" when all are finite or this rank does not
+  // write (with sharded state every rank checks its own slices); it throws the error of an
+  // earlier save. `state.rng` may carry the caller's RNG state; the Checkpointer adds the model's
+  // Dropout counters as "dropout_counters". With sharded state the snapshot keeps views of the
+  // optimizer's slices, so no optimizer step may run before write() or discard().
   std::string snapshot(checkpoint::TrainingState state, Module& model, const Optimizer& optimizer,
                        const safetensors::Metadata& metadata);
-  // Writes the snapshot, on the background thread unless the options say otherwise.
+  // Writes the snapshot, on the background thread unless the options say otherwise. Collective
+  // when the snapshot holds sharded state (every rank's shard moves to rank 0 first; an error is
+  // the same AgreedError on every rank); else rank 0's alone.
   void write();
   // Drops the snapshot unwritten.
   void discard();
@@ -124,6 +134,10 @@ class Checkpointer {
   std::unique_ptr<checkpoint::DirectoryLock> lock_;         // rank 0 only; outlives writer_
   std::unique_ptr<checkpoint::CheckpointWriter> writer_;    // rank 0 only
   std::unique_ptr<checkpoint::CheckpointSnapshot> pending_;  // taken, not yet written
+  std::optional<OptimizerState> pending_shards_;  // every rank: its slices (views), not yet sent
+  safetensors::Metadata pending_shard_metadata_;
+  int64_t pending_step_ = 0;
+  void write_sharded();
   double pending_previous_ms_ = 0, pending_snapshot_ms_ = 0;
   std::string last_path_;
   SaveTimes times_;
@@ -135,12 +149,16 @@ class Checkpointer {
 // equal the checkpoint's state.config (checkpoint::first_config_difference). Every rank throws
 // the same AgreedError (one line naming the file or the field: a config that differs, a damaged
 // or missing file, an unknown format, a non-finite value) when it does not fit. Collective.
+// The optimizer state moves in chunks (train/optimizer_transfer.h): `pieces` are this rank's
+// slices for a ZeRO optimizer, nullopt for every tensor whole; the checkpoint's state may be
+// sharded at any count or not at all.
 std::optional<Resumed> restore_newest(Communicator& control, const std::string& dir, Module& model,
-                                      Optimizer& optimizer, const nlohmann::json& config = nullptr);
+                                      Optimizer& optimizer, const nlohmann::json& config = nullptr,
+                                      const WantedPieces& pieces = std::nullopt);
 // The same from `path`: a checkpoint (DIR/step-<N>) or a checkpoint directory, which must hold
 // one.
 Resumed restore_from(Communicator& control, const std::string& path, Module& model, Optimizer& optimizer,
-                     const nlohmann::json& config = nullptr);
+                     const nlohmann::json& config = nullptr, const WantedPieces& pieces = std::nullopt);
 
 // Loads parameters from a safetensors file rank 0 reads: names, dtypes and shapes must match
 // the model's exactly (one line naming the first mismatch, AgreedError on every rank).

@@ -59,7 +59,7 @@ std::vector<std::string> entries(const fs::path& dir) {
 
 void expect_synthetic(const LoadedCheckpoint& c, int64_t step) {
   EXPECT_EQ(c.state.global_step, step);
-  EXPECT_EQ(synthetic_mismatch(c.model, c.optimizer, step), "");
+  EXPECT_EQ(synthetic_mismatch(c, step), "");
 }
 
 TEST(Checkpoint, WritesTheLayoutAndReadsItBack) {

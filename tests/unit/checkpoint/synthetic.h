@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/checkpoint_writer.h"
 #include "core/tensor.h"
 
@@ -68,6 +69,12 @@ inline std::string synthetic_mismatch(const safetensors::File& model, const safe
       if (t.data()[i] != synthetic_value(step, w.tensor, i)) return std::string("value of ") + w.name;
   }
   return "";
+}
+
+// The same for a checkpoint read back (its optimizer file read whole: these are small).
+inline std::string synthetic_mismatch(const checkpoint::LoadedCheckpoint& c, int64_t step, int64_t numel = 1000) {
+  if (c.optimizer.sharded()) return "sharded optimizer state";
+  return synthetic_mismatch(c.model, safetensors::read_file(c.optimizer.sources().front()), step, numel);
 }
 
 }  // namespace dtrain::testing
