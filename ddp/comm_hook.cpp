@@ -10,9 +10,17 @@ namespace dtrain {
 
 namespace {
 
+// ZeRO-2's reduction: each rank gets the sum of its chunk, in place (Note [ZeRO shards] in
+// ddp/zero_plan.h), ordered after the producer as allreduce_after orders an all-reduce.
+WorkHandle reduce_scatter_after(Stream& producer, Communicator& comm, float* buf, int64_t per_rank) {
+  order_after(producer, comm);
+  return comm.reduce_scatter_async(buf, buf + comm.rank() * per_rank, per_rank, DType::kF32, ReduceOp::kSum);
+}
+
 class AllreduceHook final : public CommHook {
  public:
   WorkHandle run(GradBucket& bucket, Communicator& comm, Stream& producer) override {
+    if (bucket.shard_elements > 0) return reduce_scatter_after(producer, comm, bucket.buffer.data(), bucket.shard_elements);
     return allreduce_after(producer, comm, bucket.buffer.raw(), bucket.buffer.numel(), DType::kF32, ReduceOp::kSum);
   }
   std::string name() const override { return "allreduce"; }
@@ -55,6 +63,7 @@ class CompressHook final : public CommHook {
     DTRAIN_CHECK(wire == DType::kBF16 || wire == DType::kF16, "compression to {}", dtype_name(wire));
   }
   WorkHandle run(GradBucket& bucket, Communicator& comm, Stream& producer) override {
+    DTRAIN_CHECK(bucket.shard_elements == 0, "the {} compression hook does not reduce-scatter (ZeRO-2)", name());
     Tensor& wire = wire_buffers_[bucket.index];  // one 16-bit buffer per bucket, reused every step
     ensure_tensor(wire, bucket.buffer.shape(), bucket.buffer.device(), wire_dtype_);
     // The bucket is already divided by the world size (Note [Averaging folded into backward]),

@@ -98,19 +98,28 @@ DistributedDataParallel::DistributedDataParallel(Module& module, Communicator& g
                    "DDP's compute stream must be {}'s compute stream, where launch() runs kernels",
                    p->value.device().str());
   verify_same_model_on_all_ranks(module_, control);
+  DTRAIN_CHECK(options_.zero_stage == 0 || !options_.bucket_cap_auto, "ZeRO with bucket cap autotuning");
+  DTRAIN_CHECK(options_.zero_stage < 2 || options_.comm_hook == CommHookKind::kAllreduce,
+               "ZeRO-2 with the {} compression hook", comm_hook_name(options_.comm_hook));
+  ReducerOptions ro{options_.first_bucket_bytes, options_.bucket_cap_bytes, options_.find_unused_parameters,
+                    options_.zero_stage};
+  reducer_ = std::make_unique<Reducer>(module_.parameters(), comm_, make_comm_hook(options_.comm_hook), ro, compute);
+  // Rank 0's parameters: one broadcast of the flat store (the gaps between parameters are zero
+  // on every rank), one per buffer.
   std::vector<WorkHandle> pending;
   order_after(compute_, comm_);  // the initialisation kernels wrote the parameters (comm/communicator.h)
-  for (Parameter* p : module_.parameters())
-    pending.push_back(comm_.broadcast_async(p->value.raw(), p->value.numel(), p->value.dtype(), 0));
+  Tensor& values = reducer_->store().values();
+  pending.push_back(comm_.broadcast_async(values.raw(), values.numel(), values.dtype(), 0));
   for (Tensor* b : module_.buffers()) pending.push_back(comm_.broadcast_async(b->raw(), b->numel(), b->dtype(), 0));
   for (auto& w : pending) w->wait();
-
-  ReducerOptions ro{options_.first_bucket_bytes, options_.bucket_cap_bytes, options_.find_unused_parameters};
-  reducer_ = std::make_unique<Reducer>(module_.parameters(), comm_, make_comm_hook(options_.comm_hook), ro, compute);
+  if (options_.zero_stage > 0) reducer_->store().set_after_step([this] { reducer_->gather_updated_values(); });
   module_.set_grad_ready_hook([this](Parameter& p) { reducer_->mark_ready(p); });
 }
 
-DistributedDataParallel::~DistributedDataParallel() { module_.set_grad_ready_hook(nullptr); }
+DistributedDataParallel::~DistributedDataParallel() {
+  module_.set_grad_ready_hook(nullptr);
+  if (options_.zero_stage > 0) reducer_->store().set_after_step(nullptr);
+}
 
 Tensor DistributedDataParallel::forward(const Tensor& input) { return module_.forward(input); }
 

@@ -1,6 +1,7 @@
 // DistributedDataParallel: wraps a Module so N processes train one model. At construction it
 // checks that every rank has the same parameters (names, shapes, order) and broadcasts
-// parameters and buffers from rank 0; backward() runs the module's backward while the Reducer
+// parameters (one collective over the flat store, Note [Flat store] in model/flat_store.h) and
+// buffers from rank 0; backward() runs the module's backward while the Reducer
 // all-reduces gradient buckets as they fill, and returns with averaged gradients.
 #pragma once
 
@@ -44,6 +45,11 @@ struct DdpOptions {
   // (NCCL: Note [Device-timed collectives] in comm/communicator.h). The host then waits for a
   // step's all-reduces before it queues the optimizer step; for --trace and --metrics.
   bool device_timing = false;
+  // Note [ZeRO shards] (ddp/zero_plan.h): 1 shards the optimizer state (each rank updates its
+  // chunk of every bucket, then the values are all-gathered), 2 also reduce-scatters the
+  // gradients during backward. Not with bucket_cap_auto (the chunks would move with optimizer
+  // state in them) nor, at 2, a compression hook.
+  int zero_stage = 0;
 };
 
 // The last synced backward, in steady_now_ns(): backward from start to end, then the wait for

@@ -12,7 +12,10 @@ namespace dtrain {
 
 struct GradBucket {
   size_t index = 0;
-  Tensor buffer;                  // flat [numel] on the model's device
+  Tensor buffer;                  // flat [numel] on the model's device (ZeRO: padded to a multiple of N)
+  // ZeRO-2 (Note [ZeRO shards] in ddp/zero_plan.h): the bucket is reduce-scattered, this rank's
+  // chunk of `shard_elements` elements at buffer + rank * shard_elements; 0: all-reduced.
+  int64_t shard_elements = 0;
   std::vector<size_t> params;     // parameter indices, in the order they become ready
   size_t pending = 0;             // gradients not yet ready in this backward
   WorkHandle work;                // the all-reduce in flight, if launched

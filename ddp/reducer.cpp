@@ -33,12 +33,14 @@ Reducer::Reducer(std::vector<Parameter*> params, Communicator& comm, std::unique
   ready_.assign(params_.size(), false);
   used_since_sync_.assign(params_.size(), false);
 
+  DTRAIN_CHECK(options_.zero_stage >= 0 && options_.zero_stage <= 2, "ZeRO stage {}", options_.zero_stage);
   // Gradients become views into the bucket buffers (their current values are kept), so the
   // all-reduce reads and writes them in place: no copy in, no copy out. The communicator
   // allocates the storage (on one node, MPI's comes from a shared window its all-reduce reads),
-  // with room to start every bucket on a 64-byte boundary whatever the layout.
-  storage_ = comm_.allocate_reduce_buffer(total + kBucketAlignFloats * static_cast<int64_t>(params_.size()),
-                                          DType::kF32, device);
+  // with room to start every bucket on a 64-byte boundary, padded for ZeRO, whatever the layout.
+  const int64_t pad = kBucketAlignFloats + (options_.zero_stage > 0 ? comm_.size() : 0);
+  storage_ = comm_.allocate_reduce_buffer(total + pad * static_cast<int64_t>(params_.size()), DType::kF32, device);
+  store_ = FlatStore::of(params_);
   apply_layout({reverse_parameter_order(params_.size()), options_.first_bucket_bytes, options_.bucket_cap_bytes});
 }
 
@@ -54,42 +56,37 @@ void Reducer::apply_layout(const BucketLayout& layout) {
   if (!wrong.empty()) throw Error(fmt::format("bucket layout does not fit this model: {}", wrong));
   for (const GradBucket& b : buckets_) DTRAIN_CHECK(!b.work, "buckets rebuilt while bucket {} is in flight", b.index);
   // Every gradient keeps its value (a rebuild comes between a backward and its optimizer step):
-  // one temporary copy of the storage, read back at each gradient's old offset. At construction
-  // the gradients are still tensors of their own and are copied from there.
-  // On a GPU the copies are queued on the compute stream; `previous` may be freed before they
-  // run because its memory is next used by work ordered after them on that same stream.
-  Tensor previous;
-  if (!buckets_.empty()) {
-    previous = Tensor::empty(storage_.shape(), storage_.device());
-    previous.copy_from(storage_);
+  // the store moves them, the values and the optimizer state (Note [Flat store]). Under ZeRO-2
+  // only this rank's chunks hold reduced gradients: gather the others' first.
+  if (options_.zero_stage == 2 && !buckets_.empty()) {
+    order_after(compute_, comm_);
+    for (GradBucket& b : buckets_)
+      comm_.allgather_async(b.buffer.data() + comm_.rank() * b.shard_elements, b.buffer.data(), b.shard_elements,
+                            DType::kF32)
+          ->wait();
   }
-  std::vector<Tensor> saved(params_.size());
-  for (size_t p = 0; p < params_.size(); ++p) {
-    if (!buckets_.empty())
-      saved[p] = previous.slice(param_offset_[p], params_[p]->value.shape());
-    else if (params_[p]->grad.defined())
-      saved[p] = params_[p]->grad;
-  }
+  const std::vector<std::vector<size_t>> plan = plan_for(layout);
+  std::vector<int64_t> numel(params_.size());
+  for (size_t p = 0; p < params_.size(); ++p) numel[p] = params_[p]->value.numel();
+  const int world = options_.zero_stage > 0 ? comm_.size() : 1;
+  const int rank = options_.zero_stage > 0 ? comm_.rank() : 0;
+  const FlatLayout flat = lay_out_buckets(plan, numel, world);
+  chunks_ = zero_chunks(flat, plan, numel, world, rank);
+  std::vector<FlatRange> owned;
+  if (options_.zero_stage > 0)
+    for (const ZeroChunk& c : chunks_)
+      if (c.range.size() > 0) owned.push_back(c.range);
+  if (owned.empty()) owned.push_back({0, 0});  // owns nothing (never with N <= elements of a bucket)
+  store_->lay_out(flat.param_offset, flat.total, storage_, options_.zero_stage > 0 ? owned : std::vector<FlatRange>{});
+  param_offset_ = flat.param_offset;
   buckets_.clear();
-  int64_t offset = 0;
-  for (auto& members : plan_for(layout)) {
+  for (size_t k = 0; k < plan.size(); ++k) {
     GradBucket b;
-    b.index = buckets_.size();
-    b.params = std::move(members);
-    int64_t numel = 0;
-    for (size_t p : b.params) numel += params_[p]->value.numel();
-    b.buffer = storage_.slice(offset, {numel});
-    int64_t at = 0;
-    for (size_t p : b.params) {
-      Parameter& param = *params_[p];
-      Tensor view = b.buffer.slice(at, param.value.shape());
-      param_offset_[p] = offset + at;
-      at += param.value.numel();
-      if (saved[p].defined()) view.copy_from(saved[p]);
-      param.grad = view;
-      bucket_of_[p] = b.index;
-    }
-    offset += (numel + kBucketAlignFloats - 1) / kBucketAlignFloats * kBucketAlignFloats;
+    b.index = k;
+    b.params = plan[k];
+    b.buffer = storage_.slice(flat.bucket_begin[k], {flat.bucket_size[k]});
+    if (options_.zero_stage == 2) b.shard_elements = flat.bucket_size[k] / comm_.size();
+    for (size_t p : b.params) bucket_of_[p] = k;
     buckets_.push_back(std::move(b));
   }
   layout_ = layout;
@@ -97,6 +94,21 @@ void Reducer::apply_layout(const BucketLayout& layout) {
 }
 
 Reducer::~Reducer() { abort_backward(); }
+
+void Reducer::gather_updated_values() {
+  if (options_.zero_stage == 0 || comm_.size() == 1) return;
+  // The optimizer's kernels wrote the chunks on the compute stream.
+  order_after(compute_, comm_);
+  std::vector<WorkHandle> pending;
+  float* values = store_->values().data();
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    const int64_t per_rank = buckets_[k].buffer.numel() / comm_.size();
+    float* bucket = values + (chunks_[k].range.begin - comm_.rank() * per_rank);
+    ScopedCollectiveDetail detail(fmt::format("parameters of bucket {}", k));
+    pending.push_back(comm_.allgather_async(bucket + comm_.rank() * per_rank, bucket, per_rank, DType::kF32));
+  }
+  for (WorkHandle& w : pending) w->wait();
+}
 
 void Reducer::abort_backward() noexcept {
   in_backward_ = false;

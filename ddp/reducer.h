@@ -21,7 +21,13 @@
 // collectives. All buckets are slices of one flat gradient storage allocated once (from the
 // communicator: on one node, MPI's shared window), so a rebuild only re-slices it and copies the
 // gradients to their new places (through one temporary copy of the storage): no new buffer for
-// the communicator, no collective, and the values are unchanged.
+// the communicator, no collective, and the values are unchanged. The storage is the gradient
+// buffer of the parameters' flat store (Note [Flat store] in model/flat_store.h): the same
+// layout moves the values and the optimizer's state, so an optimizer step is one launch per
+// owned range. Under ZeRO (Note [ZeRO shards] in ddp/zero_plan.h) the buckets are padded to a
+// multiple of the world size and the store's owned ranges are this rank's chunks; under ZeRO-2
+// a rebuild first all-gathers the reduced chunks, since a new chunk covers elements another rank
+// reduced.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +41,7 @@
 #include "ddp/bucket_plan.h"
 #include "ddp/comm_hook.h"
 #include "ddp/grad_bucket.h"
+#include "ddp/zero_plan.h"
 #include "model/module.h"
 
 namespace dtrain {
@@ -43,6 +50,9 @@ struct ReducerOptions {
   size_t first_bucket_bytes = kDefaultFirstBucketBytes;
   size_t bucket_cap_bytes = kDefaultBucketCapBytes;
   bool find_unused_parameters = false;
+  // 0: all-reduce every bucket; 1: the same, and this rank's optimizer owns its chunks; 2: the
+  // buckets are reduce-scattered into the chunks (Note [ZeRO shards] in ddp/zero_plan.h).
+  int zero_stage = 0;
 };
 
 // When one bucket's all-reduce was launched (from a hook or finalize), started and finished on
@@ -92,6 +102,12 @@ class Reducer {
   std::vector<size_t> observed_order() const;
 
   const std::vector<GradBucket>& buckets() const { return buckets_; }
+  FlatStore& store() { return *store_; }
+  // This rank's chunk of every bucket (ZeRO), or every bucket whole.
+  const std::vector<ZeroChunk>& chunks() const { return chunks_; }
+  // After a ZeRO optimizer step: the updated chunks of the parameter values, all-gathered in
+  // place, one collective per bucket. No-op without ZeRO.
+  void gather_updated_values();
   const ReducerStats& stats() const { return stats_; }
   // Every bucket of the last synced backward, in launch order.
   const std::vector<BucketTiming>& last_timings() const { return timings_; }
@@ -107,6 +123,8 @@ class Reducer {
   Stream& compute_;
   std::vector<size_t> param_bytes_;
   Tensor storage_;                           // every bucket's buffer is a slice of it
+  std::shared_ptr<FlatStore> store_;
+  std::vector<ZeroChunk> chunks_;
   BucketLayout layout_;
   std::vector<GradBucket> buckets_;
   std::unordered_map<const Parameter*, size_t> index_of_;

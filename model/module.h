@@ -13,7 +13,7 @@
 //     backward and as early as the gradient is final, so its all-reduce starts while the rest
 //     of backward runs; it skips the input gradient when need_input_grad is false;
 //  4. returns non-trainable state that must match across replicas from buffers().
-// A layer never reads or replaces p.grad's storage: DDP makes it a view into a bucket.
+// A layer never replaces p.value's or p.grad's storage: both become views into a flat store.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +27,8 @@
 
 namespace dtrain {
 
+class FlatStore;
+
 struct Parameter {
   std::string name;  // "0.weight", as PyTorch's Sequential names them
   Tensor value;
@@ -36,6 +38,9 @@ struct Parameter {
   // parameter until then. Saves a memset and a read of every gradient per step, with the
   // semantics of PyTorch's zero_grad(set_to_none=True).
   bool grad_is_zero = false;
+  // The flat store value and grad are views into (Note [Flat store] in model/flat_store.h), once
+  // an optimizer or DDP made one; shared by every parameter of it.
+  std::shared_ptr<FlatStore> store = nullptr;
 };
 
 // The beta for writing p's gradient (0: overwrite, 1: accumulate); marks it written.

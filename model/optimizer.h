@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "model/flat_store.h"
 #include "model/module.h"
 
 namespace dtrain {
@@ -43,11 +44,20 @@ struct OptimizerState {
   std::vector<Count> counts;
 };
 
+// Note [Flat store] (model/flat_store.h): the optimizer's state lives in the store's index
+// space, compacted to the ranges this process owns (all of it, or its ZeRO shards: Note [ZeRO
+// shards] in ddp/zero_plan.h). A step is one kernel launch per owned range and per run of
+// parameters that take the same scalars (weight decay or not, the same step count, not skipped):
+// one launch for a whole MLP, where it used to be one per parameter. The floats are those of the
+// per-parameter update: the same functor over the same elements.
 class Optimizer {
  public:
-  explicit Optimizer(std::vector<Parameter*> params, float lr) : params_(std::move(params)), lr_(lr) {}
-  virtual ~Optimizer() = default;
-  virtual void step() = 0;
+  Optimizer(std::vector<Parameter*> params, float lr);
+  virtual ~Optimizer();
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+  // Updates the owned ranges, then calls the store's after-step hook (ZeRO's all-gather).
+  void step();
   // Lazy (see Parameter::grad_is_zero). As with PyTorch's zero_grad(set_to_none=True), step()
   // leaves a parameter alone, weight decay and momentum included, if no backward wrote its
   // gradient since.
@@ -56,23 +66,64 @@ class Optimizer {
   float lr() const { return lr_; }
   virtual OptimizerKind kind() const = 0;
   // The state (see OptimizerState) as views of the optimizer's own tensors, on the parameters'
-  // device, not copies: copy them (safetensors::host_copy) before the next step().
-  virtual OptimizerState export_state() const = 0;
+  // device, not copies: copy them (safetensors::host_copy) before the next step(). A parameter
+  // this process owns only part of (ZeRO) gives slice entries of that part.
+  OptimizerState export_state() const;
   // Replaces the whole state with `state` (a parameter it has no entries for starts fresh), so
   // that the following steps are those the exporting optimizer would have taken, to the bit.
-  // Throws one line naming the first entry that names no parameter of this optimizer, a key
-  // this optimizer does not keep, a shape that differs, or a parameter's missing companion entry.
-  virtual void import_state(const OptimizerState& state) = 0;
+  // Whole tensors and slices are accepted: each entry's part this process owns is taken (the
+  // rest is another rank's), and the owned part of every parameter with state must be covered
+  // exactly once. Throws one line naming the first entry that names no parameter of this
+  // optimizer, a key this optimizer does not keep, a shape that differs, a slice that overlaps
+  // another, or a parameter's missing companion entry or uncovered elements.
+  void import_state(const OptimizerState& state);
+
+  // Kernel launches of all step() calls so far (for benches and tests).
+  int64_t launches() const { return launches_; }
+  // Bytes of optimizer state this process holds.
+  size_t state_bytes() const;
+  FlatStore& store() { return *store_; }
 
  protected:
-  // The index of the parameter an entry "<parameter>.<key>" belongs to and its key; throws
-  // "optimizer state: '<name>' ..." when no parameter has that name or the key is not in `keys`.
-  std::pair<size_t, std::string> parse_entry_name(const std::string& name, std::initializer_list<const char*> keys) const;
+  // This process's part of parameter i: elements [param_offset, param_offset + count) of the
+  // flattened parameter, at `state_offset` of the compact state arrays (count 0: none).
+  struct Piece {
+    int64_t param_offset = 0, count = 0, state_offset = 0;
+  };
+  virtual void update(const FlatRun& run, int64_t state_offset, int64_t n) = 0;
+  virtual std::optional<std::vector<int64_t>> run_key(size_t i) const = 0;  // nullopt: skip this step
+  virtual void advance(size_t i) { (void)i; }  // before the launches: parameter i is updated this step
+  virtual void finish_step() {}                 // after them
+  // The state's keys, in the order of state_arrays(); counts (AdamW's "step") separately.
+  virtual std::vector<const char*> tensor_keys() const = 0;
+  virtual std::vector<Tensor*> state_arrays() = 0;
+  virtual bool has_state(size_t i) const = 0;
+  virtual int64_t count_of(size_t i) const = 0;     // 0: no count key
+  virtual const char* count_key() const { return nullptr; }
+  virtual void reset_state(const std::vector<int64_t>& counts, const std::vector<bool>& present) = 0;
+  // Call from the derived constructor once its state arrays exist.
+  void init_state();
+
+  std::pair<size_t, std::string> parse_entry_name(const std::string& name, const std::vector<const char*>& keys) const;
+  Tensor state_view(const Tensor& array, size_t i) const;
   // Throws naming `name` when `src` differs from `dst` in shape or dtype.
   static void check_like(const std::string& name, const Tensor& src, const Tensor& dst);
+  const Parameter& param(size_t i) const { return *params_[i]; }
+  bool decays(size_t i, bool matrices_only) const { return !matrices_only || params_[i]->value.shape().size() >= 2; }
 
   std::vector<Parameter*> params_;
   float lr_;
+  std::shared_ptr<FlatStore> store_;
+  std::vector<Piece> pieces_;
+  int64_t state_size_ = 0;
+
+ private:
+  void place_pieces();
+  void relayout(const FlatStore::Relayout& change);
+
+  int listener_ = -1;
+  std::vector<size_t> order_;  // parameters by flat offset
+  int64_t launches_ = 0;
 };
 
 struct SgdOptions {
@@ -88,14 +139,20 @@ struct SgdOptions {
 class Sgd : public Optimizer {
  public:
   Sgd(std::vector<Parameter*> params, SgdOptions options);
-  void step() override;
   OptimizerKind kind() const override { return OptimizerKind::kSgd; }
-  OptimizerState export_state() const override;
-  void import_state(const OptimizerState& state) override;
 
  private:
+  void update(const FlatRun& run, int64_t state_offset, int64_t n) override;
+  std::optional<std::vector<int64_t>> run_key(size_t i) const override;
+  void finish_step() override;
+  std::vector<const char*> tensor_keys() const override;
+  std::vector<Tensor*> state_arrays() override;
+  bool has_state(size_t i) const override { return stepped_[i]; }
+  int64_t count_of(size_t) const override { return 0; }
+  void reset_state(const std::vector<int64_t>& counts, const std::vector<bool>& present) override;
+
   SgdOptions opt_;
-  std::vector<Tensor> momentum_;
+  Tensor momentum_;  // compact (Optimizer::Piece); undefined without momentum
   std::vector<bool> stepped_;  // per parameter: its momentum buffer starts at its first update
 };
 
@@ -113,14 +170,21 @@ struct AdamWOptions {
 class AdamW : public Optimizer {
  public:
   AdamW(std::vector<Parameter*> params, AdamWOptions options);
-  void step() override;
   OptimizerKind kind() const override { return OptimizerKind::kAdamW; }
-  OptimizerState export_state() const override;
-  void import_state(const OptimizerState& state) override;
 
  private:
+  void update(const FlatRun& run, int64_t state_offset, int64_t n) override;
+  std::optional<std::vector<int64_t>> run_key(size_t i) const override;
+  void advance(size_t i) override { ++steps_[i]; }  // per parameter, as PyTorch's state["step"]
+  std::vector<const char*> tensor_keys() const override { return {"exp_avg", "exp_avg_sq"}; }
+  std::vector<Tensor*> state_arrays() override { return {&m_, &v_}; }
+  bool has_state(size_t i) const override { return steps_[i] > 0; }
+  int64_t count_of(size_t i) const override { return steps_[i]; }
+  const char* count_key() const override { return "step"; }
+  void reset_state(const std::vector<int64_t>& counts, const std::vector<bool>& present) override;
+
   AdamWOptions opt_;
-  std::vector<Tensor> m_, v_;
+  Tensor m_, v_;  // compact (Optimizer::Piece)
   std::vector<int64_t> steps_;  // per parameter
 };
 

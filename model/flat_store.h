@@ -1,0 +1,140 @@
+// FlatStore: every parameter's value and gradient as views into two flat buffers that share one
+// index space, and the ranges of it this process's optimizer updates.
+//
+// Note [Flat store]: parameter i's value is values()[offset(i), offset(i) + numel) and its
+// gradient is grads() at the same offset; an optimizer keeps its state (momentum, exp_avg, ...)
+// in the same index space, so one step over a flat range [a, b) is one kernel launch over
+// aligned arrays instead of one per parameter. Elements between parameters (alignment gaps,
+// ZeRO's padding) are zero in values and grads and stay zero under every update rule, so a
+// launch may span them. The layout belongs to whoever moves the gradients: alone, the store lays
+// the parameters out in reverse order (the order backward produces them); DistributedDataParallel
+// lays them out bucket by bucket in its communicator's buffer (ddp/reducer.h) and, under ZeRO,
+// narrows the owned ranges to this rank's shards (Note [ZeRO shards] in ddp/zero_plan.h). A new
+// layout keeps every value and gradient, and each listener (the optimizer) moves its state by
+// the same permutation. One store per parameter list: DDP and the optimizer built over the same
+// parameters find the same store (FlatStore::of). No MPI here: the after-step hook is how DDP
+// all-gathers the updated shards.
+#pragma once
+
+#include <cstdint>
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/module.h"
+
+namespace dtrain {
+
+struct FlatRange {
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
+  bool operator==(const FlatRange&) const = default;
+};
+
+class FlatStore {
+ public:
+  // The store `params` share (the same list, in the same order), else a new one that moves
+  // their values and gradients into flat buffers (a parameter without a gradient gets a zero one).
+  static std::shared_ptr<FlatStore> of(const std::vector<Parameter*>& params);
+
+  // What a relayout changed, for listeners: the old offsets and owned ranges (the new ones are
+  // the store's).
+  struct Relayout {
+    std::vector<int64_t> old_offsets;
+    std::vector<FlatRange> old_owned;
+  };
+  using Listener = std::function<void(const Relayout&)>;
+
+  const std::vector<Parameter*>& params() const { return params_; }
+  int64_t size() const { return size_; }
+  int64_t offset(size_t i) const { return offsets_[i]; }
+  const std::vector<int64_t>& offsets() const { return offsets_; }
+  Tensor& values() { return values_; }
+  Tensor& grads() { return grads_; }
+  Device device() const { return device_; }
+  // The ranges this process's optimizer updates, ascending and disjoint; [0, size) unless set.
+  const std::vector<FlatRange>& owned() const { return owned_; }
+
+  // Parameter i moves to offsets[i] of a space of `size` elements (no two overlap); gradients
+  // move into `grad_storage` (zeroed here, at least `size` elements; may be the buffer they are
+  // in now) or, undefined, a buffer of the store's own. Values and gradients keep their
+  // contents; `owned` empty means the whole space. Then each listener moves its state. The
+  // caller has synchronised the compute stream.
+  void lay_out(std::vector<int64_t> offsets, int64_t size, Tensor grad_storage = {}, std::vector<FlatRange> owned = {});
+
+  // Listeners live until removed (an optimizer removes its own when destroyed).
+  int add_listener(Listener listener);
+  void remove_listener(int id);
+
+  // Called by the optimizer after every step() (DDP all-gathers the updated shards there).
+  void set_after_step(std::function<void()> hook) { after_step_ = std::move(hook); }
+  void after_step() {
+    if (after_step_) after_step_();
+  }
+
+  // Layout version: bumped by every lay_out.
+  int64_t version() const { return version_; }
+
+ private:
+  explicit FlatStore(std::vector<Parameter*> params);
+
+  std::vector<Parameter*> params_;
+  Device device_;
+  std::vector<int64_t> offsets_;
+  int64_t size_ = 0;
+  Tensor values_, grads_;
+  std::vector<FlatRange> owned_;
+  std::vector<std::pair<int, Listener>> listeners_;
+  int next_listener_ = 0;
+  std::function<void()> after_step_;
+  int64_t version_ = 0;
+};
+
+// Reverse parameter order, each parameter starting on a 16-float boundary: the layout a store
+// starts with.
+std::vector<int64_t> default_flat_offsets(const std::vector<Parameter*>& params, int64_t* size);
+
+// Calls run(range, first_param_of_run) for each maximal run of the parameters that intersect
+// `range` whose key(i) is equal and not nullopt (a parameter to skip), in flat order: one
+// launch per run covers the gaps between its parameters (zeros, Note [Flat store]).
+struct FlatRun {
+  FlatRange range;
+  size_t first_param;
+};
+template <class Key>
+std::vector<FlatRun> flat_runs(const FlatStore& store, const std::vector<size_t>& flat_order, FlatRange range,
+                               const std::function<std::optional<Key>(size_t)>& key);
+
+// The parameter indices sorted by offset.
+std::vector<size_t> flat_order(const FlatStore& store);
+
+
+template <class Key>
+std::vector<FlatRun> flat_runs(const FlatStore& store, const std::vector<size_t>& order, FlatRange range,
+                               const std::function<std::optional<Key>(size_t)>& key) {
+  std::vector<FlatRun> runs;
+  std::optional<Key> current;
+  for (size_t i : order) {
+    const int64_t b = std::max(range.begin, store.offset(i));
+    const int64_t e = std::min(range.end, store.offset(i) + store.params()[i]->value.numel());
+    if (b >= e) continue;
+    std::optional<Key> k = key(i);
+    if (!k) {
+      current.reset();
+      continue;
+    }
+    if (current && *current == *k) {
+      runs.back().range.end = e;
+      continue;
+    }
+    current = k;
+    runs.push_back({{b, e}, i});
+  }
+  return runs;
+}
+
+}  // namespace dtrain
