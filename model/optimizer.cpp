@@ -200,7 +200,8 @@ void Optimizer::import_state(const OptimizerState& state) {
       size_t missing = 0;
       while (present[i] & (1 << missing)) ++missing;
       throw Error(fmt::format("optimizer state: '{}.{}' is missing (the parameter has other {} state)", params_[i]->name,
-                              missing < keys.size() ? keys[missing] : count_key(), optimizer_name(kind())));
+                              missing < keys.size() ? keys[missing] : count_key(),
+                              kind() == OptimizerKind::kAdamW ? "AdamW" : "SGD"));
     }
     has[i] = true;
     const Piece& piece = pieces_[i];
