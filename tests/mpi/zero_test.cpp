@@ -1,0 +1,150 @@
+// ZeRO-1 and ZeRO-2 (Note [ZeRO shards] in ddp/zero_plan.h) at np 2 and 3 on one node: the
+// parameters after every step are bitwise those of plain DDP, for SGD with momentum and AdamW,
+// with accumulation (no_sync), with the bucket rebuild after step 1 and with a rank that has
+// joined (uneven inputs); and each rank holds optimizer state for its chunks only.
+#include <cstring>
+#include <memory>
+#include <random>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "comm/exchange.h"
+#include "ddp/distributed_data_parallel.h"
+#include "model/loss.h"
+#include "model/optimizer.h"
+#include "tests/mpi/late_last_layer.h"
+#include "tests/mpi/mpi_test_env.h"
+
+namespace dtrain {
+namespace {
+
+using testing::LateLastLayer;
+
+Communicator& world() { return testing::test_comm(); }
+
+std::pair<Tensor, Tensor> batch(int step) {
+  std::mt19937 gen(static_cast<uint32_t>(7919 * step + world().rank()));
+  std::uniform_real_distribution<float> px(0.f, 1.f);
+  std::vector<float> images(4 * 64);
+  for (float& v : images) v = px(gen);
+  Tensor x = Tensor::from_vector(images, {4, 1, 8, 8});
+  Tensor y = Tensor::empty({4}, Device::cpu(), DType::kI32);
+  std::vector<int32_t> labels(4);
+  for (int32_t& l : labels) l = static_cast<int32_t>(gen() % 10);
+  std::memcpy(y.raw(), labels.data(), sizeof(int32_t) * 4);
+  return {x, y};
+}
+
+struct Setting {
+  OptimizerKind kind;
+  int accumulate;    // micro-batches per step (the first ones inside no_sync)
+  bool late;         // the last layer's gradients come last: buckets rebuilt after step 1
+  int join_rank;     // this rank runs out of data after step 2 (Join); -1: none
+  std::string str() const {
+    return fmt::format("{} accumulate {} rebuild {} join {}", optimizer_name(kind), accumulate, late, join_rank);
+  }
+};
+
+struct Trainee {
+  std::unique_ptr<LateLastLayer> model;
+  std::unique_ptr<DistributedDataParallel> ddp;
+  std::unique_ptr<Optimizer> opt;
+  CrossEntropyLoss loss;
+
+  Trainee(const Setting& s, int zero) : model(std::make_unique<LateLastLayer>(11, s.late)) {
+    DdpOptions o;
+    o.first_bucket_bytes = o.bucket_cap_bytes = 1024;  // several buckets, parameters cut by chunks
+    o.zero_stage = zero;
+    ddp = std::make_unique<DistributedDataParallel>(*model, testing::test_runtime(), o);
+    OptimizerSpec spec;
+    spec.kind = s.kind;
+    spec.lr = s.kind == OptimizerKind::kSgd ? 0.05f : 0.01f;
+    spec.weight_decay = 0.05f;
+    spec.decay_matrices_only = s.kind == OptimizerKind::kAdamW;
+    opt = make_optimizer(spec, model->parameters());
+  }
+  void step(const Setting& s, int n) {
+    opt->zero_grad();
+    if (s.join_rank == world().rank() && n >= 2) {
+      ddp->join_backward();
+    } else {
+      for (int m = 0; m < s.accumulate; ++m) {
+        auto [x, y] = batch(n * s.accumulate + m);
+        loss.forward(ddp->forward(x), y);
+        if (m + 1 < s.accumulate) {
+          auto guard = ddp->no_sync();
+          ddp->backward(loss.backward());
+        } else {
+          ddp->backward(loss.backward());
+        }
+      }
+    }
+    opt->step();
+  }
+  std::string bytes() {
+    std::string out;
+    for (Parameter* p : model->parameters())
+      out.append(reinterpret_cast<const char*>(p->value.data()), p->value.nbytes());
+    return out;
+  }
+};
+
+bool same_on_all_ranks(const std::string& mine) {
+  int32_t differ = broadcast_string(world(), mine, 0) != mine;
+  world().allreduce(&differ, 1, DType::kI32, ReduceOp::kSum);
+  return differ == 0;
+}
+
+TEST(Zero, StagesOneAndTwoGiveThePlainDdpBitsEveryStep) {
+  std::vector<Setting> settings;
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdamW}) {
+    settings.push_back({kind, 1, false, -1});
+    settings.push_back({kind, 3, false, -1});
+    settings.push_back({kind, 1, true, -1});
+    settings.push_back({kind, 2, true, 1});
+  }
+  for (const Setting& s : settings) {
+    Trainee plain(s, 0), z1(s, 1), z2(s, 2);
+    for (int n = 0; n < 4; ++n) {
+      plain.step(s, n);
+      z1.step(s, n);
+      z2.step(s, n);
+      const std::string want = plain.bytes();
+      EXPECT_TRUE(z1.bytes() == want) << "ZeRO-1 differs from plain DDP after step " << n + 1 << ": " << s.str()
+                                      << " rank " << world().rank();
+      EXPECT_TRUE(z2.bytes() == want) << "ZeRO-2 differs from plain DDP after step " << n + 1 << ": " << s.str()
+                                      << " rank " << world().rank();
+    }
+    EXPECT_TRUE(same_on_all_ranks(z2.bytes())) << s.str();
+    if (s.late) {
+      EXPECT_NE(z1.ddp->bucket_layout().ready_order, reverse_parameter_order(z1.model->parameters().size()))
+          << "the buckets were not rebuilt";
+    }
+  }
+}
+
+TEST(Zero, EachRankKeepsStateForItsChunksOnly) {
+  const Setting s{OptimizerKind::kAdamW, 1, false, -1};
+  Trainee plain(s, 0), z1(s, 1);
+  for (int n = 0; n < 2; ++n) plain.step(s, n), z1.step(s, n);
+  // The state elements over all ranks are the plain state's (padding aside).
+  int32_t mine = static_cast<int32_t>(z1.opt->state_bytes() / sizeof(float));
+  int32_t total = mine;
+  world().allreduce(&total, 1, DType::kI32, ReduceOp::kSum);
+  const int64_t whole = static_cast<int64_t>(plain.opt->state_bytes() / sizeof(float));
+  EXPECT_LE(total, whole + 2 * 16 * world().size() * static_cast<int64_t>(z1.ddp->reducer().buckets().size()));
+  EXPECT_LE(mine, whole / world().size() + 2 * 16 * static_cast<int64_t>(z1.ddp->reducer().buckets().size()));
+  // Its exported entries are slices or tensors of the parameters it has pieces of.
+  const OptimizerState state = z1.opt->export_state();
+  int64_t exported = 0;
+  for (const OptimizerState::Entry& e : state.tensors) exported += e.value.numel();
+  int32_t all_exported = static_cast<int32_t>(exported);
+  world().allreduce(&all_exported, 1, DType::kI32, ReduceOp::kSum);
+  int64_t params = 0;
+  for (Parameter* p : z1.model->parameters()) params += p->value.numel();
+  EXPECT_EQ(all_exported, 2 * params) << "exp_avg and exp_avg_sq of every element, once over the ranks";
+}
+
+}  // namespace
+}  // namespace dtrain
