@@ -13,6 +13,7 @@
 #include "app/checkpointing.h"
 #include "app/evaluate.h"
 #include "app/lm_batches.h"
+#include "app/memory_report.h"
 #include "app/preemption.h"
 #include "app/progress.h"
 #include "app/rank_agreement.h"
@@ -96,7 +97,7 @@ LmTrainer::LmTrainer(Runtime& runtime, const TrainConfig& c)
       lm_(*c.lm),
       data_(open_lm_batches(runtime, c)),
       model_(build_gpt(gpt_spec(lm_, data_.vocab()), runtime.device(), c.seed,
-                       host_memory_bytes() / std::max(1, runtime.local_size()))),
+                       host_memory_bytes() / std::max(1, runtime.local_size()), runtime.size(), c.ddp.zero_stage)),
       schedule_{c.optimizer.lr, c.min_lr, c.warmup_steps, lm_.steps, c.lr_schedule == LrSchedule::Kind::kCosine},
       tracer_(!c.output.trace_path.empty()),
       reporter_(c.output, runtime.rank() == 0, progress_wanted_here(c.output.progress)),
@@ -127,6 +128,7 @@ void LmTrainer::choose_starting_point() {
   int64_t parameters = 0;
   for (Parameter* p : model_->parameters()) parameters += p->value.numel();
   reporter_.start_lm(rt_, model_->describe(), c_, data_.train_tokens(), data_.val_tokens(), parameters);
+  reporter_.note(memory_line(*optimizer_, ddp_ ? c_.ddp.zero_stage : 0, rt_.size()));
   control_->announce_start(resumed, ddp_ ? &*ddp_ : nullptr);
   if (!resumed) return;
   const checkpoint::TrainingState& s = resumed->state;

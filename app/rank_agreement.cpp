@@ -54,6 +54,7 @@ Settings shared_settings(const TrainConfig& c, int64_t train_samples, int64_t te
                                                               static_cast<double>(c.ddp.bucket_cap_bytes) / (1 << 20),
                                                               c.ddp.bucket_cap_bytes)},
       {"--comm-hook", comm_hook_name(c.ddp.comm_hook)},
+      {"--zero", fmt::format("{}", c.ddp.zero_stage)},
       {"--find-unused-parameters", c.ddp.find_unused_parameters ? "on" : "off"},
       {"--amp", std::string(amp_name(c.amp))},
       {"--loss-scale", c.loss_scale.dynamic ? std::string("dynamic") : fmt::format("{}", c.loss_scale.init_scale)},

@@ -299,7 +299,9 @@ void Reporter::finish(const TrainResult& r) {
                                     {"samples_per_s", r.samples_per_second},
                                     {"train_s", r.train_seconds},
                                     {"test_acc", r.test_accuracy},
-                                    {"allreduce_overlap", r.allreduce_overlap}};
+                                    {"allreduce_overlap", r.allreduce_overlap},
+                                    // Rank 0's final parameters (model/fingerprint.h): equal runs, equal bits.
+                                    {"parameters_fingerprint", fmt::format("{:016x}", r.parameters_fingerprint)}};
     print(summary.dump() + "\n");
   }
 }

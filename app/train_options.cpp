@@ -133,6 +133,7 @@ cxxopts::Options make_train_options() {
     ("bucket-cap-mb", "Gradient bucket cap in MiB (the first bucket is 1 MiB), or auto: try caps over the first steps and keep the fastest", cxxopts::value<std::string>()->default_value("25"))
     ("find-unused-parameters", "Treat parameters without a gradient in a step as ready with zero gradient")
     ("comm-hook", "Gradient reduction: allreduce, bf16 or fp16 (compressed)", cxxopts::value<std::string>()->default_value("allreduce"))
+    ("zero", "ZeRO: 0 off; 1 each rank keeps optimizer state for 1/N of the parameters and all-gathers its update; 2 also reduce-scatters the gradients during backward", cxxopts::value<int>()->default_value("0"))
     ("flight-recorder-dir", "Where each rank writes its last collectives on a timeout, an error or SIGUSR1", cxxopts::value<std::string>()->default_value("."))
     ("flight-recorder-size", "Collectives each rank remembers (0 with --timeout 0: no recorder and no watchdog)", cxxopts::value<int64_t>()->default_value("2000"))
     ("debug-collectives", "Check before every MPI collective that all ranks issue the same one (one small all-reduce each)")
@@ -259,6 +260,8 @@ void read_distributed(const cxxopts::ParseResult& r, TrainConfig& c) {
   c.ddp.find_unused_parameters = r.count("find-unused-parameters") > 0;
   c.ddp.comm_hook = parse_choice("--comm-hook", r["comm-hook"].as<std::string>(), parse_comm_hook_kind,
                                  "allreduce, bf16 or fp16");
+  c.ddp.zero_stage = r["zero"].as<int>();
+  require(c.ddp.zero_stage >= 0 && c.ddp.zero_stage <= 2, fmt::format("--zero: expected 0, 1 or 2, got {}", c.ddp.zero_stage));
   c.runtime.allreduce = parse_choice("--allreduce", r["allreduce"].as<std::string>(), parse_allreduce_algorithm,
                                      "auto, flat, shm or hierarchical");
 }
@@ -413,6 +416,30 @@ void detect_format(TrainConfig& c) {
 
 }  // namespace
 
+namespace {
+
+// Note [ZeRO shards] (ddp/zero_plan.h): what --zero cannot be combined with, yet or at all.
+void check_zero(const TrainConfig& c) {
+  const int z = c.ddp.zero_stage;
+  if (z == 0) return;
+  require(!c.ddp.bucket_cap_auto, fmt::format("--zero {}: not with --bucket-cap-mb auto (each trial would re-cut the "
+                                              "shards, moving optimizer state between ranks); give a cap in MiB",
+                                              z));
+  require(c.checkpoints.dir.empty() && c.checkpoints.resume == ResumeMode::kNone,
+          fmt::format("--zero {}: checkpoints of sharded optimizer state are not written or read yet; run without "
+                      "--checkpoint-dir and --resume",
+                      z));
+  require(z < 2 || c.ddp.comm_hook == CommHookKind::kAllreduce,
+          fmt::format("--zero 2: reduce-scatters float32 gradients; --comm-hook {} compresses all-reduces only (use "
+                      "--zero 1 or --comm-hook allreduce)",
+                      comm_hook_name(c.ddp.comm_hook)));
+  require(z < 2 || c.clip_grad_norm == 0.f,
+          "--zero 2: --clip-grad-norm needs the whole reduced gradient on every rank, which ZeRO-2 does not keep "
+          "(use --zero 1)");
+}
+
+}  // namespace
+
 ParsedTrain parse_train_options(const std::vector<std::string>& args) {
   cxxopts::Options options = make_train_options();
   const ParsedFlags flags = parse_flags(options, args);
@@ -437,6 +464,7 @@ ParsedTrain parse_train_options(const std::vector<std::string>& args) {
   require(c.data.sampler != SamplerTail::kUneven || c.checkpoints.every == 0,
           fmt::format("--sampler uneven: checkpoints are saved at epoch ends only (--checkpoint-every 0), got {}",
                       c.checkpoints.every));
+  check_zero(c);
   return out;
 }
 

@@ -12,6 +12,7 @@
 
 #include "app/architecture.h"
 #include "app/batch_stager.h"
+#include "app/memory_report.h"
 #include "app/checkpointing.h"
 #include "app/divergence.h"
 #include "app/evaluate.h"
@@ -45,8 +46,10 @@ namespace {
 
 // The model spec with this rank's share of the machine's memory as its budget: ranks that
 // share a node must all fit.
-ModelSpec model_spec_for_rank(ModelSpec spec, const Runtime& runtime) {
+ModelSpec model_spec_for_rank(ModelSpec spec, const Runtime& runtime, int zero_stage) {
   if (spec.memory_budget_bytes <= 0) spec.memory_budget_bytes = host_memory_bytes() / std::max(1, runtime.local_size());
+  spec.ranks = runtime.size();
+  spec.zero_stage = zero_stage;
   return spec;
 }
 
@@ -113,7 +116,7 @@ Trainer::Trainer(Runtime& runtime, const TrainConfig& c)
       data_(classify_errors(ErrorKind::kData, [&] {
         return load_mnist_splits(c.data.dir, c.data.normalize, c.data.train_limit, c.data.test_limit, c.data.classes);
       })),
-      model_(build_model(model_spec_for_rank(c.model, runtime), data_.train->sample_shape(),
+      model_(build_model(model_spec_for_rank(c.model, runtime, c.ddp.zero_stage), data_.train->sample_shape(),
                          data_.train->num_classes(), runtime.device(), c.seed)),
       schedule_{c.lr_schedule, c.optimizer.lr, c.lr_step_size, c.lr_gamma, c.epochs, 0.f},
       sampler_(data_.train->size(), runtime.size(), runtime.rank(), c.data.shuffle, c.seed, c.data.sampler),
@@ -156,6 +159,7 @@ void Trainer::choose_starting_point() {
   const CheckpointSettings& k = c_.checkpoints;
   const std::optional<ResumedRun> resumed = control_->read_starting_point(*optimizer_);
   reporter_.start(rt_, model_->describe(), c_, data_.train->size(), data_.test->size());
+  reporter_.note(memory_line(*optimizer_, ddp_ ? c_.ddp.zero_stage : 0, rt_.size()));
   control_->announce_start(resumed, ddp_ ? &*ddp_ : nullptr);
   if (!resumed) return;
   const checkpoint::TrainingState& s = resumed->state;

@@ -245,8 +245,9 @@ std::string Gpt::describe() const {
                      spec_.layers, spec_.heads, spec_.embd);
 }
 
-std::unique_ptr<Gpt> build_gpt(const GptSpec& spec, Device device, uint64_t seed, int64_t memory_budget_bytes) {
-  check_model_fits("gpt", plan_gpt(spec), memory_budget_bytes);
+std::unique_ptr<Gpt> build_gpt(const GptSpec& spec, Device device, uint64_t seed, int64_t memory_budget_bytes, int ranks,
+                               int zero_stage) {
+  check_model_fits("gpt", plan_gpt(spec), memory_budget_bytes, ranks, zero_stage);
   return std::make_unique<Gpt>(spec, device, seed);
 }
 

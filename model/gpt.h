@@ -85,6 +85,8 @@ class Gpt : public Module {
 
 // plan_gpt, then the memory check of model/models.h (check_model_fits; memory_budget_bytes <=
 // 0: this machine's memory), then the model with GPT-2's initialisation drawn from `seed`.
-std::unique_ptr<Gpt> build_gpt(const GptSpec& spec, Device device, uint64_t seed, int64_t memory_budget_bytes = 0);
+// `ranks` and `zero_stage` as ModelSpec's (model/models.h).
+std::unique_ptr<Gpt> build_gpt(const GptSpec& spec, Device device, uint64_t seed, int64_t memory_budget_bytes = 0,
+                               int ranks = 1, int zero_stage = 0);
 
 }  // namespace dtrain

@@ -66,7 +66,15 @@ LayerSize conv_size(int64_t in_c, int64_t out_c, size_t index) {
 }
 
 // Refuses a model whose training state would exceed `budget` bytes, naming its largest layer.
-void check_fits(const std::string& model, const std::vector<LayerSize>& layers, int64_t budget, bool machine) {
+// Bytes per parameter on one rank: the value, its gradient, and kTrainingBytesPerParameter's one
+// optimizer state, of which ZeRO keeps 1/ranks.
+double bytes_per_parameter(int ranks, int zero_stage) {
+  const double state = kTrainingBytesPerParameter - 8;
+  return 8 + (zero_stage > 0 ? state / ranks : state);
+}
+
+void check_fits(const std::string& model, const std::vector<LayerSize>& layers, int64_t budget, bool machine, int ranks,
+                int zero_stage) {
   int64_t total = 0;
   const LayerSize* largest = &layers.front();
   for (const LayerSize& l : layers) {
@@ -74,14 +82,25 @@ void check_fits(const std::string& model, const std::vector<LayerSize>& layers, 
       throw Error(fmt::format("{}: parameter count overflows 64 bits at {}", model, l.layer));
     if (l.parameters > largest->parameters) largest = &l;
   }
-  const double bytes = static_cast<double>(total) * kTrainingBytesPerParameter;
+  const double per_parameter = bytes_per_parameter(ranks, zero_stage);
+  const double bytes = static_cast<double>(total) * per_parameter;
   if (bytes <= static_cast<double>(budget)) return;
+  std::string sharding;
+  if (ranks > 1 && zero_stage == 0) {
+    const double sharded = static_cast<double>(total) * bytes_per_parameter(ranks, 1);
+    sharding = fmt::format("; with its optimizer state sharded over the {} ranks (ZeRO-1 or 2) it would need {} per rank{}",
+                           ranks, format_bytes(sharded), sharded <= static_cast<double>(budget) ? ", which fits" : "");
+  } else if (zero_stage > 0) {
+    sharding = fmt::format(" (per rank, its optimizer state already sharded over {} ranks by ZeRO-{}; parameters and "
+                           "gradients stay whole)",
+                           ranks, zero_stage);
+  }
   const std::string limit = machine ? fmt::format("this machine's {} of memory", format_bytes(double(budget)))
                                     : fmt::format("its memory budget of {}", format_bytes(double(budget)));
   throw Error(fmt::format("{} needs {} to train ({} parameters with their gradients and optimizer state), more than "
-                          "{}; its largest layer is {} with {} parameters ({})",
+                          "{}; its largest layer is {} with {} parameters ({}){}",
                           model, format_bytes(bytes), total, limit, largest->layer, largest->parameters,
-                          format_bytes(static_cast<double>(largest->parameters) * kTrainingBytesPerParameter)),
+                          format_bytes(static_cast<double>(largest->parameters) * per_parameter), sharding),
               ErrorKind::kResources);
 }
 
@@ -153,16 +172,17 @@ std::vector<LayerSize> plan_model(const ModelSpec& spec, const Shape& sample_sha
   return layers;
 }
 
-void check_model_fits(const std::string& model, const std::vector<LayerSize>& layers, int64_t memory_budget_bytes) {
+void check_model_fits(const std::string& model, const std::vector<LayerSize>& layers, int64_t memory_budget_bytes,
+                      int ranks, int zero_stage) {
   const bool machine = memory_budget_bytes <= 0;
-  check_fits(model, layers, machine ? host_memory_bytes() : memory_budget_bytes, machine);
+  check_fits(model, layers, machine ? host_memory_bytes() : memory_budget_bytes, machine, ranks, zero_stage);
 }
 
 std::unique_ptr<Sequential> build_model(const ModelSpec& spec, const Shape& sample_shape, int num_classes,
                                         Device device, uint64_t seed) {
   const bool machine = spec.memory_budget_bytes <= 0;
   check_fits(model_kind_name(spec.kind), plan_model(spec, sample_shape, num_classes),
-             machine ? host_memory_bytes() : spec.memory_budget_bytes, machine);
+             machine ? host_memory_bytes() : spec.memory_budget_bytes, machine, spec.ranks, spec.zero_stage);
   InitRng rng(seed);
   switch (spec.kind) {
     case ModelKind::kMlp: return build_mlp(spec, sample_shape, num_classes, device, rng, seed);

@@ -25,6 +25,10 @@ struct ModelSpec {
   // The most memory the model's training state may take; 0: this machine's physical memory.
   // Ranks that share a machine should each pass their share.
   int64_t memory_budget_bytes = 0;
+  // How the training state is spread over the job's ranks (ddp/zero_plan.h): ZeRO stage 1 or 2
+  // keeps 1/ranks of the optimizer state per rank (the whole parameters and gradient buffer stay).
+  int ranks = 1;
+  int zero_stage = 0;
 };
 
 // Training state per parameter: the weight, its gradient and one optimizer state (SGD momentum;
@@ -53,7 +57,10 @@ std::vector<LayerSize> plan_model(const ModelSpec& spec, const Shape& sample_sha
 // Refuses (dtrain::Error of kind kResources, one line naming `model`, its largest layer and the
 // sizes) layers whose training state would not fit in memory_budget_bytes (<= 0: this machine's
 // physical memory). build_model runs it; other model families (model/gpt.h) share it.
-void check_model_fits(const std::string& model, const std::vector<LayerSize>& layers, int64_t memory_budget_bytes);
+// With ranks > 1 the refusal also says what sharding the optimizer state (ZeRO) would need per
+// rank, or that it is already sharded.
+void check_model_fits(const std::string& model, const std::vector<LayerSize>& layers, int64_t memory_budget_bytes,
+                      int ranks = 1, int zero_stage = 0);
 
 // Builds the model after plan_model, refusing (dtrain::Error, one line naming the largest layer
 // and the sizes) one whose training state would not fit in spec.memory_budget_bytes.

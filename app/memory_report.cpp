@@ -1,0 +1,25 @@
+#include "app/memory_report.h"
+
+#include <fmt/format.h>
+
+#include "core/memory.h"
+
+namespace dtrain {
+
+std::string memory_line(Optimizer& optimizer, int zero_stage, int ranks) {
+  FlatStore& store = optimizer.store();
+  const std::string how =
+      ranks == 1 || zero_stage == 0
+          ? (ranks == 1 ? "one rank: everything whole" : "--zero 0: every rank holds everything")
+          : fmt::format("--zero {} over {} ranks: optimizer state for this rank's 1/{} of each bucket{}", zero_stage, ranks,
+                        ranks,
+                        zero_stage == 2 ? "; gradients reduce-scattered, but backward still writes the whole local "
+                                          "gradient buffer"
+                                        : "");
+  return fmt::format("memory per rank: parameters {}, gradients {}, optimizer state {} ({})",
+                     format_bytes(static_cast<double>(store.values().nbytes())),
+                     format_bytes(static_cast<double>(store.grads().nbytes())),
+                     format_bytes(static_cast<double>(optimizer.state_bytes())), how);
+}
+
+}  // namespace dtrain
