@@ -109,5 +109,25 @@ TEST(Models, RefusesAModelThatCannotFitBeforeAllocating) {
   EXPECT_EQ(build_error(ModelSpec{}, {1, 28, 28}, 10), "");
 }
 
+// Item 5 of issue 22: the refusal says what sharding the optimizer state (ZeRO) would need per
+// rank, and counts it when the run shards.
+TEST(Models, TheMemoryRefusalSaysWhatZeroWouldChange) {
+  ModelSpec spec;
+  spec.memory_budget_bytes = int64_t{8} << 30;
+  spec.ranks = 4;
+  EXPECT_THAT(build_error(spec, {1, 1, 4000000}, 10),
+              HasSubstr("(12.3 GB); with its optimizer state sharded over the 4 ranks (ZeRO-1 or 2) it would need 9.2 "
+                        "GB per rank"));
+  spec.memory_budget_bytes = int64_t{9} << 30;  // 9.7 GB
+  EXPECT_THAT(build_error(spec, {1, 1, 4000000}, 10), HasSubstr("it would need 9.2 GB per rank, which fits"));
+  spec.zero_stage = 1;  // (at 9.7 GB it would fit: building it would allocate 4 GB, so not tried)
+  spec.memory_budget_bytes = int64_t{8} << 30;
+  EXPECT_THAT(build_error(spec, {1, 1, 4000000}, 10),
+              HasSubstr("mlp needs 9.2 GB to train (1024002826 parameters with their gradients and optimizer state), "
+                        "more than its memory budget of 8.6 GB; its largest layer is Linear(4000000, 256) with "
+                        "1024000256 parameters (9.2 GB) (per rank, its optimizer state already sharded over 4 ranks "
+                        "by ZeRO-1"));
+}
+
 }  // namespace
 }  // namespace dtrain
