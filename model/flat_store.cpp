@@ -60,8 +60,9 @@ void FlatStore::lay_out(std::vector<int64_t> offsets, int64_t size, Tensor grad_
   // Values: a new buffer (zero between parameters), each value copied in. Gradients: through a
   // copy of the old ones, since the new place may be the same buffer.
   Tensor values = Tensor::zeros({size}, device_);
+  // Only a gradient buffer that is reused needs the copy (a peak of one more buffer otherwise).
   Tensor old_grads;
-  if (grads_.defined()) {
+  if (grads_.defined() && grad_storage.defined() && grad_storage.shares_storage(grads_)) {
     old_grads = Tensor::empty(grads_.shape(), device_);
     old_grads.copy_from(grads_);
   }

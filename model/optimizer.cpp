@@ -65,7 +65,13 @@ void Optimizer::relayout(const FlatStore::Relayout&) {
                               "the first optimizer step",
                               params_[i]->name));
   }
+  const bool any_state = [&] {
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (has_state(i)) return true;
+    return false;
+  }();
   for (Tensor* a : arrays) {
+    if (!any_state) *a = Tensor();  // nothing to move (a rebuild before the first step): no peak of two
     Tensor fresh = Tensor::zeros({std::max<int64_t>(state_size_, 1)}, store_->device());
     for (size_t i = 0; i < params_.size(); ++i) {
       const Piece& n = pieces_[i];
