@@ -22,23 +22,10 @@ namespace dtrain {
 namespace {
 
 using testing::LateLastLayer;
+using testing::same_on_all_ranks;
 
 Communicator& world() { return testing::test_comm(); }
 Runtime& runtime() { return testing::test_runtime(); }
-
-// Rank-dependent data, the same for every model of this rank at a given step.
-std::pair<Tensor, Tensor> batch(int step) {
-  std::mt19937 gen(static_cast<uint32_t>(1000 * step + world().rank()));
-  std::uniform_real_distribution<float> px(0.f, 1.f);
-  std::vector<float> images(4 * 64);
-  for (float& v : images) v = px(gen);
-  Tensor x = Tensor::from_vector(images, {4, 1, 8, 8});
-  Tensor y = Tensor::empty({4}, Device::cpu(), DType::kI32);
-  std::vector<int32_t> labels(4);
-  for (int32_t& l : labels) l = static_cast<int32_t>(gen() % 10);
-  std::memcpy(y.raw(), labels.data(), sizeof(int32_t) * 4);
-  return {x, y};
-}
 
 struct Training {
   std::unique_ptr<Module> model;
@@ -52,7 +39,7 @@ struct Training {
     opt = std::make_unique<Sgd>(model->parameters(), SgdOptions{0.05f, 0.9f, 0.f, 1e-4f, false});
   }
   void step() {
-    auto [x, y] = batch(steps++);
+    auto [x, y] = testing::rank_batch(steps++);
     opt->zero_grad();
     loss.forward(ddp->forward(x), y);
     ddp->backward(loss.backward());
@@ -80,13 +67,6 @@ std::string plan_text(DistributedDataParallel& ddp) {
   for (const GradBucket& b : ddp.reducer().buckets())
     s += fmt::format("[{}]", fmt::join(b.params, " "));
   return s;
-}
-
-// True on every rank iff every rank's `mine` equals rank 0's.
-bool same_on_all_ranks(const std::string& mine) {
-  int32_t differ = broadcast_string(world(), mine, 0) != mine;
-  world().allreduce(&differ, 1, DType::kI32, ReduceOp::kSum);
-  return differ == 0;
 }
 
 TEST(BucketRebuild, RegroupsInRankZerosReadyOrderAfterStepOne) {

@@ -1,14 +1,19 @@
-// LateLastLayer: an MLP whose last layer reports its gradients after the whole backward, so
-// that DDP rebuilds its buckets after the first step (Note [Rebuilding buckets] in ddp/reducer.h).
+// What the bucket-rebuild and ZeRO tests share: LateLastLayer, an MLP whose last layer reports its
+// gradients after the whole backward, so that DDP rebuilds its buckets after the first step (Note
+// [Rebuilding buckets] in ddp/reducer.h); a rank's batch of a step; a check across ranks.
 #pragma once
 
+#include <cstring>
 #include <memory>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "model/models.h"
+#include "comm/exchange.h"
 #include "model/module.h"
+#include "tests/mpi/mpi_test_env.h"
 
 namespace dtrain::testing {
 
@@ -47,5 +52,26 @@ class LateLastLayer : public Module {
   bool hold_;
   std::vector<Parameter*> late_, held_;
 };
+
+// Rank-dependent data, the same for every model of this rank at a given step.
+inline std::pair<Tensor, Tensor> rank_batch(int step) {
+  std::mt19937 gen(static_cast<uint32_t>(1000 * step + test_comm().rank()));
+  std::uniform_real_distribution<float> px(0.f, 1.f);
+  std::vector<float> images(4 * 64);
+  for (float& v : images) v = px(gen);
+  Tensor x = Tensor::from_vector(images, {4, 1, 8, 8});
+  Tensor y = Tensor::empty({4}, Device::cpu(), DType::kI32);
+  std::vector<int32_t> labels(4);
+  for (int32_t& l : labels) l = static_cast<int32_t>(gen() % 10);
+  std::memcpy(y.raw(), labels.data(), sizeof(int32_t) * 4);
+  return {x, y};
+}
+
+// True on every rank iff every rank's `mine` equals rank 0's.
+inline bool same_on_all_ranks(const std::string& mine) {
+  int32_t differ = broadcast_string(test_comm(), mine, 0) != mine;
+  test_comm().allreduce(&differ, 1, DType::kI32, ReduceOp::kSum);
+  return differ == 0;
+}
 
 }  // namespace dtrain::testing

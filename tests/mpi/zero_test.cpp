@@ -20,21 +20,9 @@ namespace dtrain {
 namespace {
 
 using testing::LateLastLayer;
+using testing::same_on_all_ranks;
 
 Communicator& world() { return testing::test_comm(); }
-
-std::pair<Tensor, Tensor> batch(int step) {
-  std::mt19937 gen(static_cast<uint32_t>(7919 * step + world().rank()));
-  std::uniform_real_distribution<float> px(0.f, 1.f);
-  std::vector<float> images(4 * 64);
-  for (float& v : images) v = px(gen);
-  Tensor x = Tensor::from_vector(images, {4, 1, 8, 8});
-  Tensor y = Tensor::empty({4}, Device::cpu(), DType::kI32);
-  std::vector<int32_t> labels(4);
-  for (int32_t& l : labels) l = static_cast<int32_t>(gen() % 10);
-  std::memcpy(y.raw(), labels.data(), sizeof(int32_t) * 4);
-  return {x, y};
-}
 
 struct Setting {
   OptimizerKind kind;
@@ -70,7 +58,7 @@ struct Trainee {
       ddp->join_backward();
     } else {
       for (int m = 0; m < s.accumulate; ++m) {
-        auto [x, y] = batch(n * s.accumulate + m);
+        auto [x, y] = testing::rank_batch(n * s.accumulate + m);
         loss.forward(ddp->forward(x), y);
         if (m + 1 < s.accumulate) {
           auto guard = ddp->no_sync();
@@ -89,12 +77,6 @@ struct Trainee {
     return out;
   }
 };
-
-bool same_on_all_ranks(const std::string& mine) {
-  int32_t differ = broadcast_string(world(), mine, 0) != mine;
-  world().allreduce(&differ, 1, DType::kI32, ReduceOp::kSum);
-  return differ == 0;
-}
 
 TEST(Zero, StagesOneAndTwoGiveThePlainDdpBitsEveryStep) {
   std::vector<Setting> settings;
