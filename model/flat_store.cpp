@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/host_allocator.h"
 
 namespace dtrain {
 
@@ -89,7 +90,12 @@ void FlatStore::lay_out(std::vector<int64_t> offsets, int64_t size, Tensor grad_
   size_ = size;
   values_ = values;
   grads_ = grad_storage;
+  old_grads = Tensor();
   ++version_;
+  // The old buffers (the whole model's size, once or twice) would stay in the host allocator's
+  // cache at their size classes, which nothing of another size reuses (ZeRO's smaller optimizer
+  // state): a layout is rare, so give them back.
+  if (device_.is_cpu()) HostAllocator::instance().release_cached();
   if (!change.old_offsets.empty())
     for (auto& [id, listener] : listeners_) listener(change);
 }
