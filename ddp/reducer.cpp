@@ -40,7 +40,7 @@ Reducer::Reducer(std::vector<Parameter*> params, Communicator& comm, std::unique
   // with room to start every bucket on a 64-byte boundary, padded for ZeRO, whatever the layout.
   const int64_t pad = kBucketAlignFloats + (options_.zero_stage > 0 ? comm_.size() : 0);
   storage_ = comm_.allocate_reduce_buffer(total + pad * static_cast<int64_t>(params_.size()), DType::kF32, device);
-  store_ = FlatStore::of(params_);
+  store_ = FlatStore::of(params_, /*lay_out_now=*/false);  // apply_layout lays it out
   apply_layout({reverse_parameter_order(params_.size()), options_.first_bucket_bytes, options_.bucket_cap_bytes});
 }
 

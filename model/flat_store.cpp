@@ -31,22 +31,24 @@ std::vector<size_t> flat_order(const FlatStore& store) {
   return order;
 }
 
-std::shared_ptr<FlatStore> FlatStore::of(const std::vector<Parameter*>& params) {
+std::shared_ptr<FlatStore> FlatStore::of(const std::vector<Parameter*>& params, bool lay_out_now) {
   DTRAIN_CHECK(!params.empty(), "a flat store needs parameters");
   std::shared_ptr<FlatStore> existing = params.front()->store;
   if (existing && existing->params_ == params) return existing;
-  std::shared_ptr<FlatStore> store(new FlatStore(params));
+  std::shared_ptr<FlatStore> store(new FlatStore(params, lay_out_now));
   for (Parameter* p : params) p->store = store;
   return store;
 }
 
-FlatStore::FlatStore(std::vector<Parameter*> params) : params_(std::move(params)), device_(params_.front()->value.device()) {
+FlatStore::FlatStore(std::vector<Parameter*> params, bool lay_out_now)
+    : params_(std::move(params)), device_(params_.front()->value.device()) {
   for (Parameter* p : params_) {
     DTRAIN_CHECK(p->value.device() == device_, "parameter {} is on {}, the first on {}", p->name, p->value.device().str(),
                  device_.str());
     DTRAIN_CHECK(p->value.dtype() == DType::kF32, "parameter {} is {}: the flat store holds float32", p->name,
                  dtype_name(p->value.dtype()));
   }
+  if (!lay_out_now) return;
   int64_t size = 0;
   std::vector<int64_t> offsets = default_flat_offsets(params_, &size);
   lay_out(std::move(offsets), size);

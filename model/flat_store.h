@@ -38,8 +38,10 @@ struct FlatRange {
 class FlatStore {
  public:
   // The store `params` share (the same list, in the same order), else a new one that moves
-  // their values and gradients into flat buffers (a parameter without a gradient gets a zero one).
-  static std::shared_ptr<FlatStore> of(const std::vector<Parameter*>& params);
+  // their values and gradients into flat buffers (a parameter without a gradient gets a zero one)
+  // laid out by default_flat_offsets, or, with `lay_out_now` false, at the caller's first
+  // lay_out (DDP: one copy of the model fewer at start-up).
+  static std::shared_ptr<FlatStore> of(const std::vector<Parameter*>& params, bool lay_out_now = true);
 
   // What a relayout changed, for listeners: the old offsets and owned ranges (the new ones are
   // the store's).
@@ -80,7 +82,7 @@ class FlatStore {
   int64_t version() const { return version_; }
 
  private:
-  explicit FlatStore(std::vector<Parameter*> params);
+  FlatStore(std::vector<Parameter*> params, bool lay_out_now);
 
   std::vector<Parameter*> params_;
   Device device_;
