@@ -14,13 +14,14 @@
 
 namespace dtrain {
 
-Optimizer::Optimizer(std::vector<Parameter*> params, float lr)
-    : params_(std::move(params)), lr_(lr), store_(FlatStore::of(params_)) {
+Optimizer::Optimizer(std::vector<Parameter*> params, float lr) : params_(std::move(params)), lr_(lr) {
+  if (params_.empty()) return;  // (a test's optimizer that only holds a state)
+  store_ = FlatStore::of(params_);
   listener_ = store_->add_listener([this](const FlatStore::Relayout& change) { relayout(change); });
 }
 
 Optimizer::~Optimizer() {
-  store_->remove_listener(listener_);
+  if (store_) store_->remove_listener(listener_);
 }
 
 void Optimizer::zero_grad() {
@@ -45,6 +46,7 @@ void Optimizer::place_pieces() {
 }
 
 void Optimizer::init_state() {
+  if (!store_) return;
   place_pieces();
   for (Tensor* a : state_arrays()) *a = Tensor::zeros({std::max<int64_t>(state_size_, 1)}, store_->device());
 }
@@ -83,6 +85,7 @@ void Optimizer::relayout(const FlatStore::Relayout&) {
 }
 
 void Optimizer::step() {
+  if (!store_) return;
   for (size_t i = 0; i < params_.size(); ++i)
     if (!params_[i]->grad_is_zero) advance(i);
   int64_t at = 0;

@@ -57,7 +57,8 @@ class Optimizer {
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
   // Updates the owned ranges, then calls the store's after-step hook (ZeRO's all-gather).
-  void step();
+  // Virtual, as export_state and import_state, for optimizers of tests that hold a fixed state.
+  virtual void step();
   // Lazy (see Parameter::grad_is_zero). As with PyTorch's zero_grad(set_to_none=True), step()
   // leaves a parameter alone, weight decay and momentum included, if no backward wrote its
   // gradient since.
@@ -68,7 +69,7 @@ class Optimizer {
   // The state (see OptimizerState) as views of the optimizer's own tensors, on the parameters'
   // device, not copies: copy them (safetensors::host_copy) before the next step(). A parameter
   // this process owns only part of (ZeRO) gives slice entries of that part.
-  OptimizerState export_state() const;
+  virtual OptimizerState export_state() const;
   // Replaces the whole state with `state` (a parameter it has no entries for starts fresh), so
   // that the following steps are those the exporting optimizer would have taken, to the bit.
   // Whole tensors and slices are accepted: each entry's part this process owns is taken (the
@@ -76,7 +77,7 @@ class Optimizer {
   // exactly once. Throws one line naming the first entry that names no parameter of this
   // optimizer, a key this optimizer does not keep, a shape that differs, a slice that overlaps
   // another, or a parameter's missing companion entry or uncovered elements.
-  void import_state(const OptimizerState& state);
+  virtual void import_state(const OptimizerState& state);
 
   // Kernel launches of all step() calls so far (for benches and tests).
   int64_t launches() const { return launches_; }
@@ -90,17 +91,23 @@ class Optimizer {
   struct Piece {
     int64_t param_offset = 0, count = 0, state_offset = 0;
   };
-  virtual void update(const FlatRun& run, int64_t state_offset, int64_t n) = 0;
-  virtual std::optional<std::vector<int64_t>> run_key(size_t i) const = 0;  // nullopt: skip this step
+  // What Sgd and AdamW define (the defaults: no state, nothing to update).
+  virtual void update(const FlatRun& run, int64_t state_offset, int64_t n) { (void)run, (void)state_offset, (void)n; }
+  virtual std::optional<std::vector<int64_t>> run_key(size_t i) const {  // nullopt: skip this step
+    (void)i;
+    return std::nullopt;
+  }
   virtual void advance(size_t i) { (void)i; }  // before the launches: parameter i is updated this step
   virtual void finish_step() {}                 // after them
   // The state's keys, in the order of state_arrays(); counts (AdamW's "step") separately.
-  virtual std::vector<const char*> tensor_keys() const = 0;
-  virtual std::vector<Tensor*> state_arrays() = 0;
-  virtual bool has_state(size_t i) const = 0;
-  virtual int64_t count_of(size_t i) const = 0;     // 0: no count key
+  virtual std::vector<const char*> tensor_keys() const { return {}; }
+  virtual std::vector<Tensor*> state_arrays() { return {}; }
+  virtual bool has_state(size_t i) const { return (void)i, false; }
+  virtual int64_t count_of(size_t i) const { return (void)i, 0; }  // 0: no count key
   virtual const char* count_key() const { return nullptr; }
-  virtual void reset_state(const std::vector<int64_t>& counts, const std::vector<bool>& present) = 0;
+  virtual void reset_state(const std::vector<int64_t>& counts, const std::vector<bool>& present) {
+    (void)counts, (void)present;
+  }
   // Call from the derived constructor once its state arrays exist.
   void init_state();
 
