@@ -40,11 +40,12 @@ set(DTRAIN_PUBLIC_HEADERS
   core/stream.h core/tensor.h core/thread_policy.h
   comm/allreduce_algorithm.h comm/collective_log.h comm/communicator.h comm/exchange.h comm/flight_recorder.h
   comm/runtime.h comm/self_communicator.h
-  model/activation.h model/amp.h model/conv.h model/fingerprint.h model/init.h model/kernels.h model/linear.h
+  model/activation.h model/amp.h model/conv.h model/fingerprint.h model/flat_store.h model/grad_scaler.h model/init.h
+  model/kernels.h model/linear.h
   model/loss.h model/lr_schedule.h model/models.h model/module.h model/optimizer.h model/sequential.h
   data/data_loader.h data/dataset.h data/distributed_sampler.h data/idx_reader.h data/mnist.h
   ddp/bucket_cap_tuner.h ddp/bucket_plan.h ddp/comm_hook.h ddp/distributed_data_parallel.h ddp/grad_bucket.h
-  ddp/join.h ddp/reducer.h
+  ddp/join.h ddp/loss_scaling.h ddp/reducer.h ddp/zero_plan.h
   checkpoint/checkpoint_layout.h checkpoint/checkpoint_reader.h checkpoint/checkpoint_writer.h checkpoint/finite.h
   checkpoint/host_buffer_pool.h checkpoint/optimizer_shards.h checkpoint/safetensors.h checkpoint/training_state.h
   train/checkpointer.h train/optimizer_transfer.h train/root_broadcast.h)
