@@ -126,22 +126,28 @@ CheckpointerOptions checkpointer_options(const CheckpointSettings& settings) {
 }
 
 std::optional<ResumedRun> restore_checkpoint(Communicator& control, const TrainConfig& c, Module& model,
-                                             Optimizer& optimizer, const WantedPieces& pieces) {
+                                             Optimizer& optimizer, DistributedDataParallel* ddp) {
   const CheckpointSettings& k = c.checkpoints;
   if (k.resume == ResumeMode::kNone) return std::nullopt;
   const nlohmann::json config = resume_config(c);
+  std::optional<BucketLayout> buckets;
+  // Note [Sharded optimizer state]: the layout first (the optimizer holds no state yet, so
+  // re-laying the store moves nothing between ranks), then the pieces of it this rank owns.
+  const PiecesFor pieces_for = [&](const Resumed& r) -> WantedPieces {
+    // Every rank read the same state.json: a layout that does not fit fails alike everywhere.
+    if (!r.state.buckets.is_null()) {
+      buckets = bucket_layout_from_json(r.state.buckets, model.parameters().size(),
+                                        (std::filesystem::path(r.path) / checkpoint::kStateFile).string());
+      if (ddp) ddp->set_bucket_layout(*buckets);  // the saving run's choice: the same buckets, no trials
+    }
+    if (!ddp || c.ddp.zero_stage == 0) return std::nullopt;  // every tensor whole
+    return wanted_pieces(optimizer);
+  };
   std::optional<Resumed> resumed = k.resume == ResumeMode::kAuto
-                                       ? restore_newest(control, k.dir, model, optimizer, config, pieces)
-                                       : restore_from(control, k.resume_path, model, optimizer, config, pieces);
+                                       ? restore_newest(control, k.dir, model, optimizer, config, pieces_for)
+                                       : restore_from(control, k.resume_path, model, optimizer, config, pieces_for);
   if (!resumed) return std::nullopt;
-  ResumedRun run{std::move(*resumed), {}};
-  // Every rank read the same state.json: a layout that does not fit fails alike everywhere.
-  if (!run.state.buckets.is_null())
-    run.buckets = agreed([&] {
-      return bucket_layout_from_json(run.state.buckets, model.parameters().size(),
-                                     (std::filesystem::path(run.path) / checkpoint::kStateFile).string());
-    });
-  return run;
+  return ResumedRun{std::move(*resumed), buckets};
 }
 
 }  // namespace dtrain

@@ -13,6 +13,7 @@
 #include "checkpoint/training_state.h"
 #include "comm/communicator.h"
 #include "ddp/bucket_plan.h"
+#include "ddp/distributed_data_parallel.h"
 #include "model/module.h"
 #include "model/optimizer.h"
 #include "train/checkpointer.h"
@@ -56,10 +57,12 @@ struct ResumedRun : Resumed {
 // settings name (train/checkpointer.h: restore_newest for `--resume auto`, restore_from for a
 // path), checking this run's resume_config() against the checkpoint's. nullopt when `--resume
 // auto` finds no checkpoint. Every rank throws the same AgreedError (one line naming the file or
-// the field) when it does not fit. `pieces`: this rank's slices of the optimizer state when the
-// optimizer is sharded (ZeRO), nullopt for whole tensors (train/optimizer_transfer.h); the
-// checkpoint may be sharded at any count or not. Collective over `control`.
+// the field) when it does not fit. With `ddp` (null on one rank) the checkpoint's bucket layout,
+// if it saved one, is applied before any optimizer state is read: under ZeRO the shards follow
+// the buckets (Note [ZeRO shards]), so this rank then asks for exactly its slices of that layout
+// (train/optimizer_transfer.h), whatever world size or --zero the checkpoint was saved at.
+// Collective over `control`.
 std::optional<ResumedRun> restore_checkpoint(Communicator& control, const TrainConfig& config, Module& model,
-                                             Optimizer& optimizer, const WantedPieces& pieces = std::nullopt);
+                                             Optimizer& optimizer, DistributedDataParallel* ddp = nullptr);
 
 }  // namespace dtrain

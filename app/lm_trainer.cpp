@@ -124,7 +124,7 @@ LmTrainer::LmTrainer(Runtime& runtime, const TrainConfig& c)
 
 void LmTrainer::choose_starting_point() {
   const CheckpointSettings& k = c_.checkpoints;
-  const std::optional<ResumedRun> resumed = control_->read_starting_point(*optimizer_);
+  const std::optional<ResumedRun> resumed = control_->read_starting_point(*optimizer_, ddp_ ? &*ddp_ : nullptr);
   int64_t parameters = 0;
   for (Parameter* p : model_->parameters()) parameters += p->value.numel();
   reporter_.start_lm(rt_, model_->describe(), c_, data_.train_tokens(), data_.val_tokens(), parameters);

@@ -24,12 +24,12 @@ RunControl::RunControl(Runtime& runtime, const TrainConfig& c, Module& model, co
       stop_vote_(runtime.control()),
       loss_watch_(runtime.device(), runtime.device().is_cpu(), kVotePeriodMs) {}
 
-std::optional<ResumedRun> RunControl::read_starting_point(Optimizer& optimizer, const WantedPieces& pieces) {
+std::optional<ResumedRun> RunControl::read_starting_point(Optimizer& optimizer, DistributedDataParallel* ddp) {
   const CheckpointSettings& k = c_.checkpoints;
   // Whatever fails in reading, checking or loading them is about the files (a damaged one, one
   // made for another model or run): a restart would fail the same way.
   std::optional<ResumedRun> resumed = classify_errors(ErrorKind::kCheckpoint, [&] {
-    return restore_checkpoint(rt_.control(), c_, model_, optimizer, pieces);
+    return restore_checkpoint(rt_.control(), c_, model_, optimizer, ddp);
   });
   if (!resumed && !k.init_weights.empty())
     classify_errors(ErrorKind::kCheckpoint, [&] { load_initial_weights(rt_.control(), k.init_weights, model_); });
@@ -45,7 +45,6 @@ void RunControl::announce_start(const std::optional<ResumedRun>& resumed, Distri
     return;
   }
   if (ddp && resumed->buckets) {
-    ddp->set_bucket_layout(*resumed->buckets);  // the saving run's choice: the same buckets, no trials
     reporter_.note(fmt::format("resume: buckets from the checkpoint ({:g} MiB first bucket, {:g} MiB cap)",
                                static_cast<double>(resumed->buckets->first_bucket_bytes) / (1 << 20),
                                static_cast<double>(resumed->buckets->bucket_cap_bytes) / (1 << 20)));

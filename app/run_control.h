@@ -52,10 +52,11 @@ class RunControl {
   // weights (--init-weights, into the model), else nullopt and the seeded initialisation. Reads
   // everything that can fail before anything is printed: a checkpoint that does not fit is the
   // run's only line (a checkpoint error). Collective.
-  // `pieces`: the optimizer's slices when it is sharded (ZeRO), else nullopt (whole tensors).
-  std::optional<ResumedRun> read_starting_point(Optimizer& optimizer, const WantedPieces& pieces = std::nullopt);
-  // After the run's opening line: notes where it starts; from a checkpoint, hands its bucket
-  // layout to `ddp` (null on one rank) and remembers the checkpoint as the newest.
+  // With `ddp` (null on one rank) a checkpoint's bucket layout is applied before the optimizer
+  // state is read (restore_checkpoint: under ZeRO the shards follow it).
+  std::optional<ResumedRun> read_starting_point(Optimizer& optimizer, DistributedDataParallel* ddp);
+  // After the run's opening line: notes where it starts; from a checkpoint, notes the bucket
+  // layout `ddp` (null on one rank) took from it and remembers the checkpoint as the newest.
   void announce_start(const std::optional<ResumedRun>& resumed, DistributedDataParallel* ddp);
   // Around each optimizer step: its first micro-batch starts, a micro-batch's loss, the step ends.
   void begin_step();

@@ -425,10 +425,6 @@ void check_zero(const TrainConfig& c) {
   require(!c.ddp.bucket_cap_auto, fmt::format("--zero {}: not with --bucket-cap-mb auto (each trial would re-cut the "
                                               "shards, moving optimizer state between ranks); give a cap in MiB",
                                               z));
-  require(c.checkpoints.dir.empty() && c.checkpoints.resume == ResumeMode::kNone,
-          fmt::format("--zero {}: checkpoints of sharded optimizer state are not written or read yet; run without "
-                      "--checkpoint-dir and --resume",
-                      z));
   require(z < 2 || c.ddp.comm_hook == CommHookKind::kAllreduce,
           fmt::format("--zero 2: reduce-scatters float32 gradients; --comm-hook {} compresses all-reduces only (use "
                       "--zero 1 or --comm-hook allreduce)",

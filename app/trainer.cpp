@@ -157,7 +157,7 @@ Trainer::Trainer(Runtime& runtime, const TrainConfig& c)
 // is the run's only line.
 void Trainer::choose_starting_point() {
   const CheckpointSettings& k = c_.checkpoints;
-  const std::optional<ResumedRun> resumed = control_->read_starting_point(*optimizer_);
+  const std::optional<ResumedRun> resumed = control_->read_starting_point(*optimizer_, ddp_ ? &*ddp_ : nullptr);
   reporter_.start(rt_, model_->describe(), c_, data_.train->size(), data_.test->size());
   reporter_.note(memory_line(*optimizer_, ddp_ ? c_.ddp.zero_stage : 0, rt_.size()));
   control_->announce_start(resumed, ddp_ ? &*ddp_ : nullptr);

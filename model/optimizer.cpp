@@ -101,6 +101,13 @@ void Optimizer::step() {
   store_->after_step();
 }
 
+std::vector<Optimizer::OwnedPart> Optimizer::owned_parts() const {
+  std::vector<OwnedPart> parts;
+  for (size_t i = 0; i < pieces_.size(); ++i)
+    if (pieces_[i].count > 0) parts.push_back({params_[i], pieces_[i].param_offset, pieces_[i].count});
+  return parts;
+}
+
 size_t Optimizer::state_bytes() const {
   size_t n = 0;
   for (Tensor* a : const_cast<Optimizer*>(this)->state_arrays()) n += a->nbytes();

@@ -84,6 +84,17 @@ class Optimizer {
   // Bytes of optimizer state this process holds.
   size_t state_bytes() const;
   FlatStore& store() { return *store_; }
+  // This process's part of each parameter it updates: elements [offset, offset + count) of the
+  // flattened parameter (ZeRO: its shard's piece; else the whole of it). A resume asks the
+  // checkpoint for exactly these slices of every state key (train/optimizer_transfer.h:
+  // wanted_pieces), for the layout the store has when it asks.
+  struct OwnedPart {
+    const Parameter* param = nullptr;
+    int64_t offset = 0, count = 0;
+  };
+  std::vector<OwnedPart> owned_parts() const;
+  // The names of the state tensors each parameter has ("exp_avg", ...; none for SGD without momentum).
+  std::vector<const char*> state_keys() const { return tensor_keys(); }
 
  protected:
   // This process's part of parameter i: elements [param_offset, param_offset + count) of the

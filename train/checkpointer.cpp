@@ -95,7 +95,7 @@ std::string optimizer_source(const fs::path& dir, const checkpoint::TrainingStat
 // and receives its optimizer state from rank 0's files in chunks (train/optimizer_transfer.h).
 std::optional<Resumed> restore(Communicator& control,
                                const std::function<std::optional<checkpoint::LoadedCheckpoint>()>& read,
-                               const json& config, Module& model, Optimizer& optimizer, const WantedPieces& pieces) {
+                               const json& config, Module& model, Optimizer& optimizer, const PiecesFor& pieces_for) {
   std::optional<checkpoint::LoadedCheckpoint> loaded;  // rank 0's
   const std::vector<std::string> parts = broadcast_from_root(control, [&]() -> std::vector<std::string> {
     loaded = read();
@@ -113,6 +113,9 @@ std::optional<Resumed> restore(Communicator& control,
     if (!parts[4].empty()) throw Error(parts[4]);  // a non-finite optimizer value, after the model's checks
     return r;
   });
+  // Every rank decoded the same state: what it asks for may depend on it (ZeRO: the layout the
+  // saving run settled on is applied first, so the pieces are those of the run's buckets).
+  const WantedPieces pieces = agreed([&] { return pieces_for(resumed); });
   const OptimizerState state = receive_optimizer_state(control, loaded ? &loaded->optimizer : nullptr, pieces,
                                                        checkpoint::kStreamChunkBytes);
   return agreed([&] {
@@ -295,21 +298,31 @@ std::string Checkpointer::summary() const {
 }
 
 std::optional<Resumed> restore_newest(Communicator& control, const std::string& dir, Module& model,
-                                      Optimizer& optimizer, const json& config, const WantedPieces& pieces) {
+                                      Optimizer& optimizer, const json& config, const PiecesFor& pieces_for) {
   // What fails here is about the files (damaged, or made for another model or run): a restart
   // would fail the same way (core/exit_status.h). Failed MPI or CUDA calls keep their kind.
   return classify_errors(ErrorKind::kCheckpoint, [&] {
-    return restore(control, [&] { return checkpoint::read_newest(dir); }, config, model, optimizer, pieces);
+    return restore(control, [&] { return checkpoint::read_newest(dir); }, config, model, optimizer, pieces_for);
+  });
+}
+
+std::optional<Resumed> restore_newest(Communicator& control, const std::string& dir, Module& model,
+                                      Optimizer& optimizer, const json& config, const WantedPieces& pieces) {
+  return restore_newest(control, dir, model, optimizer, config, [&](const Resumed&) { return pieces; });
+}
+
+Resumed restore_from(Communicator& control, const std::string& path, Module& model, Optimizer& optimizer,
+                     const json& config, const PiecesFor& pieces_for) {
+  return classify_errors(ErrorKind::kCheckpoint, [&] {
+    return *restore(
+        control, [&] { return std::optional<checkpoint::LoadedCheckpoint>(checkpoint::read_checkpoint(path)); },
+        config, model, optimizer, pieces_for);
   });
 }
 
 Resumed restore_from(Communicator& control, const std::string& path, Module& model, Optimizer& optimizer,
                      const json& config, const WantedPieces& pieces) {
-  return classify_errors(ErrorKind::kCheckpoint, [&] {
-    return *restore(
-        control, [&] { return std::optional<checkpoint::LoadedCheckpoint>(checkpoint::read_checkpoint(path)); },
-        config, model, optimizer, pieces);
-  });
+  return restore_from(control, path, model, optimizer, config, [&](const Resumed&) { return pieces; });
 }
 
 void load_initial_weights(Communicator& control, const std::string& path, Module& model) {

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -159,6 +160,15 @@ std::optional<Resumed> restore_newest(Communicator& control, const std::string& 
 // one.
 Resumed restore_from(Communicator& control, const std::string& path, Module& model, Optimizer& optimizer,
                      const nlohmann::json& config = nullptr, const WantedPieces& pieces = std::nullopt);
+// The same, the pieces decided once the checkpoint's training state is read, before any
+// optimizer state moves (ZeRO: the run first takes the bucket layout the checkpoint saved, and
+// its shards of that layout are the pieces it asks for). Called on every rank with the same
+// checkpoint.
+using PiecesFor = std::function<WantedPieces(const Resumed&)>;
+std::optional<Resumed> restore_newest(Communicator& control, const std::string& dir, Module& model,
+                                      Optimizer& optimizer, const nlohmann::json& config, const PiecesFor& pieces_for);
+Resumed restore_from(Communicator& control, const std::string& path, Module& model, Optimizer& optimizer,
+                     const nlohmann::json& config, const PiecesFor& pieces_for);
 
 // Loads parameters from a safetensors file rank 0 reads: names, dtypes and shapes must match
 // the model's exactly (one line naming the first mismatch, AgreedError on every rank).

@@ -220,6 +220,15 @@ json encode_plan(const checkpoint::OptimizerFiles& files, const std::vector<Tran
 
 }  // namespace
 
+std::vector<checkpoint::Piece> wanted_pieces(const Optimizer& optimizer) {
+  std::vector<checkpoint::Piece> pieces;
+  const std::vector<const char*> keys = optimizer.state_keys();
+  for (const Optimizer::OwnedPart& part : optimizer.owned_parts())
+    for (const char* key : keys)
+      pieces.push_back({part.param->name + "." + key, part.offset, part.count, part.param->value.shape()});
+  return pieces;
+}
+
 OptimizerState receive_optimizer_state(Communicator& control, const checkpoint::OptimizerFiles* files,
                                        const WantedPieces& wanted, size_t chunk_bytes, TransferStats* stats) {
   const int me = control.rank();

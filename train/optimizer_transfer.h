@@ -52,6 +52,9 @@ void send_optimizer_shards(Communicator& control, const OptimizerState& state, c
 // run's layout. A piece of a tensor the checkpoint does not hold is left out of the answer (that
 // parameter had not been updated yet: it starts fresh).
 using WantedPieces = std::optional<std::vector<checkpoint::Piece>>;
+// The pieces a ZeRO `optimizer` owns under its store's current layout: for each parameter it
+// holds a part of and each state key, Piece{"<parameter>.<key>", offset, count, its shape}.
+std::vector<checkpoint::Piece> wanted_pieces(const Optimizer& optimizer);
 
 // Collective: every rank receives what it `wanted` from `files` (rank 0's; null on the others),
 // streamed in chunks of at most `chunk_bytes`, as an OptimizerState of CPU tensors (slices

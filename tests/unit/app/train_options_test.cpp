@@ -350,6 +350,10 @@ TEST(TrainOptions, ZeroStagesAndTheCombinationsTheyRefuse) {
   EXPECT_EQ(parse_train_options({"--data", "/tmp", "--zero", "2"}).config.ddp.zero_stage, 2);
   EXPECT_EQ(usage_error_of({"--data", "/tmp", "--zero", "3"}), "--zero: expected 0, 1 or 2, got 3");
   EXPECT_EQ(parse_train_options({"--data", "/tmp", "--zero", "1", "--comm-hook", "bf16"}).config.ddp.zero_stage, 1);
+  // Checkpoints of sharded state are written and read at any world size and --zero.
+  EXPECT_EQ(parse_train_options({"--data", "/tmp", "--zero", "2", "--checkpoint-dir", "/tmp/x", "--resume", "auto"})
+                .config.ddp.zero_stage,
+            2);
   const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
       {{"--zero", "1", "--bucket-cap-mb", "auto"},
        "--zero 1: not with --bucket-cap-mb auto (each trial would re-cut the shards, moving optimizer state between "
@@ -359,10 +363,7 @@ TEST(TrainOptions, ZeroStagesAndTheCombinationsTheyRefuse) {
        "--comm-hook allreduce)"},
       {{"--zero", "2", "--clip-grad-norm", "1"},
        "--zero 2: --clip-grad-norm needs the whole reduced gradient on every rank, which ZeRO-2 does not keep (use "
-       "--zero 1)"},
-      {{"--zero", "1", "--checkpoint-dir", "/tmp/x"},
-       "--zero 1: checkpoints of sharded optimizer state are not written or read yet; run without --checkpoint-dir "
-       "and --resume"}};
+       "--zero 1)"}};
   for (const auto& [flags, message] : refused) {
     std::vector<std::string> args = {"--data", "/tmp"};
     args.insert(args.end(), flags.begin(), flags.end());
