@@ -64,6 +64,13 @@
 //     file and the tensor, a checkpoint error), and for each wanted range reads (pread) the
 //     overlapping parts of whichever files hold them and sends them in chunks. An unsharded file
 //     is the special case of one file holding [0, numel) of everything.
+//   - Under ZeRO the slices follow the buckets (Note [ZeRO shards]), so the order of a resume
+//     is: read state.json, apply the bucket layout it saved (the optimizer holds no state yet,
+//     so re-laying the flat store moves nothing between ranks), then ask for this rank's
+//     pieces of that layout (Optimizer::owned_parts -> wanted_pieces) and import them
+//     (restore_newest/restore_from with a PiecesFor, app/checkpointing.cpp). Applying the
+//     layout after the import would have to move imported state between ranks: refused. The
+//     world size and --zero are not in the resume config: either may change on resume.
 //   Measured (mpi_sharded_checkpoint_test's DISABLED_PeakMemoryOfASaveAndALoad, a 192 MiB state,
 //   CPU, this 2-core machine under load): each rank's peak RSS grew by 16.2-16.5 MiB (one chunk)
 //   during the save, then by the slice it loaded plus the chunk (np 2: +112 MiB for a 96 MiB
