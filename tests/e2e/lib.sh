@@ -104,3 +104,17 @@ json_byte_shards() {
     finish
   fi
 }
+
+# every_sample_once STOP SAMPLES: the samples of the epoch that the first job used up to step STOP
+# (DTRAIN_TEST_SAMPLE_LOG=$WORK/first: lines "<epoch> <step> <sample>...") and all that the resumed
+# job used ($WORK/resumed) are 0 .. SAMPLES-1, each exactly once; prints the counts.
+every_sample_once() {
+  local stop=$1 samples=$2
+  {
+    awk -v stop="$stop" '$1 == 0 && $2 <= stop { for (i = 3; i <= NF; i++) print $i }' "$WORK"/first.rank*
+    awk '$1 == 0 { for (i = 3; i <= NF; i++) print $i }' "$WORK"/resumed.rank*
+  } | sort -n >"$WORK/used"
+  seq 0 $((samples - 1)) >"$WORK/all"
+  echo "# samples used: $(wc -l <"$WORK/used") in all, $(sort -u "$WORK/used" | wc -l) distinct, of $samples"
+  cmp -s "$WORK/used" "$WORK/all"
+}

@@ -25,15 +25,7 @@ check "the job resumed at $TO ranks ran (status $status)" [ "$status" -eq 0 ]
 check "it says the run is not bitwise identical to one at $FROM ranks" \
   grep -q "^resume: saved at world size $FROM, running at $TO: .*not bitwise identical" "$WORK/resumed.log"
 
-# Lines "<epoch> <step> <sample>...": the first job's before its checkpoint, all of the resumed job's.
-used() {
-  awk -v stop="$STOP" '$1 == 0 && $2 <= stop { for (i = 3; i <= NF; i++) print $i }' "$WORK"/first.rank*
-  awk '$1 == 0 { for (i = 3; i <= NF; i++) print $i }' "$WORK"/resumed.rank*
-}
-used | sort -n >"$WORK/used"
-seq 0 $((SAMPLES - 1)) >"$WORK/all"
-echo "# samples used: $(wc -l <"$WORK/used") in all, $(sort -u "$WORK/used" | wc -l) distinct, of $SAMPLES"
-check "$FROM -> $TO ranks: every sample of the epoch used exactly once" cmp -s "$WORK/used" "$WORK/all"
+check "$FROM -> $TO ranks: every sample of the epoch used exactly once" every_sample_once "$STOP" "$SAMPLES"
 check "the resumed ranks each trained on $(((SAMPLES - STOP * BATCH * FROM) / TO)) samples" \
   [ "$(awk '{ n += NF - 2 } END { print n }' "$WORK/resumed.rank0")" -eq $(((SAMPLES - STOP * BATCH * FROM) / TO)) ]
 finish

@@ -66,13 +66,5 @@ echo "# cmp $(final_model "$WORK/ck2") $(final_model "$WORK/plain2")"
 check "$FROM (--zero 2) -> $TO (--zero $TO_ZERO): the final model equals the resume from --zero 0's checkpoint (cmp)" \
   cmp "$(final_model "$WORK/ck2")" "$(final_model "$WORK/plain2")"
 
-# Lines "<epoch> <step> <sample>...": the first job's before its checkpoint, all of the resumed job's.
-used() {
-  awk -v stop="$STOP" '$1 == 0 && $2 <= stop { for (i = 3; i <= NF; i++) print $i }' "$WORK"/first.rank*
-  awk '$1 == 0 { for (i = 3; i <= NF; i++) print $i }' "$WORK"/resumed.rank*
-}
-used | sort -n >"$WORK/used"
-seq 0 $((SAMPLES - 1)) >"$WORK/all"
-echo "# samples used: $(wc -l <"$WORK/used") in all, $(sort -u "$WORK/used" | wc -l) distinct, of $SAMPLES"
-check "$FROM -> $TO ranks: every sample of the epoch used exactly once" cmp -s "$WORK/used" "$WORK/all"
+check "$FROM -> $TO ranks: every sample of the epoch used exactly once" every_sample_once "$STOP" "$SAMPLES"
 finish
