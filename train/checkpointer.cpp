@@ -7,6 +7,7 @@
 #include <functional>
 #include <numeric>
 #include <span>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -118,12 +119,30 @@ std::optional<Resumed> restore(Communicator& control,
   const WantedPieces pieces = agreed([&] { return pieces_for(resumed); });
   const OptimizerState state = receive_optimizer_state(control, loaded ? &loaded->optimizer : nullptr, pieces,
                                                        checkpoint::kStreamChunkBytes);
-  return agreed([&] {
-    try {
-      optimizer.import_state(state);
-    } catch (const Error& e) {
-      throw Error(fmt::format("{}: {}", optimizer_source(dir, resumed.state), e.what()), e.kind());  // out of memory stays so
+  // With pieces each rank imports other data, so the import may fail on some ranks alone: the
+  // ranks share their outcome and all throw the first rank's error (none trains on alone, waiting
+  // for the others until its collectives time out). Whole tensors fail alike everywhere.
+  std::string failure;
+  ErrorKind failure_kind = ErrorKind::kCheckpoint;
+  try {
+    optimizer.import_state(state);
+  } catch (const Error& e) {
+    failure = fmt::format("{}: {}", optimizer_source(dir, resumed.state), e.what());
+    failure_kind = e.kind();  // out of memory stays so
+  }
+  if (pieces) {
+    const std::vector<std::string> all =
+        allgather_strings(control, failure.empty() ? "" : fmt::format("{}\n{}", static_cast<int>(failure_kind), failure));
+    for (size_t r = 0; r < all.size(); ++r) {
+      if (all[r].empty()) continue;
+      const size_t nl = all[r].find('\n');
+      throw AgreedError(fmt::format("rank {}: {}", r, all[r].substr(nl + 1)),
+                        static_cast<ErrorKind>(std::stoi(all[r].substr(0, nl))));
     }
+  } else if (!failure.empty()) {
+    throw AgreedError(failure, failure_kind);
+  }
+  return agreed([&] {
     restore_rng(resumed.state.rng, model, state_source);
     return resumed;
   });
