@@ -70,7 +70,9 @@
 //     pieces of that layout (Optimizer::owned_parts -> wanted_pieces) and import them
 //     (restore_newest/restore_from with a PiecesFor, app/checkpointing.cpp). Applying the
 //     layout after the import would have to move imported state between ranks: refused. The
-//     world size and --zero are not in the resume config: either may change on resume.
+//     world size and --zero are not in the resume config: either may change on resume. Each
+//     rank imports other pieces, so the ranks share their import outcome and all fail with the
+//     first rank's line (restore() in train/checkpointer.cpp).
 //   Measured (mpi_sharded_checkpoint_test's DISABLED_PeakMemoryOfASaveAndALoad, a 192 MiB state,
 //   CPU, this 2-core machine under load): each rank's peak RSS grew by 16.2-16.5 MiB (one chunk)
 //   during the save, then by the slice it loaded plus the chunk (np 2: +112 MiB for a 96 MiB
