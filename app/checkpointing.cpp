@@ -139,6 +139,11 @@ std::optional<ResumedRun> restore_checkpoint(Communicator& control, const TrainC
       buckets = bucket_layout_from_json(r.state.buckets, model.parameters().size(),
                                         (std::filesystem::path(r.path) / checkpoint::kStateFile).string());
       if (ddp) ddp->set_bucket_layout(*buckets);  // the saving run's choice: the same buckets, no trials
+    } else if (ddp && c.ddp.zero_stage > 0) {
+      // A checkpoint without buckets (a one-rank run's): keep today's layout for good. A rebuild
+      // after the first backward would move imported state between ranks, which one rank may
+      // refuse while the others wait in a collective.
+      ddp->set_bucket_layout(ddp->bucket_layout());
     }
     if (!ddp || c.ddp.zero_stage == 0) return std::nullopt;  // every tensor whole
     return wanted_pieces(optimizer);

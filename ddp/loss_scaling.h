@@ -1,6 +1,9 @@
 // LossScaling: the fp16 step's gate between the gradient all-reduce and the optimizer step
 // (Note [Loss scaling] in model/grad_scaler.h). Each rank unscales and checks the gradients it
-// holds (all of them under DDP, its slice under ZeRO); the ranks add their findings in one
+// was given (the trainers give every written gradient, under ZeRO too: an inf anywhere in a
+// rank's local gradient reaches the reduced one, so the union of the ranks' checks is the
+// check of the reduced gradient; passing only the owned chunks would save a pass under ZeRO-2,
+// not done yet); the ranks add their findings in one
 // all-reduce of one float, so every rank takes or skips the same steps and keeps the same scale
 // (pytorch#136009, fairscale#179: ranks that disagree diverge, or hang in the next collective).
 #pragma once

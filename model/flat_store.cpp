@@ -35,6 +35,13 @@ std::shared_ptr<FlatStore> FlatStore::of(const std::vector<Parameter*>& params, 
   DTRAIN_CHECK(!params.empty(), "a flat store needs parameters");
   std::shared_ptr<FlatStore> existing = params.front()->store;
   if (existing && existing->params_ == params) return existing;
+  // A parameter of another store (DDP's, another optimizer's) would silently move: its old
+  // store's gradient buckets and all-gathers would no longer see it, and ranks drift apart.
+  for (Parameter* p : params)
+    if (p->store)
+      throw Error(fmt::format("parameter '{}' already belongs to a flat store of {} parameter(s) (DDP's or another "
+                              "optimizer's): build the optimizer over that same parameter list",
+                              p->name, p->store->params_.size()));
   std::shared_ptr<FlatStore> store(new FlatStore(params, lay_out_now));
   for (Parameter* p : params) p->store = store;
   return store;

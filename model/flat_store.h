@@ -6,7 +6,10 @@
 // in the same index space, so one step over a flat range [a, b) is one kernel launch over
 // aligned arrays instead of one per parameter. Elements between parameters (alignment gaps,
 // ZeRO's padding) are zero in values and grads and stay zero under every update rule, so a
-// launch may span them. The layout belongs to whoever moves the gradients: alone, the store lays
+// launch may span them. (One exception: MPI's in-place reduce-scatter, used across nodes or with
+// the shared-memory path off, leaves the blocks a rank does not own as scratch, so under ZeRO-2
+// a bucket's padding may then hold partial sums that its owner's update carries along. No
+// parameter is a view of it and no exported state piece covers it: nothing reads it.) The layout belongs to whoever moves the gradients: alone, the store lays
 // the parameters out in reverse order (the order backward produces them); DistributedDataParallel
 // lays them out bucket by bucket in its communicator's buffer (ddp/reducer.h) and, under ZeRO,
 // narrows the owned ranges to this rank's shards (Note [ZeRO shards] in ddp/zero_plan.h). A new

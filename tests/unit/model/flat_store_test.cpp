@@ -79,6 +79,25 @@ TEST(FlatStore, ValuesAndGradsAreViewsIntoOneIndexSpace) {
   }
 }
 
+// A store over another list (a subset, another order) would move the parameters out of DDP's
+// store without a word, and their gradients would no longer be reduced: one line instead.
+TEST(FlatStore, AParameterOfAnotherStoreIsRefusedNotMoved) {
+  Params ps(1);
+  std::shared_ptr<FlatStore> store = FlatStore::of(ps.list());
+  const float* before = ps.owned[0]->value.data();
+  std::vector<Parameter*> subset = {ps.owned[0].get(), ps.owned[1].get()};
+  try {
+    FlatStore::of(subset);
+    FAIL() << "a subset of a store's parameters got a store of its own";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'0.weight' already belongs to a flat store of 4 parameter(s)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(ps.owned[0]->value.data(), before);
+  EXPECT_EQ(ps.owned[0]->store, store);
+}
+
 TEST(FlatStore, FusedStepIsOneLaunchAndEqualsOneOptimizerPerParameterBitwise) {
   for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdamW}) {
     for (bool matrices_only : {false, true}) {
