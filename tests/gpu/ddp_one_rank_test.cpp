@@ -321,13 +321,19 @@ TEST_F(GpuNcclTiming, DdpReportsDeviceTimedBucketSpans) {
   options.device_timing = true;
   DistributedDataParallel ddp(*model, *nccl, control, compute, options);
   (void)ddp.forward(integer_tensor({4, 1, 8, 8}, 1, gpu()));
+  // Made before the spin: its upload is a synchronous copy that would wait the spin out on the
+  // host, so backward would start late and its all-reduces would look early.
+  const Tensor grad_output = integer_tensor({4, 10}, 2, gpu());
   testing::spin(compute.native(), kSpinCycles);  // backward's kernels, and so the all-reduces, run late
-  ddp.backward(integer_tensor({4, 10}, 2, gpu()));
+  ddp.backward(grad_output);
   const BackwardTiming& t = ddp.last_backward();
   ASSERT_FALSE(t.buckets.empty());
   for (const BucketTiming& b : t.buckets) {
     EXPECT_EQ(b.device_work, nullptr);
-    EXPECT_GE(b.started_ns - t.start_ns, 5'000'000) << "bucket " << b.bucket;
+    EXPECT_GE(b.started_ns - t.start_ns, 5'000'000)
+        << "bucket " << b.bucket << ": launched at +" << b.launched_ns - t.start_ns << " ns, started +"
+        << b.started_ns - t.start_ns << ", finished +" << b.finished_ns - t.start_ns << ", backward ended +"
+        << t.end_ns - t.start_ns << ", synced +" << t.synced_ns - t.start_ns;
     EXPECT_LE(b.started_ns, b.finished_ns) << "bucket " << b.bucket;
   }
   compute.synchronize();
