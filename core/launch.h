@@ -77,4 +77,38 @@ void launch(Device device, int64_t n, const F& f) {
   launch_on_gpu(typeid(F), n, &f);
 }
 
+// Note [Row launches]: launch_rows(device, rows, f) runs f(lanes, r) for every row r < rows, for
+// kernels that reduce along a row (softmax, LayerNorm, cross-entropy). A row's loops stride by
+// the lanes, `for (c = lanes.lane(); c < n; c += lanes.count())`, and lanes.sum(v) / lanes.max(v)
+// combine one value per lane into the row's, which every lane gets. On the CPU a row is one lane
+// (OneLane: lane 0 of 1, sum and max return v), so the loops are the plain sequential ones and
+// give the bits they always gave; on CUDA a warp of 32 lanes runs a row (core/cuda/launch.cuh:
+// coalesced reads, and 32x the threads of one thread per row) and combines by a butterfly of
+// shuffles in a fixed order: the same bits on every run, though not the CPU's bits (the sum is
+// grouped differently). Only lane 0 writes a row's scalars.
+struct OneLane {
+  DTRAIN_HD static constexpr int lane() { return 0; }
+  DTRAIN_HD static constexpr int count() { return 1; }
+  DTRAIN_HD static constexpr float sum(float v) { return v; }
+  DTRAIN_HD static constexpr float max(float v) { return v; }
+};
+
+// The CPU form of a row kernel, and the key its CUDA launch is registered under.
+template <class F>
+struct RowsOf {
+  F f;
+  DTRAIN_HD void operator()(int64_t r) const { f(OneLane{}, r); }
+};
+
+template <class F>
+void launch_rows(Device device, int64_t rows, const F& f) {
+  if (rows <= 0) return;
+  if (device.is_cpu()) {
+    launch(device, rows, RowsOf<F>{f});
+    return;
+  }
+  static_assert(std::is_trivially_copyable_v<F>, "kernel functors are passed by value to the GPU");
+  launch_on_gpu(typeid(RowsOf<F>), rows, &f);
+}
+
 }  // namespace dtrain

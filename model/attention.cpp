@@ -64,7 +64,7 @@ Tensor CausalSelfAttention::forward(const Tensor& input) {
   const Device dev = device_;
   const Tensor qkv = c_attn_.forward(input.view({B * T, C}));  // (B*T, 3C)
   ensure_tensor(qkv_heads_, {3, BH, T, hs}, dev);
-  launch(dev, 3 * BH * T, kernels::RowsToHeads{qkv_heads_.data(), qkv.data(), B, T, H, hs, 3});
+  launch_rows(dev, 3 * BH * T, kernels::RowsToHeads{qkv_heads_.data(), qkv.data(), B, T, H, hs, 3});
   ensure_tensor(att_, {BH, T, T}, dev);
   ensure_tensor(y_heads_, {BH, T, hs}, dev);
   const float scale = 1.f / std::sqrt(static_cast<float>(hs));
@@ -81,7 +81,7 @@ Tensor CausalSelfAttention::forward(const Tensor& input) {
     for_each_block(T, [&](int64_t r0, int64_t r1) {
       gemm_batched(dev, false, true, r1 - r0, r1, hs, scale, q + r0 * hs, hs, k, hs, 0.f, att + r0 * T, T, heads_qk);
     });
-    launch(dev, n * T, kernels::CausalSoftmaxForward{att, T, kCausalBlock});
+    launch_rows(dev, n * T, kernels::CausalSoftmaxForward{att, T, kCausalBlock});
     // y = att v: rows of a block read the keys up to the block's end.
     const GemmBatch heads_av{n, T * T, T * hs, T * hs};
     for_each_block(T, [&](int64_t r0, int64_t r1) {
@@ -89,7 +89,7 @@ Tensor CausalSelfAttention::forward(const Tensor& input) {
     });
   }
   ensure_tensor(y_rows_, {B * T, C}, dev);
-  launch(dev, BH * T, kernels::HeadsToRows{y_rows_.data(), y_heads_.data(), B, T, H, hs, 1});
+  launch_rows(dev, BH * T, kernels::HeadsToRows{y_rows_.data(), y_heads_.data(), B, T, H, hs, 1});
   return c_proj_.forward(y_rows_).view({B, T, C});
 }
 
@@ -100,7 +100,7 @@ Tensor CausalSelfAttention::backward(const Tensor& grad_output, bool need_input_
   const Device dev = device_;
   const Tensor dy_rows = c_proj_.backward(grad_output.view({B * T, C}), true);  // fires c_proj's hooks
   ensure_tensor(dy_heads_, {BH, T, hs}, dev);
-  launch(dev, BH * T, kernels::RowsToHeads{dy_heads_.data(), dy_rows.data(), B, T, H, hs, 1});
+  launch_rows(dev, BH * T, kernels::RowsToHeads{dy_heads_.data(), dy_rows.data(), B, T, H, hs, 1});
   ensure_tensor(dqkv_heads_, {3, BH, T, hs}, dev);
   ensure_tensor(datt_, {BH, T, T}, dev);
   const float scale = 1.f / std::sqrt(static_cast<float>(hs));
@@ -128,7 +128,7 @@ Tensor CausalSelfAttention::backward(const Tensor& grad_output, bool need_input_
       gemm_batched(dev, false, true, r1 - r0, r1, hs, 1.f, dy + r0 * hs, hs, v, hs, 0.f, ds + r0 * T, T,
                    rows_by_rows);
     });
-    launch(dev, n * T, kernels::CausalSoftmaxBackward{ds, att, T, kCausalBlock});
+    launch_rows(dev, n * T, kernels::CausalSoftmaxBackward{ds, att, T, kCausalBlock});
     // scores = scale q k^T: dq = scale ds k, dk = scale ds^T q.
     for_each_block(T, [&](int64_t r0, int64_t r1) {
       gemm_batched(dev, false, false, r1 - r0, hs, r1, scale, ds + r0 * T, T, k, hs, 0.f, dq + r0 * hs, hs,
@@ -140,7 +140,7 @@ Tensor CausalSelfAttention::backward(const Tensor& grad_output, bool need_input_
     });
   }
   ensure_tensor(dqkv_rows_, {B * T, 3 * C}, dev);
-  launch(dev, 3 * BH * T, kernels::HeadsToRows{dqkv_rows_.data(), dqkv_heads_.data(), B, T, H, hs, 3});
+  launch_rows(dev, 3 * BH * T, kernels::HeadsToRows{dqkv_rows_.data(), dqkv_heads_.data(), B, T, H, hs, 3});
   const Tensor dx = c_attn_.backward(dqkv_rows_, need_input_grad);  // fires c_attn's hooks
   return dx.defined() ? dx.view({B, T, C}) : Tensor{};
 }

@@ -34,10 +34,11 @@ struct RowsToHeads {
   float* heads;
   const float* rows;
   int64_t batch, time, heads_n, head_size, parts;
-  DTRAIN_HD void operator()(int64_t i) const {
+  template <class Lanes>  // a row kernel (Note [Row launches]): the lanes copy a segment
+  DTRAIN_HD void operator()(const Lanes& lanes, int64_t i) const {
     const float* src = rows + head_row_offset(i, batch, time, heads_n, head_size, parts);
     float* dst = heads + i * head_size;
-    for (int64_t d = 0; d < head_size; ++d) dst[d] = src[d];
+    for (int64_t d = lanes.lane(); d < head_size; d += lanes.count()) dst[d] = src[d];
   }
 };
 
@@ -46,10 +47,11 @@ struct HeadsToRows {
   float* rows;
   const float* heads;
   int64_t batch, time, heads_n, head_size, parts;
-  DTRAIN_HD void operator()(int64_t i) const {
+  template <class Lanes>  // a row kernel (Note [Row launches]): the lanes copy a segment
+  DTRAIN_HD void operator()(const Lanes& lanes, int64_t i) const {
     float* dst = rows + head_row_offset(i, batch, time, heads_n, head_size, parts);
     const float* src = heads + i * head_size;
-    for (int64_t d = 0; d < head_size; ++d) dst[d] = src[d];
+    for (int64_t d = lanes.lane(); d < head_size; d += lanes.count()) dst[d] = src[d];
   }
 };
 
@@ -64,21 +66,23 @@ DTRAIN_HD inline int64_t causal_block_end(int64_t t, int64_t block, int64_t time
 struct CausalSoftmaxForward {
   float* att;
   int64_t time, block;
-  DTRAIN_HD void operator()(int64_t r) const {
+  template <class Lanes>  // a row kernel: Note [Row launches] (core/launch.h)
+  DTRAIN_HD void operator()(const Lanes& lanes, int64_t r) const {
     const int64_t t = r % time;
     float* row = att + r * time;
     float m = row[0];
-    for (int64_t u = 1; u <= t; ++u) m = row[u] > m ? row[u] : m;
+    for (int64_t u = 1 + lanes.lane(); u <= t; u += lanes.count()) m = row[u] > m ? row[u] : m;
+    m = lanes.max(m);
     float sum = 0.f;
-    for (int64_t u = 0; u <= t; ++u) {
+    for (int64_t u = lanes.lane(); u <= t; u += lanes.count()) {
       const float e = expf(row[u] - m);
       row[u] = e;
       sum += e;
     }
-    const float inv = 1.f / sum;  // sum >= 1: the max's own term is exp(0)
-    for (int64_t u = 0; u <= t; ++u) row[u] *= inv;
+    const float inv = 1.f / lanes.sum(sum);  // sum >= 1: the max's own term is exp(0)
+    for (int64_t u = lanes.lane(); u <= t; u += lanes.count()) row[u] *= inv;
     const int64_t end = causal_block_end(t, block, time);
-    for (int64_t u = t + 1; u < end; ++u) row[u] = 0.f;
+    for (int64_t u = t + 1 + lanes.lane(); u < end; u += lanes.count()) row[u] = 0.f;
   }
 };
 
@@ -89,15 +93,17 @@ struct CausalSoftmaxBackward {
   float* grad;
   const float* att;
   int64_t time, block;
-  DTRAIN_HD void operator()(int64_t r) const {
+  template <class Lanes>  // a row kernel: Note [Row launches] (core/launch.h)
+  DTRAIN_HD void operator()(const Lanes& lanes, int64_t r) const {
     const int64_t t = r % time;
     float* g = grad + r * time;
     const float* p = att + r * time;
     float dot = 0.f;
-    for (int64_t u = 0; u <= t; ++u) dot += p[u] * g[u];
-    for (int64_t u = 0; u <= t; ++u) g[u] = p[u] * (g[u] - dot);
+    for (int64_t u = lanes.lane(); u <= t; u += lanes.count()) dot += p[u] * g[u];
+    dot = lanes.sum(dot);
+    for (int64_t u = lanes.lane(); u <= t; u += lanes.count()) g[u] = p[u] * (g[u] - dot);
     const int64_t end = causal_block_end(t, block, time);
-    for (int64_t u = t + 1; u < end; ++u) g[u] = 0.f;
+    for (int64_t u = t + 1 + lanes.lane(); u < end; u += lanes.count()) g[u] = 0.f;
   }
 };
 

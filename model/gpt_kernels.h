@@ -1,7 +1,8 @@
 // The GPT layers' kernels (LayerNorm, tanh-GELU, token + position embedding, residual add) as
 // device-generic functors (core/launch.h); CUDA instantiations in model/cuda/gpt_kernels.cu.
-// Every reduction is a loop in a fixed order inside one functor call (no atomics), so the
-// results are the same bits on every thread count and on every run.
+// Every reduction is a loop in a fixed order inside one functor call, or a row kernel's lanes
+// (Note [Row launches]; no atomics), so the results are the same bits on every thread count and
+// on every run.
 #pragma once
 
 #include <cmath>
@@ -34,21 +35,24 @@ struct LayerNormForward {  // per row r: y = (x - mean) * rstd * w + b; caches m
   const float* b;
   int64_t cols;
   float eps;
-  DTRAIN_HD void operator()(int64_t r) const {
+  template <class Lanes>  // a row kernel: Note [Row launches] (core/launch.h)
+  DTRAIN_HD void operator()(const Lanes& lanes, int64_t r) const {
     const float* xr = x + r * cols;
     float* yr = y + r * cols;
     float s = 0.f;
-    for (int64_t c = 0; c < cols; ++c) s += xr[c];
-    const float m = s / static_cast<float>(cols);
+    for (int64_t c = lanes.lane(); c < cols; c += lanes.count()) s += xr[c];
+    const float m = lanes.sum(s) / static_cast<float>(cols);
     float v = 0.f;  // two passes: the variance of (x - mean), not E[x^2] - mean^2
-    for (int64_t c = 0; c < cols; ++c) {
+    for (int64_t c = lanes.lane(); c < cols; c += lanes.count()) {
       const float d = xr[c] - m;
       v += d * d;
     }
-    const float rs = 1.f / sqrtf(v / static_cast<float>(cols) + eps);
-    for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - m) * rs * w[c] + b[c];
-    mean[r] = m;
-    rstd[r] = rs;
+    const float rs = 1.f / sqrtf(lanes.sum(v) / static_cast<float>(cols) + eps);
+    for (int64_t c = lanes.lane(); c < cols; c += lanes.count()) yr[c] = (xr[c] - m) * rs * w[c] + b[c];
+    if (lanes.lane() == 0) {
+      mean[r] = m;
+      rstd[r] = rs;
+    }
   }
 };
 
@@ -64,20 +68,21 @@ struct LayerNormBackward {
   const float* w;
   const float* residual;  // (rows, C) or nullptr
   int64_t cols;
-  DTRAIN_HD void operator()(int64_t r) const {
+  template <class Lanes>  // a row kernel: Note [Row launches] (core/launch.h)
+  DTRAIN_HD void operator()(const Lanes& lanes, int64_t r) const {
     const float* xr = x + r * cols;
     const float* dyr = dy + r * cols;
     float* dxr = dx + r * cols;
     const float m = mean[r], rs = rstd[r];
     float sg = 0.f, sgx = 0.f;
-    for (int64_t c = 0; c < cols; ++c) {
+    for (int64_t c = lanes.lane(); c < cols; c += lanes.count()) {
       const float g = dyr[c] * w[c];
       sg += g;
       sgx += g * (xr[c] - m) * rs;
     }
     const float n = static_cast<float>(cols);
-    const float mg = sg / n, mgx = sgx / n;
-    for (int64_t c = 0; c < cols; ++c) {
+    const float mg = lanes.sum(sg) / n, mgx = lanes.sum(sgx) / n;
+    for (int64_t c = lanes.lane(); c < cols; c += lanes.count()) {
       const float d = rs * (dyr[c] * w[c] - mg - (xr[c] - m) * rs * mgx);
       dxr[c] = residual ? residual[r * cols + c] + d : d;
     }

@@ -191,34 +191,66 @@ struct MaxPoolBackward {  // one input element gathers from the windows whose ma
 // ---- Cross-entropy: log-softmax fused, max-subtracted for stability ----
 
 struct CrossEntropyRows {  // per row: loss_w[r] = w[y]*(-log softmax[y]), weight[r] = w[y],
-  float* grad;             // grad[r, :] = w[y] * (softmax - onehot(y))  (unscaled)
+  float* grad;             // grad[r, :] = w[y] * (softmax - onehot(y)) [* *scale]
   float* row_loss;
   float* row_weight;
   const float* logits;
   const int32_t* labels;
   const float* class_weight;  // nullptr: all ones
   int64_t classes;
-  DTRAIN_HD void operator()(int64_t r) const {
+  const float* scale = nullptr;  // the gradient's scale on the device (CrossEntropyScale); nullptr: 1
+  template <class Lanes>         // a row kernel: Note [Row launches] (core/launch.h)
+  DTRAIN_HD void operator()(const Lanes& lanes, int64_t r) const {
     const float* z = logits + r * classes;
     float* g = grad + r * classes;
     int32_t y = labels[r];
     if (y < 0 || y >= classes) {  // the data layer validates labels; never index out of bounds
-      row_loss[r] = NAN;
-      row_weight[r] = 0.f;
-      for (int64_t c = 0; c < classes; ++c) g[c] = 0.f;
+      if (lanes.lane() == 0) {
+        row_loss[r] = NAN;
+        row_weight[r] = 0.f;
+      }
+      for (int64_t c = lanes.lane(); c < classes; c += lanes.count()) g[c] = 0.f;
       return;
     }
     float m = z[0];
-    for (int64_t c = 1; c < classes; ++c) m = z[c] > m ? z[c] : m;
+    for (int64_t c = 1 + lanes.lane(); c < classes; c += lanes.count()) m = z[c] > m ? z[c] : m;
+    m = lanes.max(m);
     float sum = 0.f;
-    for (int64_t c = 0; c < classes; ++c) sum += expf(z[c] - m);
-    float log_sum = logf(sum);
+    for (int64_t c = lanes.lane(); c < classes; c += lanes.count()) sum += expf(z[c] - m);
+    float log_sum = logf(lanes.sum(sum));
     float w = class_weight ? class_weight[y] : 1.f;
-    for (int64_t c = 0; c < classes; ++c) g[c] = w * (expf(z[c] - m - log_sum) - (c == y ? 1.f : 0.f));
-    row_loss[r] = w * (log_sum + m - z[y]);
-    row_weight[r] = w;
+    const float s = scale ? *scale : 1.f;
+    for (int64_t c = lanes.lane(); c < classes; c += lanes.count()) {
+      const float unscaled = w * (expf(z[c] - m - log_sum) - (c == y ? 1.f : 0.f));
+      g[c] = scale ? unscaled * s : unscaled;  // one rounding more only when scaled, as a pass of its own
+    }
+    if (lanes.lane() == 0) {
+      row_loss[r] = w * (log_sum + m - z[y]);
+      row_weight[r] = w;
+    }
   }
 };
+
+// One thread: out[1] = the gradient's scale, from the labels alone (1 / the summed class weights
+// of the rows' labels for the mean, else 1), summed in row order as CrossEntropyTotal sums the row
+// weights, so the same float; CrossEntropyRows then scales as it writes, with no pass of its own
+// over the [rows, classes] gradient.
+struct CrossEntropyScale {
+  float* out;
+  const int32_t* labels;
+  const float* class_weight;  // nullptr: all ones
+  int64_t rows, classes;
+  bool mean;
+  DTRAIN_HD void operator()(int64_t) const {
+    float w = 0.f;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int32_t y = labels[r];
+      w += (y < 0 || y >= classes) ? 0.f : (class_weight ? class_weight[y] : 1.f);
+    }
+    out[1] = mean ? (w > 0.f ? 1.f / w : 0.f) : 1.f;
+  }
+};
+
 
 struct CrossEntropyTotal {  // one thread: out[0] = loss (mean or sum), out[1] = grad scale
   float* out;

@@ -24,8 +24,8 @@ Tensor LayerNorm::forward(const Tensor& input) {
   ensure_tensor(output_, input.shape(), dev);
   ensure_tensor(mean_, {rows}, dev);
   ensure_tensor(rstd_, {rows}, dev);
-  launch(dev, rows,
-         kernels::LayerNormForward{output_.data(), mean_.data(), rstd_.data(), input.data(), weight_.value.data(),
+  launch_rows(dev, rows,
+              kernels::LayerNormForward{output_.data(), mean_.data(), rstd_.data(), input.data(), weight_.value.data(),
                                    bias_.value.data(), channels_, eps_});
   return output_;
 }
@@ -50,8 +50,8 @@ Tensor LayerNorm::backward_impl(const Tensor& grad_output, const float* residual
   grad_ready(weight_);
   if (!need_input_grad) return {};
   ensure_tensor(grad_input_, input_.shape(), dev);
-  launch(dev, rows,
-         kernels::LayerNormBackward{grad_input_.data(), grad_output.data(), input_.data(), mean_.data(), rstd_.data(),
+  launch_rows(dev, rows,
+              kernels::LayerNormBackward{grad_input_.data(), grad_output.data(), input_.data(), mean_.data(), rstd_.data(),
                                     weight_.value.data(), residual, channels_});
   return grad_input_;
 }

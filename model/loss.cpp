@@ -36,13 +36,17 @@ Tensor CrossEntropyLoss::forward(const Tensor& logits, const Tensor& labels) {
                        reduction_ == Reduction::kMean, grad_.data(), totals_.data());
     return totals_.slice(0, {1});
   }
-  launch(dev, rows,
-         kernels::CrossEntropyRows{grad_.data(), row_loss_.data(), row_weight_.data(), logits.data(),
-                                   labels.data_as<int32_t>(), weights, classes});
+  // The scale first, from the labels, so the rows pass writes the scaled gradient (as the CPU's
+  // one pass does): no third pass over the [rows, classes] gradient, the same floats.
+  launch(dev, 1,
+         kernels::CrossEntropyScale{totals_.data(), labels.data_as<int32_t>(), weights, rows, classes,
+                                    reduction_ == Reduction::kMean});
+  launch_rows(dev, rows,
+              kernels::CrossEntropyRows{grad_.data(), row_loss_.data(), row_weight_.data(), logits.data(),
+                                        labels.data_as<int32_t>(), weights, classes, totals_.data() + 1});
   launch(dev, 1,
          kernels::CrossEntropyTotal{totals_.data(), row_loss_.data(), row_weight_.data(), rows,
                                     reduction_ == Reduction::kMean});
-  launch(dev, grad_.numel(), kernels::ScaleByDeviceScalar{grad_.data(), totals_.data() + 1});
   return totals_.slice(0, {1});
 }
 

@@ -2,7 +2,7 @@
 #include "core/cuda/launch.cuh"
 #include "model/attention_kernels.h"
 
-DTRAIN_REGISTER_KERNEL(dtrain::kernels::RowsToHeads)
-DTRAIN_REGISTER_KERNEL(dtrain::kernels::HeadsToRows)
-DTRAIN_REGISTER_KERNEL(dtrain::kernels::CausalSoftmaxForward)
-DTRAIN_REGISTER_KERNEL(dtrain::kernels::CausalSoftmaxBackward)
+DTRAIN_REGISTER_ROW_KERNEL(dtrain::kernels::RowsToHeads)
+DTRAIN_REGISTER_ROW_KERNEL(dtrain::kernels::HeadsToRows)
+DTRAIN_REGISTER_ROW_KERNEL(dtrain::kernels::CausalSoftmaxForward)
+DTRAIN_REGISTER_ROW_KERNEL(dtrain::kernels::CausalSoftmaxBackward)

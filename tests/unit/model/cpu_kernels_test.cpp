@@ -78,9 +78,9 @@ TEST(CpuKernels, CrossEntropyInOnePassEqualsTheThreeFunctorsBitwise) {
         if (bad_label) labels[4] = 12;
         const float* w = weighted ? weights.data() : nullptr;
         std::vector<float> grad(static_cast<size_t>(rows * classes), NAN), row_loss(rows), row_weight(rows), totals(2);
-        launch(Device::cpu(), rows,
-               kernels::CrossEntropyRows{grad.data(), row_loss.data(), row_weight.data(), logits.data(), labels.data(),
-                                         w, classes});
+        launch_rows(Device::cpu(), rows,
+                    kernels::CrossEntropyRows{grad.data(), row_loss.data(), row_weight.data(), logits.data(),
+                                              labels.data(), w, classes});
         launch(Device::cpu(), 1, kernels::CrossEntropyTotal{totals.data(), row_loss.data(), row_weight.data(), rows, mean});
         launch(Device::cpu(), rows * classes, kernels::ScaleByDeviceScalar{grad.data(), totals.data() + 1});
 
@@ -90,6 +90,21 @@ TEST(CpuKernels, CrossEntropyInOnePassEqualsTheThreeFunctorsBitwise) {
         EXPECT_TRUE(same_bits(got_totals[0], totals[0])) << what << ": loss " << got_totals[0] << " vs " << totals[0];
         EXPECT_TRUE(same_bits(got_totals[1], totals[1])) << what << ": scale";
         for (size_t i = 0; i < grad.size(); ++i) EXPECT_TRUE(same_bits(got_grad[i], grad[i])) << what << " grad " << i;
+
+        // The device's order (model/loss.cpp): the scale from the labels first, then the rows
+        // scaled as they are written, then the total: the same bits again.
+        std::vector<float> fused_grad(grad.size(), NAN), fused_totals(2, NAN);
+        launch(Device::cpu(), 1,
+               kernels::CrossEntropyScale{fused_totals.data(), labels.data(), w, rows, classes, mean});
+        launch_rows(Device::cpu(), rows,
+                    kernels::CrossEntropyRows{fused_grad.data(), row_loss.data(), row_weight.data(), logits.data(),
+                                              labels.data(), w, classes, fused_totals.data() + 1});
+        launch(Device::cpu(), 1,
+               kernels::CrossEntropyTotal{fused_totals.data(), row_loss.data(), row_weight.data(), rows, mean});
+        EXPECT_TRUE(same_bits(fused_totals[0], totals[0])) << what << ": scaled rows, loss";
+        EXPECT_TRUE(same_bits(fused_totals[1], totals[1])) << what << ": scaled rows, scale";
+        for (size_t i = 0; i < grad.size(); ++i)
+          EXPECT_TRUE(same_bits(fused_grad[i], grad[i])) << what << ": scaled rows, grad " << i;
       }
 }
 
