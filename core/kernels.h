@@ -107,4 +107,32 @@ struct UnpackFP16 {
   DTRAIN_HD void operator()(int64_t i) const { y[i] = fp16_to_float(x[i]); }
 };
 
+// Row r of a [rows, cols] matrix between two row strides: dst[r*dst_ld + c] = src[r*src_ld + c].
+// A row kernel (Note [Row launches], core/launch.h): a warp copies a row, coalesced.
+struct CopyRows {
+  float* dst;
+  const float* src;
+  int64_t cols, dst_ld, src_ld;
+  template <class Lanes>
+  DTRAIN_HD void operator()(const Lanes& lanes, int64_t r) const {
+    for (int64_t c = lanes.lane(); c < cols; c += lanes.count()) dst[r * dst_ld + c] = src[r * src_ld + c];
+  }
+};
+
+// PackBF16 / PackFP16 (scale 1) of a [rows, cols] matrix into rows of stride dst_ld; the columns
+// from cols to dst_ld are not written. A row kernel.
+struct PackRowsHalf {
+  uint16_t* dst;
+  const float* src;
+  int64_t cols, dst_ld;
+  bool fp16;
+  template <class Lanes>
+  DTRAIN_HD void operator()(const Lanes& lanes, int64_t r) const {
+    for (int64_t c = lanes.lane(); c < cols; c += lanes.count()) {
+      const float v = src[r * cols + c];
+      dst[r * dst_ld + c] = fp16 ? float_to_fp16(v) : float_to_bf16(v);
+    }
+  }
+};
+
 }  // namespace dtrain::kernels

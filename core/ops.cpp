@@ -195,27 +195,43 @@ void pack_half(DType half, const Tensor& src, Tensor& dst) {
     launch(src.device(), src.numel(), kernels::PackBF16{dst.data_as<uint16_t>(), src.data(), 1.f});
 }
 
-void gemm_half(Device device, DType half, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-               const uint16_t* a, const uint16_t* b, float beta, float* c) {
+void gemm_half_strided(Device device, DType half, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                       float alpha, const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
+                       int64_t ldc) {
   DTRAIN_CHECK(half == DType::kBF16 || half == DType::kF16, "gemm_half of {}", dtype_name(half));
+  // Stored shapes: A is [m,k] ([k,m] when trans_a), B is [k,n] ([n,k] when trans_b).
+  const int64_t a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
+  const int64_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
+  DTRAIN_CHECK(lda >= a_cols && ldb >= b_cols && ldc >= n, "gemm_half: row strides {}/{}/{} below widths {}/{}/{}",
+               lda, ldb, ldc, a_cols, b_cols, n);
   if (m == 0 || n == 0) return;
   if (device.is_cpu()) {
     // Widening is exact, so this is 16-bit products (exact in float32) summed in float32.
     thread_local std::vector<float> a32, b32;
-    const auto widen = [half](std::vector<float>& out, const uint16_t* in, int64_t count) {
-      if (out.size() < static_cast<size_t>(count)) out.resize(static_cast<size_t>(count));
-      if (half == DType::kF16)
-        launch(Device::cpu(), count, kernels::UnpackFP16{out.data(), in});
-      else
-        launch(Device::cpu(), count, kernels::UnpackBF16{out.data(), in});
+    const auto widen = [half](std::vector<float>& out, const uint16_t* in, int64_t rows, int64_t cols, int64_t ld) {
+      if (out.size() < static_cast<size_t>(rows * cols)) out.resize(static_cast<size_t>(rows * cols));
+      for (int64_t r = 0; r < (ld == cols ? 1 : rows); ++r) {  // contiguous: one launch for all
+        const int64_t count = ld == cols ? rows * cols : cols;
+        if (half == DType::kF16)
+          launch(Device::cpu(), count, kernels::UnpackFP16{out.data() + r * cols, in + r * ld});
+        else
+          launch(Device::cpu(), count, kernels::UnpackBF16{out.data() + r * cols, in + r * ld});
+      }
     };
-    widen(a32, a, m * k);
-    widen(b32, b, k * n);
-    gemm(device, trans_a, trans_b, m, n, k, alpha, a32.data(), b32.data(), beta, c);
+    widen(a32, a, a_rows, a_cols, lda);
+    widen(b32, b, b_rows, b_cols, ldb);
+    if (ldc == n)
+      gemm(device, trans_a, trans_b, m, n, k, alpha, a32.data(), b32.data(), beta, c);
+    else
+      gemm_batched(device, trans_a, trans_b, m, n, k, alpha, a32.data(), a_cols, b32.data(), b_cols, beta, c, ldc, {});
     return;
   }
-  gpu_backend().gemm_half(half == DType::kF16, trans_a, trans_b, m, n, k, alpha, a, trans_a ? m : k, b,
-                          trans_b ? k : n, beta, c, n);
+  gpu_backend().gemm_half(half == DType::kF16, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void gemm_half(Device device, DType half, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const uint16_t* a, const uint16_t* b, float beta, float* c) {
+  gemm_half_strided(device, half, trans_a, trans_b, m, n, k, alpha, a, trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
 }
 
 void fill(Tensor& t, float value) { launch(t.device(), t.numel(), kernels::Fill{t.data(), value}); }

@@ -21,6 +21,13 @@ void gemm(Device device, bool trans_a, bool trans_b, int64_t m, int64_t n, int64
 // tests, not for speed.
 void gemm_half(Device device, DType half, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                const uint16_t* a, const uint16_t* b, float beta, float* c);
+// gemm_half with the row strides of A, B and C as stored (row-major), each at least its stored
+// width: a product may read or write a block of a wider matrix (the LM head's padded logits,
+// Note [Padded logits] in model/embedding.cpp). CPU: the blocks are widened into contiguous
+// scratch, then one float32 GEMM writes C in place.
+void gemm_half_strided(Device device, DType half, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                       float alpha, const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
+                       int64_t ldc);
 inline void gemm_bf16(Device device, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                       const uint16_t* a, const uint16_t* b, float beta, float* c) {
   gemm_half(device, DType::kBF16, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);

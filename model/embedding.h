@@ -42,12 +42,16 @@ class TiedLmHead {
   Tensor forward(const Tensor& x);         // x (N, C) -> logits (N, V)
   Tensor backward(const Tensor& dlogits);  // accumulates dwte (no grad_ready), returns dx (N, C)
   void set_amp(AmpMode mode) { amp_ = mode; }
+  // The row stride of the head's products: V on the CPU, V rounded up to 64 on a GPU (Note
+  // [Padded logits] in embedding.cpp).
+  static int64_t row_stride(int64_t vocab, Device device);
 
  private:
   Parameter& wte_;
   AmpMode amp_ = AmpMode::kOff;
   DType half_ = DType::kF32;  // the last forward's operand format
   Tensor input_, logits_, grad_input_;
+  Tensor padded_;  // [N, row_stride]: the forward's logits, then the backward's gradient (GPU)
   Tensor input_half_, weight_half_, grad_half_;
 };
 

@@ -93,6 +93,31 @@ TEST_P(GemmBf16, BetaZeroIgnoresWhatCHeld) {
   EXPECT_EQ(clean, dirty);
 }
 
+// Operands and result inside wider rows (the LM head's padded logits): the same bits as the
+// compact product, and the columns past each width untouched.
+TEST_P(GemmBf16, StridedBlocksGiveTheCompactProduct) {
+  const auto [ta, tb] = GetParam();
+  const int64_t m = 7, n = 5, k = 6, pad = 3;
+  const std::vector<uint16_t> a = to_bf16(random_values(m * k, 11)), b = to_bf16(random_values(k * n, 12));
+  const int64_t a_rows = ta ? k : m, a_cols = ta ? m : k, b_rows = tb ? n : k, b_cols = tb ? k : n;
+  const auto widen = [pad](const std::vector<uint16_t>& v, int64_t rows, int64_t cols) {
+    std::vector<uint16_t> out(static_cast<size_t>(rows * (cols + pad)), kernels::float_to_bf16(std::nanf("")));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) out[static_cast<size_t>(r * (cols + pad) + c)] = v[static_cast<size_t>(r * cols + c)];
+    return out;
+  };
+  const std::vector<uint16_t> wide_a = widen(a, a_rows, a_cols), wide_b = widen(b, b_rows, b_cols);
+  std::vector<float> compact(static_cast<size_t>(m * n), 0.5f), wide(static_cast<size_t>(m * (n + pad)), 0.5f);
+  gemm_bf16(Device::cpu(), ta, tb, m, n, k, 0.7f, a.data(), b.data(), 0.3f, compact.data());
+  gemm_half_strided(Device::cpu(), DType::kBF16, ta, tb, m, n, k, 0.7f, wide_a.data(), a_cols + pad, wide_b.data(),
+                    b_cols + pad, 0.3f, wide.data(), n + pad);
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t c = 0; c < n; ++c)
+      EXPECT_EQ(wide[static_cast<size_t>(r * (n + pad) + c)], compact[static_cast<size_t>(r * n + c)]) << r << "," << c;
+    for (int64_t c = n; c < n + pad; ++c) EXPECT_EQ(wide[static_cast<size_t>(r * (n + pad) + c)], 0.5f) << "pad " << r;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllTransposes, GemmBf16, ::testing::Combine(::testing::Bool(), ::testing::Bool()),
                          [](const auto& info) {
                            return std::string(std::get<0>(info.param) ? "At" : "A") +
