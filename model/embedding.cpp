@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/kernels.h"
+#include "core/memory.h"
 #include "core/ops.h"
 #include "model/gpt_kernels.h"
 
@@ -65,15 +66,20 @@ std::string TokenEmbedding::describe() const {
   return fmt::format("TokenEmbedding(vocab={}, context={}, embd={})", vocab_, context_, channels_);
 }
 
-// Note [Padded logits]: with GPT-2's vocabulary (50257, odd) as the row stride of the logits and
-// of their gradient, cuBLAS has only its unaligned kernels for the head's three products: on an
-// H100 they took 6.6 ms for the forward product at B*T = 8192, C = 768, bf16, about five times an
-// aligned one. On a GPU the products therefore use rows padded to a multiple of 64 (llm.c pads its
-// vocabulary to 50304 for the same reason), while the parameter keeps its [V, C] shape and names:
-// the forward copies the logits into the compact [N, V] tensor the loss reads (one pass), the
-// backward lays the incoming gradient out padded (packed to 16 bits when the amp packs anyway).
-// The pad columns are never read: every product's inner or outer width is V. On the CPU the
-// stride is V, so nothing is copied.
+// Note [Padded logits]: with GPT-2's vocabulary (50257, odd) as a width of the head's products,
+// cuBLAS has only its unaligned kernels for them: on an H100 (bf16, B*T = 8192, C = 768) the
+// forward product took 6.6 ms and the weight gradient's 4.8 ms, against 1.25 ms for the one
+// product where V is the inner dimension. On a GPU the head therefore works at a width Vp, V
+// rounded up to 64 (llm.c pads its vocabulary to 50304 for the same reason), while the parameter
+// keeps its [V, C] shape and names:
+// - forward: the weight operand is copied (packed, with amp) into [Vp, C] rows whose pad rows are
+//   zero, the logits come out [N, Vp], and their first V columns are copied into the compact
+//   [N, V] tensor the loss reads;
+// - backward: the incoming gradient is laid out [N, Vp] (packed to 16 bits with amp, as it is
+//   anyway); the weight gradient is made [Vp, C] in a scratch and its first V rows added into
+//   wte's gradient; dx's product has V as its inner width and reads only the first V columns.
+// Pad columns of the gradient are never written: they reach only the scratch's pad rows, which
+// are dropped. On the CPU Vp = V and nothing is copied.
 int64_t TiedLmHead::row_stride(int64_t vocab, Device device) {
   constexpr int64_t kAlign = 64;
   return device.is_cpu() ? vocab : (vocab + kAlign - 1) / kAlign * kAlign;
@@ -88,21 +94,36 @@ Tensor TiedLmHead::forward(const Tensor& x) {
   const int64_t rows = x.dim(0), ld = row_stride(vocab, dev);
   input_ = x;
   ensure_tensor(logits_, {rows, vocab}, dev);
-  if (ld != vocab) ensure_tensor(padded_, {rows, ld}, dev);  // Note [Padded logits]
-  float* out = ld != vocab ? padded_.data() : logits_.data();
   half_ = amp_operand_dtype(amp_);
+  if (ld == vocab) {
+    if (half_ != DType::kF32) {
+      pack_half(half_, x, input_half_);
+      pack_half(half_, w, weight_half_);
+      gemm_half(dev, half_, false, true, rows, vocab, channels, 1.f, input_half_.data_as<uint16_t>(),
+                weight_half_.data_as<uint16_t>(), 0.f, logits_.data());
+    } else {
+      gemm(dev, false, true, rows, vocab, channels, 1.f, x.data(), w.data(), 0.f, logits_.data());
+    }
+    return logits_;
+  }
+  // Note [Padded logits]
+  ensure_tensor(padded_, {rows, ld}, dev);
   if (half_ != DType::kF32) {
     pack_half(half_, x, input_half_);
-    pack_half(half_, w, weight_half_);
-    gemm_half_strided(dev, half_, false, true, rows, vocab, channels, 1.f, input_half_.data_as<uint16_t>(), channels,
-                      weight_half_.data_as<uint16_t>(), channels, 0.f, out, ld);
-  } else if (ld != vocab) {
-    gemm_batched(dev, false, true, rows, vocab, channels, 1.f, x.data(), channels, w.data(), channels, 0.f, out, ld,
-                 {});
+    ensure_tensor(weight_half_, {ld, channels}, dev, half_);
+    uint16_t* wh = weight_half_.data_as<uint16_t>();
+    launch_rows(dev, vocab, kernels::PackRowsHalf{wh, w.data(), channels, channels, half_ == DType::kF16});
+    zero_bytes(wh + vocab * channels, dev, static_cast<size_t>((ld - vocab) * channels) * sizeof(uint16_t));
+    gemm_half(dev, half_, false, true, rows, ld, channels, 1.f, input_half_.data_as<uint16_t>(), wh, 0.f,
+              padded_.data());
   } else {
-    gemm(dev, false, true, rows, vocab, channels, 1.f, x.data(), w.data(), 0.f, out);
+    ensure_tensor(weight_padded_, {ld, channels}, dev);
+    copy_bytes(weight_padded_.data(), dev, w.data(), dev, static_cast<size_t>(vocab * channels) * sizeof(float));
+    zero_bytes(weight_padded_.data() + vocab * channels, dev,
+               static_cast<size_t>((ld - vocab) * channels) * sizeof(float));
+    gemm(dev, false, true, rows, ld, channels, 1.f, x.data(), weight_padded_.data(), 0.f, padded_.data());
   }
-  if (ld != vocab) launch_rows(dev, rows, kernels::CopyRows{logits_.data(), out, vocab, vocab, ld});
+  launch_rows(dev, rows, kernels::CopyRows{logits_.data(), padded_.data(), vocab, vocab, ld});
   return logits_;
 }
 
@@ -114,33 +135,40 @@ Tensor TiedLmHead::backward(const Tensor& dlogits) {
   const int64_t ld = row_stride(vocab, dev);
   ensure_tensor(grad_input_, {rows, channels}, dev);
   // No grad_ready(wte) here: Note [Tied embedding gradient].
-  if (half_ != DType::kF32) {
-    if (ld != vocab) {  // Note [Padded logits]
-      ensure_tensor(grad_half_, {rows, ld}, dev, half_);
-      launch_rows(dev, rows,
-                  kernels::PackRowsHalf{grad_half_.data_as<uint16_t>(), dlogits.data(), vocab, ld, half_ == DType::kF16});
-    } else {
+  if (ld == vocab) {
+    if (half_ != DType::kF32) {
       pack_half(half_, dlogits, grad_half_);
+      const uint16_t* dy = grad_half_.data_as<uint16_t>();
+      gemm_half(dev, half_, true, false, vocab, channels, rows, 1.f, dy, input_half_.data_as<uint16_t>(),
+                take_grad_beta(wte_), wte_.grad.data());
+      gemm_half(dev, half_, false, false, rows, channels, vocab, 1.f, dy, weight_half_.data_as<uint16_t>(), 0.f,
+                grad_input_.data());
+    } else {
+      gemm(dev, true, false, vocab, channels, rows, 1.f, dlogits.data(), input_.data(), take_grad_beta(wte_),
+           wte_.grad.data());
+      gemm(dev, false, false, rows, channels, vocab, 1.f, dlogits.data(), w.data(), 0.f, grad_input_.data());
     }
-    const uint16_t* dy = grad_half_.data_as<uint16_t>();
-    gemm_half_strided(dev, half_, true, false, vocab, channels, rows, 1.f, dy, ld, input_half_.data_as<uint16_t>(),
-                      channels, take_grad_beta(wte_), wte_.grad.data(), channels);
+    return grad_input_;
+  }
+  // Note [Padded logits]
+  ensure_tensor(weight_grad_padded_, {ld, channels}, dev);
+  if (half_ != DType::kF32) {
+    ensure_tensor(grad_half_, {rows, ld}, dev, half_);
+    uint16_t* dy = grad_half_.data_as<uint16_t>();
+    launch_rows(dev, rows, kernels::PackRowsHalf{dy, dlogits.data(), vocab, ld, half_ == DType::kF16});
+    gemm_half_strided(dev, half_, true, false, ld, channels, rows, 1.f, dy, ld, input_half_.data_as<uint16_t>(),
+                      channels, 0.f, weight_grad_padded_.data(), channels);
     gemm_half_strided(dev, half_, false, false, rows, channels, vocab, 1.f, dy, ld, weight_half_.data_as<uint16_t>(),
                       channels, 0.f, grad_input_.data(), channels);
-    return grad_input_;
-  }
-  if (ld != vocab) {  // Note [Padded logits]: the forward's padded buffer is free again
-    ensure_tensor(padded_, {rows, ld}, dev);
+  } else {
+    ensure_tensor(padded_, {rows, ld}, dev);  // the forward's logits are no longer needed
     launch_rows(dev, rows, kernels::CopyRows{padded_.data(), dlogits.data(), vocab, ld, vocab});
-    gemm_batched(dev, true, false, vocab, channels, rows, 1.f, padded_.data(), ld, input_.data(), channels,
-                 take_grad_beta(wte_), wte_.grad.data(), channels, {});
+    gemm(dev, true, false, ld, channels, rows, 1.f, padded_.data(), input_.data(), 0.f, weight_grad_padded_.data());
     gemm_batched(dev, false, false, rows, channels, vocab, 1.f, padded_.data(), ld, w.data(), channels, 0.f,
                  grad_input_.data(), channels, {});
-    return grad_input_;
   }
-  gemm(dev, true, false, vocab, channels, rows, 1.f, dlogits.data(), input_.data(), take_grad_beta(wte_),
-       wte_.grad.data());
-  gemm(dev, false, false, rows, channels, vocab, 1.f, dlogits.data(), w.data(), 0.f, grad_input_.data());
+  launch(dev, vocab * channels,
+         kernels::AccumulateInto{wte_.grad.data(), weight_grad_padded_.data(), take_grad_beta(wte_)});
   return grad_input_;
 }
 

@@ -51,7 +51,9 @@ class TiedLmHead {
   AmpMode amp_ = AmpMode::kOff;
   DType half_ = DType::kF32;  // the last forward's operand format
   Tensor input_, logits_, grad_input_;
-  Tensor padded_;  // [N, row_stride]: the forward's logits, then the backward's gradient (GPU)
+  // Note [Padded logits] (GPU): [N, Vp] logits, then the fp32 gradient; [Vp, C] weight operand
+  // (fp32; weight_half_ holds the packed one) and weight gradient.
+  Tensor padded_, weight_padded_, weight_grad_padded_;
   Tensor input_half_, weight_half_, grad_half_;
 };
 

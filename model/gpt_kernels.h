@@ -17,6 +17,13 @@ namespace dtrain::kernels {
 // memory, possibly NaN, so beta 0 must not read it (0 * NaN is NaN).
 DTRAIN_HD inline float accumulate(float y, float s, float beta) { return beta == 0.f ? s : y + s; }
 
+struct AccumulateInto {  // y = beta == 0 ? s : y + s (a gradient made in a scratch, Note [Padded logits])
+  float* y;
+  const float* s;
+  float beta;
+  DTRAIN_HD void operator()(int64_t i) const { y[i] = accumulate(y[i], s[i], beta); }
+};
+
 struct AddTensors {  // y = a + b (the residual connection)
   float* y;
   const float* a;

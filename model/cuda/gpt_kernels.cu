@@ -3,6 +3,7 @@
 #include "model/gpt_kernels.h"
 
 DTRAIN_REGISTER_KERNEL(dtrain::kernels::AddTensors)
+DTRAIN_REGISTER_KERNEL(dtrain::kernels::AccumulateInto)
 DTRAIN_REGISTER_ROW_KERNEL(dtrain::kernels::LayerNormForward)
 DTRAIN_REGISTER_ROW_KERNEL(dtrain::kernels::LayerNormBackward)
 DTRAIN_REGISTER_KERNEL(dtrain::kernels::LayerNormParamPartial)
