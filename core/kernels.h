@@ -107,8 +107,9 @@ struct UnpackFP16 {
   DTRAIN_HD void operator()(int64_t i) const { y[i] = fp16_to_float(x[i]); }
 };
 
-// Row r of a [rows, cols] matrix between two row strides: dst[r*dst_ld + c] = src[r*src_ld + c].
-// A row kernel (Note [Row launches], core/launch.h): a warp copies a row, coalesced.
+// Row r of a [rows, cols] matrix between two row strides: dst[r*dst_ld + c] = src[r*src_ld + c],
+// and dst's columns from cols to dst_ld (a padded layout's pad) zero. A row kernel (Note [Row
+// launches], core/launch.h): a warp copies a row, coalesced.
 struct CopyRows {
   float* dst;
   const float* src;
@@ -116,11 +117,12 @@ struct CopyRows {
   template <class Lanes>
   DTRAIN_HD void operator()(const Lanes& lanes, int64_t r) const {
     for (int64_t c = lanes.lane(); c < cols; c += lanes.count()) dst[r * dst_ld + c] = src[r * src_ld + c];
+    for (int64_t c = cols + lanes.lane(); c < dst_ld; c += lanes.count()) dst[r * dst_ld + c] = 0.f;
   }
 };
 
-// PackBF16 / PackFP16 (scale 1) of a [rows, cols] matrix into rows of stride dst_ld; the columns
-// from cols to dst_ld are not written. A row kernel.
+// PackBF16 / PackFP16 (scale 1) of a [rows, cols] matrix into rows of stride dst_ld, the columns
+// from cols to dst_ld zero. A row kernel.
 struct PackRowsHalf {
   uint16_t* dst;
   const float* src;
@@ -132,6 +134,7 @@ struct PackRowsHalf {
       const float v = src[r * cols + c];
       dst[r * dst_ld + c] = fp16 ? float_to_fp16(v) : float_to_bf16(v);
     }
+    for (int64_t c = cols + lanes.lane(); c < dst_ld; c += lanes.count()) dst[r * dst_ld + c] = 0;
   }
 };
 

@@ -1,6 +1,7 @@
 // Tensor handles, views, copies and the 16-bit conversions the compression hooks rely on.
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -99,6 +100,28 @@ TEST(HalfPrecision, Fp16NormalsSubnormalsAndOverflow) {
     EXPECT_EQ(float_to_fp16(f), h) << std::hex << h;
   }
   for (float x : {1e-3f, 0.1f, 1.f, 123.456f, -3e4f}) EXPECT_NEAR(fp16_to_float(float_to_fp16(x)), x, std::abs(x) / 2048);
+}
+
+// The padded layouts' copies (Note [Padded logits] in model/embedding.cpp): the rows land at the
+// new stride and the pad columns are zero, whatever the buffer held.
+TEST(PaddedRows, CopyAndPackWriteTheRowsAndZeroThePad) {
+  const int64_t rows = 3, cols = 5, ld = 8;
+  std::vector<float> src(static_cast<size_t>(rows * cols));
+  for (size_t i = 0; i < src.size(); ++i) src[i] = 0.25f * static_cast<float>(i) - 1.f;
+  std::vector<float> wide(static_cast<size_t>(rows * ld), std::nanf(""));
+  std::vector<uint16_t> packed(static_cast<size_t>(rows * ld), 0x7fc0);  // bf16 NaN
+  launch_rows(Device::cpu(), rows, kernels::CopyRows{wide.data(), src.data(), cols, ld, cols});
+  launch_rows(Device::cpu(), rows, kernels::PackRowsHalf{packed.data(), src.data(), cols, ld, false});
+  std::vector<float> back(static_cast<size_t>(rows * cols), std::nanf(""));
+  launch_rows(Device::cpu(), rows, kernels::CopyRows{back.data(), wide.data(), cols, cols, ld});
+  EXPECT_EQ(back, src);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < ld; ++c) {
+      const size_t at = static_cast<size_t>(r * ld + c);
+      const float want = c < cols ? src[static_cast<size_t>(r * cols + c)] : 0.f;
+      EXPECT_EQ(wide[at], want) << r << "," << c;
+      EXPECT_EQ(packed[at], kernels::float_to_bf16(want)) << r << "," << c;
+    }
 }
 
 }  // namespace
