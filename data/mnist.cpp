@@ -3,7 +3,6 @@
 #include "data/mnist.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <exception>
 #include <filesystem>
@@ -13,10 +12,9 @@
 
 #include "core/error.h"
 #include "data/idx_reader.h"
+#include "data/labels.h"
 
 namespace dtrain {
-
-namespace {
 
 // The loader runs beside training on shared cores (every rank has one), so this loop is built
 // for AVX-512, AVX2 and plain x86-64 and the best is picked at load time: IEEE division is exact
@@ -34,6 +32,8 @@ void normalize_pixels(const uint8_t* src, float* out, int64_t n, float mean, flo
   }
   for (int64_t i = 0; i < n; ++i) out[i] = (static_cast<float>(src[i]) / 255.0f - mean) / std;
 }
+
+namespace {
 
 namespace fs = std::filesystem;
 
@@ -99,37 +99,8 @@ int count_classes(const std::vector<uint8_t>& labels) {
   return labels.empty() ? 0 : *std::max_element(labels.begin(), labels.end()) + 1;
 }
 
-// Note [A label far outside the others]
-// The classes are max label + 1, so one corrupt label (200 among 0..9) would silently build a
-// 201-class model. The largest label is "far" when more classes lie empty between it and the
-// next largest label than there are classes with samples (200 above 0..9: 190 empty, 10 used);
-// gaps that small are real data sets' (a class missing here and there). A caller that means it
-// says how many classes there are (num_classes > 0), and then every label must be below that.
-int training_classes(const std::vector<uint8_t>& labels, const std::string& path, int num_classes) {
-  if (num_classes > 0) {
-    for (size_t i = 0; i < labels.size(); ++i)
-      if (labels[i] >= num_classes)
-        throw Error(fmt::format("{}: label {} of sample {} is not one of the {} classes asked for (0 to {})", path,
-                                labels[i], i, num_classes, num_classes - 1));
-    return num_classes;
-  }
-  std::array<bool, 256> used{};
-  for (uint8_t l : labels) used[l] = true;
-  const int classes = count_classes(labels);
-  if (classes == 0) return 0;
-  const int largest = classes - 1;
-  int next = largest - 1;  // the largest label below it (-1: none)
-  while (next >= 0 && !used[static_cast<size_t>(next)]) --next;
-  if (next < 0) return classes;
-  const int empty = largest - next - 1;
-  const int present = static_cast<int>(std::count(used.begin(), used.end(), true));
-  if (empty <= present) return classes;
-  const int lowest = static_cast<int>(std::find(used.begin(), used.end(), true) - used.begin());
-  const size_t sample = static_cast<size_t>(std::find(labels.begin(), labels.end(), largest) - labels.begin());
-  throw Error(fmt::format("{}: label {} of sample {} is far outside the other labels ({} to {}): it would make {} "
-                          "classes, {} of them empty between it and the rest; give the class count if it is meant",
-                          path, largest, sample, lowest, next, classes, empty));
-}
+// The labels as int32, for the rules every format shares (data/labels.h).
+std::vector<int32_t> widened(const std::vector<uint8_t>& labels) { return {labels.begin(), labels.end()}; }
 
 // The dataset of the first `limit` samples (all when 0), taking the files' buffers.
 std::unique_ptr<MnistDataset> make_dataset(SplitFiles&& s, Normalize norm, int64_t limit, int num_classes) {
@@ -157,7 +128,7 @@ std::unique_ptr<MnistDataset> MnistDataset::load(const std::string& dir, Split s
   // The whole file: a limit never changes them. Training labels make a model's classes, so
   // they alone are held to the far-label rule when no count is given.
   const int classes = split == Split::kTrain || num_classes > 0
-                          ? training_classes(files.labels.data, files.label_path, num_classes)
+                          ? training_classes(widened(files.labels.data), files.label_path, num_classes)
                           : count_classes(files.labels.data);
   return make_dataset(std::move(files), norm, limit, classes);
 }
@@ -187,12 +158,8 @@ MnistSplits load_mnist_splits(const std::string& dir, Normalize norm, int64_t tr
   if (test.sample_shape != train.sample_shape)
     throw Error(fmt::format("{}: images of shape {}, but {} has images of shape {}", test.image_path,
                             shape_str(test.sample_shape), train.image_path, shape_str(train.sample_shape)));
-  const int classes = training_classes(train.labels.data, train.label_path, num_classes);
-  for (size_t i = 0; i < test.labels.data.size(); ++i) {
-    if (test.labels.data[i] >= classes)
-      throw Error(fmt::format("{}: label {} of sample {} is not one of the {} classes of {} (labels 0 to {})",
-                              test.label_path, test.labels.data[i], i, classes, train.label_path, classes - 1));
-  }
+  const int classes = training_classes(widened(train.labels.data), train.label_path, num_classes);
+  check_test_labels(widened(test.labels.data), test.label_path, classes, train.label_path);
   MnistSplits out;
   out.train = make_dataset(std::move(train), norm, train_limit, classes);
   out.test = make_dataset(std::move(test), norm, test_limit, classes);

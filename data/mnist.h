@@ -21,6 +21,10 @@ struct Normalize {
   float std = 1.0f;
 };
 
+// out[i] = (src[i] / 255 - mean) / std for i < n: the one rule for byte pixels of every format, so
+// that the same bytes make the same floats whichever file held them.
+void normalize_pixels(const uint8_t* src, float* out, int64_t n, float mean, float std);
+
 class MnistDataset : public Dataset {
  public:
   // Loads {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] from `dir` (the .gz file wins
