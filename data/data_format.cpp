@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/named_enum.h"
 #include "data/mnist.h"
+#include "data/npy_dataset.h"
 #include "data/token_shards.h"
 
 namespace dtrain {
@@ -18,7 +19,8 @@ namespace {
 
 constexpr auto kDataFormats = enum_names<DataFormat>(std::pair{DataFormat::kAuto, "auto"},
                                                      std::pair{DataFormat::kIdx, "idx"},
-                                                     std::pair{DataFormat::kLlmc, "llmc"});
+                                                     std::pair{DataFormat::kLlmc, "llmc"},
+                                                     std::pair{DataFormat::kNpy, "npy"});
 
 // The first little-endian int32 of `path`; nullopt when it cannot be read (too short, unreadable).
 std::optional<int32_t> first_int32(const std::string& path) {
@@ -47,12 +49,14 @@ DataFormat detect_data_format(const std::string& dir) {
   const std::string images = MnistDataset::file_stem(Split::kTrain, true);
   for (const std::string& name : {images + ".gz", images})
     if (fs::exists(fs::path(dir) / name, ec)) return DataFormat::kIdx;
+  if (has_npy_data(dir)) return DataFormat::kNpy;
   const std::string shard_text =
       shards.empty() ? "no llm.c token shards (*train*.bin)"
                      : fmt::format("no llm.c token shards ({} does not start with magic {} or {})",
                                    fs::path(shards.front()).filename().string(), kShardMagicU16, kShardMagicU32);
-  throw Error(fmt::format("{}: {} and no IDX files ({}[.gz]): not a data directory dtrain reads", dir, shard_text,
-                          images),
+  throw Error(fmt::format("{}: {}, no IDX files ({}[.gz]) and no NumPy data (train.npz or train_x.npy): not a data "
+                          "directory dtrain reads",
+                          dir, shard_text, images),
               ErrorKind::kData);
 }
 

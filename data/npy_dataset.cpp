@@ -7,7 +7,6 @@
 #include <filesystem>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "core/error.h"
 #include "data/labels.h"
@@ -18,8 +17,6 @@ namespace {
 namespace fs = std::filesystem;
 
 [[noreturn]] void bad_data(const std::string& message) { throw Error(message, ErrorKind::kData); }
-
-std::string shape_text(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
 // Element i of an integer array of `type` at `p` (unaligned), widened; `big` when a uint64 does
 // not fit int64.
@@ -98,10 +95,10 @@ Shape npy_sample_shape(const NpyArray& x) {
                          x.name(), npy_type_name(x.type())));
   const std::vector<int64_t>& d = x.shape();
   if (d.size() < 2 || d.size() > 4)
-    bad_data(fmt::format("{}: shape {}: x must be [N, C, H, W], [N, H, W] or [N, D]", x.name(), shape_text(d)));
-  if (d[0] == 0) bad_data(fmt::format("{}: shape {}: no samples", x.name(), shape_text(d)));
+    bad_data(fmt::format("{}: shape {}: x must be [N, C, H, W], [N, H, W] or [N, D]", x.name(), shape_str(d)));
+  if (d[0] == 0) bad_data(fmt::format("{}: shape {}: no samples", x.name(), shape_str(d)));
   if (std::find(d.begin(), d.end(), 0) != d.end())
-    bad_data(fmt::format("{}: shape {}: a sample of zero elements", x.name(), shape_text(d)));
+    bad_data(fmt::format("{}: shape {}: a sample of zero elements", x.name(), shape_str(d)));
   if (d.size() == 2) return {d[1]};
   if (d.size() == 3) return {1, d[1], d[2]};
   return {d[1], d[2], d[3]};
@@ -112,7 +109,7 @@ std::vector<int32_t> npy_labels(const NpyArray& y) {
     bad_data(fmt::format("{}: dtype {} is not supported for y: integer class labels (int64, int32, uint8, ...)",
                          y.name(), npy_type_name(y.type())));
   if (y.shape().size() != 1)
-    bad_data(fmt::format("{}: shape {}: y must be [N], one integer label per sample", y.name(), shape_text(y.shape())));
+    bad_data(fmt::format("{}: shape {}: y must be [N], one integer label per sample", y.name(), shape_str(y.shape())));
   std::vector<int32_t> out(static_cast<size_t>(y.shape()[0]));
   for (int64_t i = 0; i < y.shape()[0]; ++i) {
     bool big = false;

@@ -35,7 +35,7 @@ TEST(DataFormat, NamesParse) {
   EXPECT_EQ(parse_data_format("auto"), DataFormat::kAuto);
   EXPECT_EQ(parse_data_format("idx"), DataFormat::kIdx);
   EXPECT_EQ(parse_data_format("llmc"), DataFormat::kLlmc);
-  EXPECT_EQ(parse_data_format("npy"), std::nullopt);
+  EXPECT_EQ(parse_data_format("numpy"), std::nullopt);
   EXPECT_STREQ(data_format_name(DataFormat::kLlmc), "llmc");
 }
 
@@ -67,14 +67,27 @@ TEST(DataFormat, ShardsWinOverIdxFilesBesideThem) {
   EXPECT_EQ(detect_data_format(a.path().string()), DataFormat::kLlmc);
 }
 
+TEST(DataFormat, NumpyArraysOrArchive) {
+  TempDir a, b, c;
+  put(a.file("train_x.npy"), "x");
+  EXPECT_EQ(detect_data_format(a.path().string()), DataFormat::kNpy);
+  put(b.file("train.npz"), "x");
+  EXPECT_EQ(detect_data_format(b.path().string()), DataFormat::kNpy);
+  put(c.file("train.npz"), "x");
+  put(c.file("train-images-idx3-ubyte"), "x");  // IDX files beside them win, as before NumPy data existed
+  EXPECT_EQ(detect_data_format(c.path().string()), DataFormat::kIdx);
+  EXPECT_EQ(parse_data_format("npy"), DataFormat::kNpy);
+  EXPECT_STREQ(data_format_name(DataFormat::kNpy), "npy");
+}
+
 TEST(DataFormat, SaysWhatTheFolderLacks) {
   TempDir empty, wrong;
   const std::string e = empty.path().string(), w = wrong.path().string();
-  EXPECT_EQ(detect_error(e), e + ": no llm.c token shards (*train*.bin) and no IDX files (train-images-idx3-ubyte[.gz]): "
-                                 "not a data directory dtrain reads");
+  EXPECT_EQ(detect_error(e), e + ": no llm.c token shards (*train*.bin), no IDX files (train-images-idx3-ubyte[.gz]) "
+                                 "and no NumPy data (train.npz or train_x.npy): not a data directory dtrain reads");
   put(wrong.file("my_train.bin"), std::string(2048, 'a'));
   EXPECT_THAT(detect_error(w), HasSubstr(w + ": no llm.c token shards (my_train.bin does not start with magic "
-                                             "20240520 or 20240801) and no IDX files"));
+                                             "20240520 or 20240801), no IDX files"));
   EXPECT_EQ(detect_error(empty.file("nope")), empty.file("nope") + ": data directory not found");
 }
 
