@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "data/data_format.h"
 #include "data/mnist.h"
+#include "data/npy_dataset.h"
 #include "train/root_broadcast.h"
 
 namespace dtrain {
@@ -40,12 +41,21 @@ cxxopts::Options make_eval_options() {
   return o;
 }
 
-bool holds_token_shards(const std::string& dir) {
+// What --data holds; nullopt for neither format (or no folder): the loaders say what is wrong.
+std::optional<DataFormat> detected_format(const std::string& dir) {
   try {
-    return detect_data_format(dir) == DataFormat::kLlmc;
+    return detect_data_format(dir);
   } catch (const Error&) {
-    return false;  // neither format (or no folder): the train parser's --data checks say what is wrong
+    return std::nullopt;
   }
+}
+
+bool holds_token_shards(const std::string& dir) { return detected_format(dir) == DataFormat::kLlmc; }
+
+// The test split of an image data set, NumPy arrays or IDX files.
+std::unique_ptr<Dataset> load_test_split(const std::string& dir, Normalize norm, int64_t limit) {
+  if (detected_format(dir) == DataFormat::kNpy) return load_npy_test_split(dir, norm, limit);
+  return MnistDataset::load(dir, Split::kTest, norm, limit);
 }
 
 std::string widths_text(const std::vector<int64_t>& w) { return fmt::format("{}", fmt::join(w, ",")); }
@@ -186,8 +196,7 @@ Evaluation run_eval(Runtime& rt, const EvalConfig& c) {
                       ErrorKind::kUsage);  // the broadcast file: every rank sees it alike
   // The data's shape does not depend on normalisation: read it with the default, then again
   // with the architecture's.
-  std::unique_ptr<MnistDataset> test =
-      data_step([&] { return MnistDataset::load(c.data_dir, Split::kTest, {}, c.test_limit); });
+  std::unique_ptr<Dataset> test = data_step([&] { return load_test_split(c.data_dir, {}, c.test_limit); });
   const Architecture arch = weights_step([&] {
     return agreed([&] {
       return resolve_architecture(architecture_from_metadata(weights.metadata(), weights.source()), c.flags,
@@ -197,7 +206,7 @@ Evaluation run_eval(Runtime& rt, const EvalConfig& c) {
   // The file's shapes against the architecture before the model exists: metadata that claims a
   // model far larger than its tensors fails here, having allocated nothing.
   weights_step([&] { agreed([&] { check_weights_fit(weights, arch); }); });
-  test = data_step([&] { return MnistDataset::load(c.data_dir, Split::kTest, arch.normalize, c.test_limit); });
+  test = data_step([&] { return load_test_split(c.data_dir, arch.normalize, c.test_limit); });
   std::unique_ptr<Sequential> model = build_model(arch.model, arch.input_shape, arch.classes, rt.device(), 0);
   weights_step([&] { agreed([&] { load_parameters(weights, *model); }); });
   const Evaluation eval = evaluate(*model, *test, rt.control(), rt.device());

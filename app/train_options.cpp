@@ -91,8 +91,8 @@ cxxopts::Options make_train_options() {
                                      "with more than one rank (dtrain-launch, mpirun or srun).");
   // clang-format off
   o.add_options("Data")
-    ("data", "Folder with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz], or (--model gpt) llm.c token shards *train*.bin and *val*.bin", cxxopts::value<std::string>()->default_value(d.data.dir))
-    ("data-format", "auto, idx or llmc (token shards); auto: llmc for --model gpt, idx otherwise", cxxopts::value<std::string>()->default_value("auto"))
+    ("data", "Folder with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz], NumPy arrays ({train,test}_{x,y}.npy or {train,test}.npz), or (--model gpt) llm.c token shards *train*.bin and *val*.bin", cxxopts::value<std::string>()->default_value(d.data.dir))
+    ("data-format", "auto, idx, npy (NumPy arrays) or llmc (token shards); auto: what --data holds", cxxopts::value<std::string>()->default_value("auto"))
     ("train-limit", "Use only the first N training samples (0: all)", cxxopts::value<int64_t>()->default_value("0"))
     ("test-limit", "Use only the first N test samples (0: all)", cxxopts::value<int64_t>()->default_value("0"))
     ("normalize", "Pixel mean,std applied after scaling to [0,1] (e.g. 0.2860,0.3530)", cxxopts::value<std::string>()->default_value(""))
@@ -175,7 +175,7 @@ void read_data(const cxxopts::ParseResult& r, TrainConfig& c) {
   require(classes >= 0 && classes <= kMaxClasses,
           fmt::format("--classes: must be in [0, {}] (0: from the labels), got {}", kMaxClasses, classes));
   c.data.classes = static_cast<int>(classes);
-  c.data.format = parse_choice("--data-format", r["data-format"].as<std::string>(), parse_data_format, "auto, idx or llmc");
+  c.data.format = parse_choice("--data-format", r["data-format"].as<std::string>(), parse_data_format, "auto, idx, npy or llmc");
   if (r["model"].as<std::string>() == "gpt") {
     // The default folder is Fashion-MNIST's: a language model needs its shards named.
     require(r.count("data") > 0, "--data: --model gpt needs --data DIR with llm.c token shards (*train*.bin, *val*.bin; "
@@ -363,7 +363,8 @@ void read_lm(const cxxopts::ParseResult& r, TrainConfig& c) {
     require(r.count(flag) == 0, fmt::format("--{}: not with --model gpt ({})", flag,
                                             std::string_view(flag) == "epochs" ? "language models train --steps"
                                                                                : "an image-model flag"));
-  require(c.data.format != DataFormat::kIdx, "--data-format idx: --model gpt trains on token shards (llmc)");
+  require(c.data.format != DataFormat::kIdx && c.data.format != DataFormat::kNpy,
+          fmt::format("--data-format {}: --model gpt trains on token shards (llmc)", data_format_name(c.data.format)));
   LmSettings& lm = *c.lm;
   lm.layers = r["layers"].as<int64_t>();
   lm.heads = r["heads"].as<int64_t>();
@@ -412,6 +413,8 @@ void detect_format(TrainConfig& c) {
           fmt::format("--data: {} holds llm.c token shards: use --model gpt", c.data.dir));
   require(c.data.format != DataFormat::kIdx || !c.lm.has_value(),
           fmt::format("--data: {} holds IDX image files: --model gpt trains on llm.c token shards", c.data.dir));
+  require(c.data.format != DataFormat::kNpy || !c.lm.has_value(),
+          fmt::format("--data: {} holds NumPy arrays: --model gpt trains on llm.c token shards", c.data.dir));
 }
 
 }  // namespace

@@ -34,6 +34,7 @@
 #include "core/ops.h"
 #include "data/data_loader.h"
 #include "data/distributed_sampler.h"
+#include "data/npy_dataset.h"
 #include "ddp/join.h"
 #include "model/fingerprint.h"
 #include "model/grad_clip.h"
@@ -54,6 +55,14 @@ ModelSpec model_spec_for_rank(ModelSpec spec, const Runtime& runtime, int zero_s
 }
 
 using Clock = std::chrono::steady_clock;
+
+// The training and test data of an image model: NumPy arrays when --data-format says so (or
+// found them), else IDX files (whose loader names what a folder of neither format lacks).
+DatasetSplits load_image_data(const DataSettings& d) {
+  if (d.format == DataFormat::kNpy) return load_npy_splits(d.dir, d.normalize, d.train_limit, d.test_limit, d.classes);
+  MnistSplits m = load_mnist_splits(d.dir, d.normalize, d.train_limit, d.test_limit, d.classes);
+  return {std::move(m.train), std::move(m.test)};
+}
 
 // Micro-batch i of an epoch (or of the rest of one) of `batches` batches that starts at an
 // optimizer-step boundary: its place in its step, the number of micro-batches in that step (the
@@ -91,7 +100,7 @@ class Trainer {
 
   Runtime& rt_;
   const TrainConfig& c_;
-  MnistSplits data_;
+  DatasetSplits data_;
   std::unique_ptr<Sequential> model_;
   std::optional<DistributedDataParallel> ddp_;  // none on one rank: nothing to synchronise
   std::optional<Join> join_;                     // --sampler uneven on more than one rank
@@ -114,7 +123,7 @@ Trainer::Trainer(Runtime& runtime, const TrainConfig& c)
     : rt_(runtime),
       c_(c),
       data_(classify_errors(ErrorKind::kData, [&] {
-        return load_mnist_splits(c.data.dir, c.data.normalize, c.data.train_limit, c.data.test_limit, c.data.classes);
+        return load_image_data(c.data);
       })),
       model_(build_model(model_spec_for_rank(c.model, runtime, c.ddp.zero_stage), data_.train->sample_shape(),
                          data_.train->num_classes(), runtime.device(), c.seed)),

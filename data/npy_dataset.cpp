@@ -86,6 +86,13 @@ std::unique_ptr<NpyDataset> make_dataset(SplitArrays&& s, std::vector<int32_t> l
   return std::make_unique<NpyDataset>(std::move(s.x), std::move(labels), size, norm, classes);
 }
 
+// A split's arrays checked alone: x's sample shape, y's labels, one label per sample.
+struct CheckedSplit {
+  Shape shape;
+  std::vector<int32_t> labels;
+};
+CheckedSplit check_split(const SplitArrays& s);
+
 }  // namespace
 
 Shape npy_sample_shape(const NpyArray& x) {
@@ -122,6 +129,18 @@ std::vector<int32_t> npy_labels(const NpyArray& y) {
   return out;
 }
 
+namespace {
+
+CheckedSplit check_split(const SplitArrays& s) {
+  CheckedSplit out{npy_sample_shape(s.x), npy_labels(s.y)};
+  if (s.x.shape()[0] != s.y.shape()[0])
+    bad_data(fmt::format("{}: {} samples, but {} has {} labels", s.x.name(), s.x.shape()[0], s.y.name(),
+                         s.y.shape()[0]));
+  return out;
+}
+
+}  // namespace
+
 NpyDataset::NpyDataset(NpyArray x, std::vector<int32_t> labels, int64_t size, Normalize norm, int num_classes)
     : x_(std::move(x)), labels_(std::move(labels)), size_(size), norm_(norm), num_classes_(num_classes) {
   sample_shape_ = npy_sample_shape(x_);
@@ -157,27 +176,30 @@ DatasetSplits load_npy_splits(const std::string& dir, Normalize norm, int64_t tr
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) bad_data(fmt::format("{}: data directory not found", dir));
   SplitArrays train = open_split(dir, "train"), test = open_split(dir, "test");
-  const Shape train_shape = npy_sample_shape(train.x), test_shape = npy_sample_shape(test.x);
-  std::vector<int32_t> train_labels = npy_labels(train.y), test_labels = npy_labels(test.y);
-  for (const SplitArrays* s : {&train, &test})
-    if (s->x.shape()[0] != s->y.shape()[0])
-      bad_data(fmt::format("{}: {} samples, but {} has {} labels", s->x.name(), s->x.shape()[0], s->y.name(),
-                           s->y.shape()[0]));
-  if (test_shape != train_shape)
+  CheckedSplit train_checked = check_split(train), test_checked = check_split(test);
+  if (test_checked.shape != train_checked.shape)
     bad_data(fmt::format("{}: samples of shape {}, but {} has samples of shape {}", test.x.name(),
-                         shape_str(test_shape), train.x.name(), shape_str(train_shape)));
+                         shape_str(test_checked.shape), train.x.name(), shape_str(train_checked.shape)));
   int classes = 0;
   try {
-    classes = training_classes(train_labels, train.y_path, num_classes);
-    check_test_labels(test_labels, test.y_path, classes, train.y_path);
+    classes = training_classes(train_checked.labels, train.y_path, num_classes);
+    check_test_labels(test_checked.labels, test.y_path, classes, train.y_path);
   } catch (Error& e) {
     e.set_kind(ErrorKind::kData);
     throw;
   }
   DatasetSplits out;
-  out.train = make_dataset(std::move(train), std::move(train_labels), norm, train_limit, classes);
-  out.test = make_dataset(std::move(test), std::move(test_labels), norm, test_limit, classes);
+  out.train = make_dataset(std::move(train), std::move(train_checked.labels), norm, train_limit, classes);
+  out.test = make_dataset(std::move(test), std::move(test_checked.labels), norm, test_limit, classes);
   return out;
+}
+
+std::unique_ptr<Dataset> load_npy_test_split(const std::string& dir, Normalize norm, int64_t limit) {
+  if (limit < 0) throw Error(fmt::format("sample limit must be >= 0, got {}", limit));
+  SplitArrays test = open_split(dir, "test");
+  std::vector<int32_t> labels = check_split(test).labels;
+  const int classes = labels.empty() ? 0 : *std::max_element(labels.begin(), labels.end()) + 1;
+  return make_dataset(std::move(test), std::move(labels), norm, limit, classes);
 }
 
 bool has_npy_data(const std::string& dir) {

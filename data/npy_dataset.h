@@ -59,6 +59,9 @@ struct DatasetSplits {
 DatasetSplits load_npy_splits(const std::string& dir, Normalize norm = {}, int64_t train_limit = 0,
                               int64_t test_limit = 0, int num_classes = 0);
 
+// The test split of `dir` alone (for `dtrain eval`): its classes are its largest label + 1.
+std::unique_ptr<Dataset> load_npy_test_split(const std::string& dir, Normalize norm = {}, int64_t limit = 0);
+
 // True when `dir` holds NumPy training data (train.npz or train_x.npy): data format detection.
 bool has_npy_data(const std::string& dir);
 

@@ -305,7 +305,8 @@ TEST(TrainOptions, GptWrongValuesAndMisplacedFlagsAreOneLineUsageErrors) {
   EXPECT_EQ(lm_error_of({"--epochs", "2"}), "--epochs: not with --model gpt (language models train --steps)");
   EXPECT_EQ(lm_error_of({"--hidden", "64"}), "--hidden: not with --model gpt (an image-model flag)");
   EXPECT_EQ(lm_error_of({"--data-format", "idx"}), "--data-format idx: --model gpt trains on token shards (llmc)");
-  EXPECT_EQ(lm_error_of({"--data-format", "npy"}), "--data-format: expected auto, idx or llmc, got 'npy'");
+  EXPECT_EQ(lm_error_of({"--data-format", "npy"}), "--data-format npy: --model gpt trains on token shards (llmc)");
+  EXPECT_EQ(lm_error_of({"--data-format", "csv"}), "--data-format: expected auto, idx, npy or llmc, got 'csv'");
   EXPECT_EQ(lm_error_of({"--optimizer", "sgd", "--beta2", "0.95"}), "--beta2: only with --optimizer adamw");
   EXPECT_EQ(usage_error_of({"--model", "gpt"}).substr(0, 34), "--data: --model gpt needs --data D");
   EXPECT_EQ(usage_error_of({"--data", "/tmp", "--steps", "10"}), "--steps: only with --model gpt");
@@ -323,7 +324,9 @@ TEST(TrainOptions, AutoDataFormatDetectsAndRefusesTheWrongModel) {
   const fs::path root = fs::temp_directory_path() / fmt::format("dtrain_format_{}", ::getpid());
   fs::create_directories(root / "shards");
   fs::create_directories(root / "idx");
+  fs::create_directories(root / "npy");
   {
+    std::ofstream(root / "npy" / "train.npz") << "x";
     std::ofstream shard(root / "shards" / "tiny_train_000000.bin", std::ios::binary);
     const int32_t header[3] = {20240520, 1, 0};
     shard.write(reinterpret_cast<const char*>(header), sizeof header);
@@ -335,6 +338,10 @@ TEST(TrainOptions, AutoDataFormatDetectsAndRefusesTheWrongModel) {
             fmt::format("--data: {} holds IDX image files: --model gpt trains on llm.c token shards", idx));
   EXPECT_EQ(parse_train_options({"--data", shards, "--model", "gpt"}).config.data.format, DataFormat::kLlmc);
   EXPECT_EQ(parse_train_options({"--data", idx}).config.data.format, DataFormat::kIdx);
+  const std::string npy = (root / "npy").string();
+  EXPECT_EQ(usage_error_of({"--data", npy, "--model", "gpt"}),
+            fmt::format("--data: {} holds NumPy arrays: --model gpt trains on llm.c token shards", npy));
+  EXPECT_EQ(parse_train_options({"--data", npy, "--model", "cnn"}).config.data.format, DataFormat::kNpy);
   fs::remove_all(root);
 }
 
