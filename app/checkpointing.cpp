@@ -111,6 +111,11 @@ json resume_config(const TrainConfig& c) {
       {"seed", c.seed},
   };
   if (c.clip_grad_norm > 0.f) out["clip_grad_norm"] = decimal(c.clip_grad_norm);
+  if (!c.class_weights.empty()) {  // only when given: older checkpoints still match
+    json weights = json::array();
+    for (float w : c.class_weights) weights.push_back(decimal(w));
+    out["class_weights"] = weights;
+  }
   if (c.amp == AmpMode::kFp16)  // only then: older checkpoints still match
     out["loss_scale"] = {{"scale", c.loss_scale.dynamic ? json("dynamic") : json(decimal(c.loss_scale.init_scale))},
                          {"growth_interval", c.loss_scale.growth_interval}};

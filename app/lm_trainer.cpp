@@ -22,6 +22,7 @@
 #include "comm/launch_channel.h"
 #include "app/sample_log.h"
 #include "app/trace.h"
+#include "app/train_options.h"
 #include "app/train_step.h"
 #include "comm/exchange.h"
 #include "comm/mpi_lifecycle.h"
@@ -105,6 +106,7 @@ LmTrainer::LmTrainer(Runtime& runtime, const TrainConfig& c)
   // Before the first collective whose count or shape a setting decides: ranks started with other
   // flags (or other shards) fail here, in one line.
   check_ranks_agree(runtime.control(), shared_settings(c, data_.train_tokens(), data_.val_tokens()));
+  loss_fn_ = CrossEntropyLoss(Reduction::kMean, check_class_weights(c, data_.vocab(), "token ids of the vocabulary"));
   model_->set_amp(c.amp);
   if (runtime.size() > 1) {
     DdpOptions ddp = c.ddp;

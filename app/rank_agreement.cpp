@@ -81,6 +81,7 @@ Settings shared_settings(const TrainConfig& c, int64_t train_samples, int64_t te
   s.emplace_back("--beta2", fmt::format("{}", o.beta2));
   s.emplace_back("--clip-grad-norm", fmt::format("{}", c.clip_grad_norm));
   s.emplace_back("--data-format", data_format_name(c.data.format));
+  s.emplace_back("--class-weights", fmt::format("{}", fmt::join(c.class_weights, ",")));
   if (c.lm) {
     const LmSettings& lm = *c.lm;
     s[0].second = "gpt";

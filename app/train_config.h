@@ -84,6 +84,10 @@ struct TrainConfig {
   int64_t warmup_steps = 0;  // lm: linear warm-up steps
   float min_lr = 0.f;        // lm cosine: the last step's lr (default lr / 10)
   float clip_grad_norm = 0.f;  // the largest global gradient norm (after the all-reduce); 0: no clipping
+  // --class-weights: the training loss's weight of each class (gpt: of each token id), PyTorch's
+  // CrossEntropyLoss(weight=...); empty: unweighted. Each finite and >= 0, one positive; the count
+  // is checked against the data's classes once they are known (check_class_weights).
+  std::vector<float> class_weights;
   AmpMode amp = AmpMode::kOff;  // bf16/fp16: Linear and Conv matmuls in 16 bits, float32 master weights (autocast)
   GradScalerSettings loss_scale;  // --amp fp16: the loss scaling (model/grad_scaler.h)
   DdpOptions ddp;

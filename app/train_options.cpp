@@ -126,6 +126,7 @@ cxxopts::Options make_train_options() {
     ("clip-grad-norm", "Scale the gradients down to this global L2 norm when above it (after the all-reduce; 0: off)", cxxopts::value<std::string>()->default_value("0"))
     ("eval-every", "gpt: steps between validation losses (0: at the end only)", cxxopts::value<int64_t>()->default_value("0"))
     ("eval-batches", "gpt: validation batches per evaluation, over all ranks", cxxopts::value<int64_t>()->default_value("20"))
+    ("class-weights", "Weights of the classes in the training loss, w0,w1,... one per class (gpt: per token id), as PyTorch's CrossEntropyLoss(weight=...): the weighted mean, sum of w[y] * loss / sum of w[y]", cxxopts::value<std::string>()->default_value(""))
     ("lr-step-size", "step: epochs between decays", cxxopts::value<int64_t>()->default_value("1"))
     ("lr-gamma", "step: decay factor", cxxopts::value<std::string>()->default_value("0.1"))
     ("accumulate", "Micro-batches per optimizer step (gradients accumulate under no_sync)", cxxopts::value<int64_t>()->default_value("1"));
@@ -245,6 +246,30 @@ void read_optimisation(const cxxopts::ParseResult& r, TrainConfig& c) {
   c.lr_gamma = float_flag(r, "lr-gamma");
   require(c.lr_step_size >= 1, fmt::format("--lr-step-size: must be at least 1, got {}", c.lr_step_size));
   require(std::isfinite(c.lr_gamma) && c.lr_gamma > 0.f, fmt::format("--lr-gamma: must be positive, got {}", c.lr_gamma));
+}
+
+// --class-weights w0,w1,...: each a finite number >= 0, at least one positive (all zero would make
+// every weighted mean 0 / 0). Their count is checked once the data is read (check_class_weights).
+void read_class_weights(const cxxopts::ParseResult& r, TrainConfig& c) {
+  const std::string text = r["class-weights"].as<std::string>();
+  if (r.count("class-weights") == 0) return;
+  c.class_weights.clear();
+  bool positive = false;
+  for (size_t start = 0;;) {
+    const size_t end = text.find(',', start);
+    const std::string item = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    require(!item.empty(), fmt::format("--class-weights: expected numbers like 1,2.5,1, got '{}'", text));
+    const double w = parse_number("--class-weights", item);
+    require(w >= 0 && w <= std::numeric_limits<float>::max(),
+            fmt::format("--class-weights: each weight must be a finite number >= 0, got {}", item));
+    require(c.class_weights.size() < static_cast<size_t>(kMaxWidth),
+            fmt::format("--class-weights: more than {} weights", kMaxWidth));
+    c.class_weights.push_back(static_cast<float>(w));
+    positive = positive || c.class_weights.back() > 0.f;
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  require(positive, "--class-weights: at least one weight must be positive (all zero weigh every sample 0)");
 }
 
 void read_distributed(const cxxopts::ParseResult& r, TrainConfig& c) {
@@ -449,8 +474,8 @@ ParsedTrain parse_train_options(const std::vector<std::string>& args) {
     return out;
   }
   const cxxopts::ParseResult& r = flags.result;
-  for (auto read : {read_data, read_model, read_optimisation, read_distributed, read_device, read_checkpoints, read_output,
-                    read_lm})
+  for (auto read : {read_data, read_model, read_optimisation, read_class_weights, read_distributed, read_device,
+                    read_checkpoints, read_output, read_lm})
     read(r, out.config);
   detect_format(out.config);
   const TrainConfig& c = out.config;
@@ -465,6 +490,13 @@ ParsedTrain parse_train_options(const std::vector<std::string>& args) {
                       c.checkpoints.every));
   check_zero(c);
   return out;
+}
+
+std::vector<float> check_class_weights(const TrainConfig& c, int64_t classes, const char* what) {
+  if (!c.class_weights.empty() && static_cast<int64_t>(c.class_weights.size()) != classes)
+    throw UsageError(fmt::format("--class-weights: {} weights for the {} {} (one weight per class)",
+                                 c.class_weights.size(), classes, what));
+  return c.class_weights;
 }
 
 RuntimeOptions parse_runtime_flags(const std::string& device, int threads) {

@@ -19,6 +19,11 @@ struct ParsedTrain {
 // args excludes the program name and the "train" subcommand.
 ParsedTrain parse_train_options(const std::vector<std::string>& args);
 
+// The training loss's class weights for a run whose data has `classes` classes (`what`: "classes of
+// the training data", "token ids of the vocabulary"): c.class_weights, or a UsageError, one line,
+// when their count is not `classes`. The one place the count is checked (it needs the data).
+std::vector<float> check_class_weights(const TrainConfig& c, int64_t classes, const char* what);
+
 // --device and --threads checked by the train flags' own rules, with nothing else: for the
 // commands that run on a device without training data (`dtrain sample`, `dtrain bench gemm`),
 // so they need no --data folder (the default one is Fashion-MNIST's).

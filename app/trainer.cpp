@@ -21,6 +21,7 @@
 #include "app/preemption.h"
 #include "app/rank_agreement.h"
 #include "app/run_control.h"
+#include "app/train_options.h"
 #include "app/train_step.h"
 #include "app/reporter.h"
 #include "app/sample_log.h"
@@ -137,6 +138,8 @@ Trainer::Trainer(Runtime& runtime, const TrainConfig& c)
   // Before the first collective whose count or shape a setting decides (DDP's checks, the
   // broadcast, the steps): ranks started with other flags fail here, in one line, not in a hang.
   check_ranks_agree(runtime.control(), shared_settings(c, data_.train->size(), data_.test->size()));
+  loss_fn_ = CrossEntropyLoss(Reduction::kMean,
+                              check_class_weights(c, data_.train->num_classes(), "classes of the training data"));
   model_->set_amp(c.amp);
   if (runtime.size() > 1) {
     DdpOptions ddp = c.ddp;

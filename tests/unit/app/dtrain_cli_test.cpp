@@ -10,8 +10,11 @@
 #include <cstdlib>
 #include <iterator>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
+
+#include "data/npy.h"
 
 namespace {
 
@@ -56,17 +59,40 @@ CliRun run_dtrain(const std::string& args, const std::string& prefix = "") {
   return r;
 }
 
+std::string as_text(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
+
 int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
 
 TEST(DtrainCli, WrongFlagsExitTwoWithOneLine) {
   for (const char* args : {"train --batch-size 0", "train --lr -1", "train --model resnet", "train --data /nonexistent",
                            "train --bogus", "frobnicate", "train --batch-size 4611686018427387905",
-                           "train --hidden 4611686018427387904"}) {
+                           "train --hidden 4611686018427387904", "train --class-weights 1,-1",
+                           "train --class-weights 0,0", "train --class-weights 1,,2", "train --class-weights 1,x"}) {
     CliRun r = run_dtrain(args);
     EXPECT_EQ(r.status, 2) << args << ": " << r.output;
     EXPECT_EQ(lines(r.output), 1) << args << ": " << r.output;
     EXPECT_EQ(r.output.rfind("dtrain: error: ", 0), 0u) << r.output;
   }
+}
+
+// The count of --class-weights is known to be wrong only once the data says how many classes it
+// has: still one usage line (exit 2), before any training.
+TEST(DtrainCli, ClassWeightsOfAnotherCountThanTheClassesAreOneLine) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("dtrain_cli_weights." + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::vector<uint8_t> x(6 * 4), y = {0, 1, 2, 0, 1, 2};
+  for (const char* split : {"train", "test"}) {
+    std::ofstream(dir / (std::string(split) + "_x.npy"), std::ios::binary) << as_text(dtrain::npy_bytes("|u1", {6, 4}, x));
+    std::ofstream(dir / (std::string(split) + "_y.npy"), std::ios::binary) << as_text(dtrain::npy_bytes("|u1", {6}, y));
+  }
+  CliRun r = run_dtrain("train --device cpu --data " + dir.string() + " --class-weights 1,2");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_EQ(r.output, "dtrain: error: --class-weights: 2 weights for the 3 classes of the training data (one weight "
+                      "per class)\n");
+  r = run_dtrain("train --device cpu --data " + dir.string() + " --class-weights 1,2,0.5 --quiet");
+  EXPECT_EQ(r.status, 0) << r.output;
+  fs::remove_all(dir);
 }
 
 TEST(DtrainCli, HelpExitsZero) {

@@ -380,3 +380,37 @@ TEST(TrainOptions, ZeroStagesAndTheCombinationsTheyRefuse) {
 
 }  // namespace
 }  // namespace dtrain
+
+namespace dtrain {
+namespace {
+
+TEST(TrainOptions, ClassWeightsParsedOnceAndTheirCountCheckedAgainstTheData) {
+  const TrainConfig c = parse_train_options({"--data", "/tmp", "--class-weights", "1,0.5,+2,0"}).config;
+  EXPECT_EQ(c.class_weights, (std::vector<float>{1.f, 0.5f, 2.f, 0.f}));
+  EXPECT_EQ(check_class_weights(c, 4, "classes"), c.class_weights);
+  EXPECT_TRUE(parse_train_options({"--data", "/tmp"}).config.class_weights.empty());
+  EXPECT_TRUE(check_class_weights(TrainConfig{}, 10, "classes").empty());  // unweighted: any count
+  try {
+    check_class_weights(c, 10, "classes of the training data");
+    ADD_FAILURE() << "no error";
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(), "--class-weights: 4 weights for the 10 classes of the training data (one weight per class)");
+  }
+  const auto error = [](const std::string& w) {
+    try {
+      parse_train_options({"--data", "/tmp", "--class-weights", w});
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error("1,-1"), "--class-weights: each weight must be a finite number >= 0, got -1");
+  EXPECT_EQ(error("0,0"), "--class-weights: at least one weight must be positive (all zero weigh every sample 0)");
+  EXPECT_EQ(error("1,,2"), "--class-weights: expected numbers like 1,2.5,1, got '1,,2'");
+  EXPECT_EQ(error("1,x"), "--class-weights: expected a number, got 'x'");
+  EXPECT_EQ(error("1,nan"), "--class-weights: expected a finite number, got 'nan'");
+  EXPECT_EQ(error(""), "--class-weights: expected numbers like 1,2.5,1, got ''");
+}
+
+}  // namespace
+}  // namespace dtrain
