@@ -100,6 +100,25 @@ TEST_F(GpuModelParity, CnnBf16AmpStepMatchesTheCpuEmulation) {
 }
 
 // GradScaler's unscale-and-check on the GPU: the same bits as the CPU, the same finding.
+// --class-weights: the weighted mean (sum w[y] l / sum w[y]) and its gradient, the weights kept on
+// the device, as the CPU's fused pass computes them; a second batch (smaller) reuses the weights.
+TEST_F(GpuModelParity, ClassWeightedCrossEntropyMatchesTheCpu) {
+  const std::vector<float> weights = {0.5f, 1.f, 2.f, 0.f, 3.f, 0.25f, 1.f, 1.5f, 1.f, 0.75f};
+  CrossEntropyLoss cpu_loss(Reduction::kMean, weights), gpu_loss(Reduction::kMean, weights);
+  for (int64_t rows : {37, 5}) {
+    std::mt19937 gen(static_cast<uint32_t>(rows));
+    std::normal_distribution<float> normal(0.f, 3.f);
+    std::vector<float> z(static_cast<size_t>(rows * 10));
+    for (float& v : z) v = normal(gen);
+    Tensor labels = Tensor::empty({rows}, Device::cpu(), DType::kI32);
+    for (int64_t i = 0; i < rows; ++i) labels.data_as<int32_t>()[i] = static_cast<int32_t>(gen() % 10);
+    const Tensor logits = Tensor::from_vector(z, {rows, 10});
+    const Tensor cpu = cpu_loss.forward(logits, labels), dev = gpu_loss.forward(logits.to(gpu()), labels.to(gpu()));
+    EXPECT_LT(max_rel_diff(cpu, dev), 1e-5) << rows << " rows: loss";
+    EXPECT_LT(max_rel_diff(cpu_loss.backward(), gpu_loss.backward()), 1e-5) << rows << " rows: gradient";
+  }
+}
+
 TEST_F(GpuModelParity, GradScalerUnscaleMatchesTheCpu) {
   std::vector<float> g(70000);
   std::mt19937 gen(3);

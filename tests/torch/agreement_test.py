@@ -120,11 +120,11 @@ def train_torch(kind, init, images, labels):
     return model
 
 
-def train_dtrain(kind, init_path, work, np=1):
-    ck = os.path.join(work, f"{kind}-np{np}")
+def train_dtrain(kind, init_path, work, np=1, extra=(), name=None):
+    ck = os.path.join(work, f"{name or kind}-np{np}")
     dtrain("train", "--data", DATA, "--train-limit", str(TRAIN), "--test-limit", "100", "--epochs", "1",
            "--batch-size", str(BATCH // np), "--shuffle", "off", "--init-weights", init_path, "--threads", "1",
-           "--checkpoint-dir", ck, "--quiet", *DTRAIN_OPTIMIZER[kind], np=np)
+           "--checkpoint-dir", ck, "--quiet", *DTRAIN_OPTIMIZER[kind], *extra, np=np)
     with open(os.path.join(ck, "latest")) as f:
         step_dir = os.path.join(ck, f.read().strip())
     return step_dir, safetensors_io.load(os.path.join(step_dir, "model.safetensors"))[0]
