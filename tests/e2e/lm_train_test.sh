@@ -4,7 +4,7 @@
 # printed; a checkpoint resumed with --resume auto at the same world size ends bitwise equal to the
 # uninterrupted run; resumed at another world size it continues from the saved slot position,
 # every training slot read once (DTRAIN_TEST_SAMPLE_LOG), shuffled too; a malformed shard is one line and exit
-# 65 (data); a bad GPT flag is one line and exit 2 (usage).
+# 65 (data); a bad GPT flag is one line and exit 2 (usage); --class-weights weigh token ids.
 #   lm_train_test.sh PATH/TO/dtrain NP [NP_RESUMED]
 set -uo pipefail
 DTRAIN=${1:?usage: lm_train_test.sh PATH/TO/dtrain NP [NP_RESUMED]}
@@ -130,5 +130,20 @@ dtrain_at 1 "$WORK/flag.log" "${GPT[@]}" --data "$SHARDS" --heads 3
 status=$?
 check "--heads 3 with --embd 16: exit 2 (status $status)" [ "$status" = 2 ]
 check "one line naming the flag" grep -qx 'dtrain: error: --heads: must divide --embd 16 (each head takes embd / heads), got 3' "$WORK/flag.log"
+
+# 5. --class-weights weigh token ids (the same loss): one per id of the vocabulary (256 here), or one
+# line and exit 2; weighted, training runs and its loss differs from the unweighted run's.
+dtrain_at 1 "$WORK/weights-count.log" "${GPT[@]}" --steps 2 --data "$SHARDS" --class-weights 1,2
+status=$?
+check "--class-weights 1,2 for 256 token ids: exit 2 (status $status)" [ "$status" = 2 ]
+check "one line naming the count" grep -qx 'dtrain: error: --class-weights: 2 weights for the 256 token ids of the vocabulary (one weight per class)' "$WORK/weights-count.log"
+weights=$(/usr/bin/python3 -c 'print(",".join(str(1 + (i % 3)) for i in range(256)))')
+if dtrain_at 1 "$WORK/weighted.log" "${GPT[@]}" --steps 5 --data "$SHARDS" --class-weights "$weights" &&
+  dtrain_at 1 "$WORK/unweighted.log" "${GPT[@]}" --steps 5 --data "$SHARDS"; then
+  check "weighted token loss differs from the unweighted one" \
+    bash -c "! diff -q <(grep -o '^step 1/5 | loss [0-9.]*' '$WORK/weighted.log') <(grep -o '^step 1/5 | loss [0-9.]*' '$WORK/unweighted.log') >/dev/null"
+else
+  not_ok "gpt with --class-weights" "$(tail -3 "$WORK/weighted.log")"
+fi
 
 finish
