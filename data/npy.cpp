@@ -51,6 +51,18 @@ const TypeInfo& info(NpyType t) {
   return kTypes[0];
 }
 
+// Text from a file, fit for a one-line message: control and non-ASCII bytes as \xNN, trailing
+// padding dropped, at most 120 characters.
+std::string printable(std::string_view text) {
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\n')) text.remove_suffix(1);
+  std::string out;
+  for (char c : text.substr(0, 120)) {
+    const auto u = static_cast<unsigned char>(c);
+    out += u >= 0x20 && u < 0x7f ? std::string(1, c) : fmt::format("\\x{:02x}", u);
+  }
+  return text.size() > 120 ? out + "..." : out;
+}
+
 // A dict literal's value, as far as a .npy header uses them.
 struct Value {
   enum Kind { kString, kBool, kTuple, kOther } kind = kOther;
@@ -75,7 +87,7 @@ class DictParser {
       if (peek() != '\'' && peek() != '"') fail("a quoted key");
       const std::string key = string_literal();
       expect(':');
-      if (out.contains(key)) fail_text(fmt::format("key '{}' appears twice", key));
+      if (out.contains(key)) fail_text(fmt::format("key '{}' appears twice", printable(key)));
       out[key] = value();
       skip_space();
       if (peek() == ',') {
@@ -96,8 +108,7 @@ class DictParser {
     while (at_ < s_.size() && (s_[at_] == ' ' || s_[at_] == '\n' || s_[at_] == '\t' || s_[at_] == '\r')) ++at_;
   }
   [[noreturn]] void fail_text(const std::string& what) const {
-    bad_data(fmt::format("{}: header is not a dict literal: {} (header '{}')", name_, what,
-                         std::string(s_.substr(0, 200))));
+    bad_data(fmt::format("{}: header is not a dict literal: {} (header '{}')", name_, what, printable(s_)));
   }
   [[noreturn]] void fail(const char* expected) const {
     fail_text(fmt::format("expected {} at character {}", expected, at_));
@@ -180,8 +191,8 @@ NpyType parse_descr(const Value& v, const std::string& name) {
   if (v.kind != Value::kString)
     bad_data(fmt::format("{}: header field 'descr' is {}: structured dtypes are not supported (a plain numeric array "
                          "is)",
-                         name, v.text.empty() ? "not a string" : v.text));
-  const std::string& d = v.text;
+                         name, v.text.empty() ? "not a string" : printable(v.text)));
+  const std::string d = printable(v.text);
   if (d.size() >= 2 && d[1] == 'O')
     bad_data(fmt::format("{}: header field 'descr' is '{}': an object array (pickled Python objects) is not supported; "
                          "save a numeric array",
@@ -241,7 +252,8 @@ NpyHeader parse_npy(std::span<const uint8_t> bytes, const std::string& name) {
   if (dict.size() != 3) {
     for (const auto& [key, v] : dict)
       if (key != "descr" && key != "fortran_order" && key != "shape")
-        bad_data(fmt::format("{}: header has an unexpected field '{}' (only descr, fortran_order and shape)", name, key));
+        bad_data(fmt::format("{}: header has an unexpected field '{}' (only descr, fortran_order and shape)", name,
+                             printable(key)));
   }
   NpyHeader h;
   h.type = parse_descr(dict["descr"], name);
@@ -350,7 +362,7 @@ std::vector<ZipMember> central_directory(std::span<const uint8_t> zip, const std
     // ZIP64: its locator sits just before the record and points to the ZIP64 record.
     if (eocd < 20 || u32_at(e - 20) != 0x07064b50) not_zip("no ZIP64 locator");
     const uint64_t z = u64_at(e - 20 + 8);
-    if (z > zip.size() - 56 || u32_at(zip.data() + z) != 0x06064b50) not_zip("a bad ZIP64 record");
+    if (zip.size() < 56 || z > zip.size() - 56 || u32_at(zip.data() + z) != 0x06064b50) not_zip("a bad ZIP64 record");
     entries = u64_at(zip.data() + z + 32);
     cd_size = u64_at(zip.data() + z + 40);
     cd_offset = u64_at(zip.data() + z + 48);
@@ -371,10 +383,11 @@ std::vector<ZipMember> central_directory(std::span<const uint8_t> zip, const std
     const size_t name_len = u16_at(c + 28), extra_len = u16_at(c + 30), comment_len = u16_at(c + 32);
     m.local_offset = u32_at(c + 42);
     if (at + 46 + name_len + extra_len + comment_len > end) not_zip("a damaged central directory");
-    m.name.assign(reinterpret_cast<const char*>(c + 46), name_len);
+    m.name = printable(std::string_view(reinterpret_cast<const char*>(c + 46), name_len));
     // The ZIP64 extra field: the 64-bit values of those that read 0xFFFFFFFF, in this order.
     for (size_t x = 46 + name_len; x + 4 <= 46 + name_len + extra_len;) {
       const uint16_t id = u16_at(c + x), len = u16_at(c + x + 2);
+      if (x + 4 + len > 46 + name_len + extra_len) not_zip(fmt::format("member {}: a damaged extra field", m.name));
       if (id == 0x0001) {
         size_t f = x + 4;
         for (uint64_t* field : {&m.size, &m.compressed, &m.local_offset}) {

@@ -291,6 +291,43 @@ TEST(Npz, MalformedArchives) {
   EXPECT_EQ(err(inner), p + ": x: header field 'shape' (3,) of uint8 makes 3 bytes, but 2 bytes follow the header");
 }
 
+// Random damage to good files (a byte set to a random value, 1 to 4 times; or the file cut short):
+// every outcome is an array or one Error line, never a crash or a read outside the file (the
+// ASan build checks the latter).
+TEST(Npz, DamagedFilesAreOneLineOrRead) {
+  TempDir dir;
+  const std::vector<uint8_t> x = npy_bytes("|u1", {4, 3}, pixels(2));
+  const std::vector<uint8_t> y = npy_bytes("<i8", {4}, raw(labels(4)));
+  const std::vector<std::vector<uint8_t>> good = {x, zip_of({{"x.npy", x}, {"y.npy", y}}, false),
+                                                  zip_of({{"x.npy", x}, {"y.npy", y}}, true)};
+  uint32_t state = 12345;
+  const auto next = [&] { return state = state * 1664525u + 1013904223u; };
+  int errors = 0;
+  for (int round = 0; round < 3000; ++round) {
+    const size_t which = round % 3;
+    std::vector<uint8_t> bytes = good[which];
+    if (next() % 8 == 0) {
+      bytes.resize(next() % bytes.size());
+    } else {
+      for (uint32_t k = 0, n = 1 + next() % 4; k < n; ++k) bytes[next() % bytes.size()] = static_cast<uint8_t>(next());
+    }
+    const std::string path = dir.file(which == 0 ? "a.npy" : "a.npz");
+    put(path, bytes);
+    try {
+      if (which == 0)
+        open_npy(path);
+      else
+        open_npz(path, {"x", "y"});
+    } catch (const Error& e) {
+      ++errors;
+      EXPECT_EQ(e.kind(), ErrorKind::kData) << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).rfind(path, 0), 0u) << e.what();
+    }
+  }
+  EXPECT_GT(errors, 1000);  // most damage is noticed (the rest hit pixels or padding)
+}
+
 TEST(NpyDataset, ShapesFromTheArrays) {
   for (const std::vector<int64_t>& shape :
        {std::vector<int64_t>{kN, kH * kW}, std::vector<int64_t>{kN, kH, kW}, std::vector<int64_t>{kN, 1, kH, kW}}) {
