@@ -2,15 +2,10 @@
 // finding the members of a .npz archive from its zip central directory.
 #include "data/npy.h"
 
-#include <fcntl.h>
 #include <libdeflate.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cstring>
 #include <map>
 #include <new>
@@ -20,6 +15,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.h"
+#include "data/mapped_data_file.h"
 
 namespace dtrain {
 
@@ -281,45 +277,8 @@ NpyHeader parse_npy(std::span<const uint8_t> bytes, const std::string& name) {
   return h;
 }
 
-namespace {
-
-// A read-only shared mapping of a whole regular file (unmapped on destruction).
-class Mapping {
- public:
-  explicit Mapping(const std::string& path) {
-    // O_NONBLOCK: a FIFO is refused below, not waited on (Note [Data files are regular files]).
-    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0 && errno == EACCES) bad_data(fmt::format("{}: permission denied", path));
-    if (fd < 0) bad_data(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-    struct Closer {
-      int fd;
-      ~Closer() { ::close(fd); }
-    } closer{fd};
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) bad_data(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-    if (!S_ISREG(st.st_mode)) bad_data(fmt::format("{}: not a regular file", path));
-    size_ = static_cast<size_t>(st.st_size);
-    if (size_ == 0) return;  // mmap refuses length 0; the parsers then say "too short"
-    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) bad_data(fmt::format("{}: cannot map it: {}", path, std::strerror(errno)));
-    data_ = static_cast<const uint8_t*>(p);
-  }
-  ~Mapping() {
-    if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
-  }
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-  std::span<const uint8_t> bytes() const { return {data_, size_}; }
-
- private:
-  const uint8_t* data_ = nullptr;
-  size_t size_ = 0;
-};
-
-}  // namespace
-
 NpyArray open_npy(const std::string& path) {
-  auto map = std::make_shared<const Mapping>(path);
+  auto map = std::make_shared<const MappedDataFile>(path);
   const NpyHeader h = parse_npy(map->bytes(), path);
   return NpyArray(path, h, map->bytes().data() + h.data_offset, map);
 }
@@ -451,7 +410,7 @@ std::span<const uint8_t> member_bytes(std::span<const uint8_t> zip, const ZipMem
 }  // namespace
 
 std::vector<NpyArray> open_npz(const std::string& path, const std::vector<std::string>& names) {
-  auto map = std::make_shared<const Mapping>(path);
+  auto map = std::make_shared<const MappedDataFile>(path);
   const std::vector<ZipMember> members = central_directory(map->bytes(), path);
   std::vector<NpyArray> out;
   for (const std::string& want : names) {

@@ -3,7 +3,6 @@
 #include "data/token_shards.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,6 +20,7 @@
 
 #include "core/error.h"
 #include "core/temp_files.h"
+#include "data/mapped_data_file.h"
 
 namespace dtrain {
 
@@ -56,20 +56,15 @@ int64_t shard_vocabulary(int64_t largest_token, int64_t given) {
   return largest_token + 1;
 }
 
-// One mapped shard file: the whole file read-only and shared, so ranks on one node read the same
-// pages. The file must not shrink while it is mapped (a read past its new end is SIGBUS), as with
-// any mapped data file.
+// One mapped shard file (data/mapped_data_file.h: read-only and shared, so ranks on one node
+// read the same pages).
 struct TokenStream::Shard {
   std::string path;
-  const uint8_t* map = nullptr;
-  size_t map_bytes = 0;
+  std::unique_ptr<MappedDataFile> file;
   int width = 2;  // bytes per token
   int64_t count = 0;
 
-  ~Shard() {
-    if (map) ::munmap(const_cast<uint8_t*>(map), map_bytes);
-  }
-  const uint8_t* tokens() const { return map + kShardHeaderBytes; }
+  const uint8_t* tokens() const { return file->bytes().data() + kShardHeaderBytes; }
   template <class T>
   std::span<const T> as() const {
     return {reinterpret_cast<const T*>(tokens()), static_cast<size_t>(count)};
@@ -85,27 +80,17 @@ namespace {
 
 // Maps `path` after checking its header against its size; the tokens are checked by the caller.
 std::unique_ptr<TokenStream::Shard> map_shard(const std::string& path) {
-  // O_NONBLOCK: a FIFO named like a shard is refused below, not waited on.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0 && errno == EACCES) bad_data(fmt::format("{}: permission denied", path));
-  if (fd < 0) bad_data(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) bad_data(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-  if (!S_ISREG(st.st_mode)) bad_data(fmt::format("{}: not a regular file", path));
-  const auto file_bytes = static_cast<int64_t>(st.st_size);
+  auto shard = std::make_unique<TokenStream::Shard>();
+  shard->path = path;
+  shard->file = std::make_unique<MappedDataFile>(path);
+  const std::span<const uint8_t> bytes = shard->file->bytes();
+  const auto file_bytes = static_cast<int64_t>(bytes.size());
   if (file_bytes < kShardHeaderBytes)
     bad_data(fmt::format("{}: {} bytes, shorter than the {}-byte header of an llm.c token shard", path, file_bytes,
                          kShardHeaderBytes));
   int32_t header[3] = {0, 0, 0};
-  if (::pread(fd, header, sizeof header, 0) != static_cast<ssize_t>(sizeof header))
-    bad_data(fmt::format("{}: cannot read its header: {}", path, std::strerror(errno)));
+  std::memcpy(header, bytes.data(), sizeof header);
   const int32_t magic = header[0], version = header[1], count = header[2];
-  auto shard = std::make_unique<TokenStream::Shard>();
-  shard->path = path;
   if (magic == kShardMagicU16) {
     shard->width = 2;
     if (version != 1)
@@ -126,10 +111,6 @@ std::unique_ptr<TokenStream::Shard> map_shard(const std::string& path) {
   if (body != int64_t{count} * shard->width)
     bad_data(fmt::format("{}: the header says {} tokens ({} bytes), the file holds {} bytes after its header", path,
                          count, int64_t{count} * shard->width, body));
-  shard->map_bytes = static_cast<size_t>(file_bytes);
-  void* p = ::mmap(nullptr, shard->map_bytes, PROT_READ, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) bad_data(fmt::format("{}: cannot map it: {}", path, std::strerror(errno)));
-  shard->map = static_cast<const uint8_t*>(p);
   return shard;
 }
 

@@ -78,35 +78,26 @@ std::vector<uint8_t> zip_of(const std::vector<Member>& members, bool deflated, s
       deflateEnd(&z);
     }
     const uint32_t crc = static_cast<uint32_t>(crc32(0, m.bytes.data(), static_cast<uInt>(m.bytes.size())));
+    // The fields the local header and the central directory share: flags, method, time, CRC,
+    // sizes, name length.
+    const auto shared = [&](std::vector<uint8_t>& v) {
+      for (auto [value, bytes] : {std::pair<uint64_t, int>{0, 2}, {deflated ? 8 : 0, 2}, {0, 4}, {crc, 4},
+                                  {body.size(), 4}, {m.bytes.size(), 4}, {m.name.size(), 2}})
+        le(v, value, bytes);
+    };
     const size_t offset = out.size();
     le(out, 0x04034b50, 4);
-    le(out, 20, 2);
-    le(out, 0, 2);
-    le(out, deflated ? 8 : 0, 2);
-    le(out, 0, 4);
-    le(out, crc, 4);
-    le(out, body.size(), 4);
-    le(out, m.bytes.size(), 4);
-    le(out, m.name.size(), 2);
-    le(out, pad, 2);
+    le(out, 20, 2);  // version needed
+    shared(out);
+    le(out, pad, 2);  // extra field length
     out.insert(out.end(), m.name.begin(), m.name.end());
     out.insert(out.end(), pad, 0);
     out.insert(out.end(), body.begin(), body.end());
     le(cd, 0x02014b50, 4);
-    le(cd, 20, 2);
-    le(cd, 20, 2);
-    le(cd, 0, 2);
-    le(cd, deflated ? 8 : 0, 2);
-    le(cd, 0, 4);
-    le(cd, crc, 4);
-    le(cd, body.size(), 4);
-    le(cd, m.bytes.size(), 4);
-    le(cd, m.name.size(), 2);
-    le(cd, 0, 2);
-    le(cd, 0, 2);
-    le(cd, 0, 2);
-    le(cd, 0, 2);
-    le(cd, 0, 4);
+    le(cd, 20, 2);  // version made by
+    le(cd, 20, 2);  // version needed
+    shared(cd);
+    for (int bytes : {2, 2, 2, 2, 4}) le(cd, 0, bytes);  // extra, comment, disk, internal, external
     le(cd, offset, 4);
     cd.insert(cd.end(), m.name.begin(), m.name.end());
   }
