@@ -26,7 +26,7 @@ cxxopts::Options make_eval_options() {
   // clang-format off
   o.add_options()
     ("weights", "FILE.safetensors, a checkpoint (DIR/step-N) or a checkpoint directory (its latest)", cxxopts::value<std::string>())
-    ("data", "Folder with the t10k-{images-idx3,labels-idx1}-ubyte[.gz] files (GPT weights: the *val*.bin token shards)", cxxopts::value<std::string>()->default_value(DataSettings{}.dir))
+    ("data", "Folder with the t10k-{images-idx3,labels-idx1}-ubyte[.gz] files, or NumPy arrays test_{x,y}.npy or test.npz (GPT weights: the *val*.bin token shards)", cxxopts::value<std::string>()->default_value(DataSettings{}.dir))
     ("test-limit", "Use only the first N test samples (0: all)", cxxopts::value<int64_t>()->default_value("0"))
     ("eval-batches", "GPT weights: only the first N validation slots (0: all)", cxxopts::value<int64_t>()->default_value("0"))
     ("batch-size", "GPT weights: sequences per validation slot (default 8, as dtrain train --model gpt)", cxxopts::value<int64_t>())
