@@ -54,7 +54,9 @@ bool holds_token_shards(const std::string& dir) { return detected_format(dir) ==
 
 // The test split of an image data set, NumPy arrays or IDX files.
 std::unique_ptr<Dataset> load_test_split(const std::string& dir, Normalize norm, int64_t limit) {
-  if (detected_format(dir) == DataFormat::kNpy) return load_npy_test_split(dir, norm, limit);
+  // A folder of the test split alone is eval's data too (as with IDX files): look for it, not
+  // for the training arrays data format detection looks for.
+  if (detected_format(dir) == DataFormat::kNpy || has_npy_test_data(dir)) return load_npy_test_split(dir, norm, limit);
   return MnistDataset::load(dir, Split::kTest, norm, limit);
 }
 

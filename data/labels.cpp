@@ -29,6 +29,12 @@ int training_classes(std::span<const int32_t> labels, const std::string& path, i
   std::sort(used.begin(), used.end());
   used.erase(std::unique(used.begin(), used.end()), used.end());
   const int largest = used.back();
+  // NumPy labels reach INT32_MAX (IDX labels are bytes): the count in 64 bits, and bounded.
+  if (int64_t{largest} + 1 > kMaxLabelClasses) {
+    const size_t at = static_cast<size_t>(std::find(labels.begin(), labels.end(), largest) - labels.begin());
+    throw Error(fmt::format("{}: label {} of sample {} would make {} classes, more than a model may have ({})", path,
+                            largest, at, int64_t{largest} + 1, kMaxLabelClasses));
+  }
   if (used.size() == 1) return largest + 1;
   const int next = used[used.size() - 2];  // the largest label below it
   const int64_t empty = int64_t{largest} - next - 1;

@@ -366,8 +366,15 @@ std::vector<ZipMember> central_directory(std::span<const uint8_t> zip, const std
 
 // The bytes of `m` in `zip`, checked: mapped in place when stored, inflated into `inflated` when
 // deflated; the CRC-32 either way.
+// Inflated bytes, allocated without being zero-filled: a damaged directory that claims a huge
+// size costs address space, not memory, since the inflater writes only what the stream holds.
+struct InflatedBytes {
+  std::unique_ptr<uint8_t[]> data;
+  size_t size = 0;
+};
+
 std::span<const uint8_t> member_bytes(std::span<const uint8_t> zip, const ZipMember& m, const std::string& name,
-                                      std::vector<uint8_t>& inflated) {
+                                      InflatedBytes& inflated) {
   if (m.flags & 1) bad_data(fmt::format("{}: the member is encrypted", name));
   if (m.method != 0 && m.method != 8)
     bad_data(fmt::format("{}: compression method {} is not supported (np.savez stores, np.savez_compressed "
@@ -386,17 +393,18 @@ std::span<const uint8_t> member_bytes(std::span<const uint8_t> zip, const ZipMem
     if (m.size / 1032 > m.compressed + 1)
       bad_data(fmt::format("{}: damaged archive: {} bytes cannot inflate to {}", name, m.compressed, m.size));
     try {
-      inflated.resize(m.size);
+      inflated.data = std::make_unique_for_overwrite<uint8_t[]>(m.size);
+      inflated.size = m.size;
     } catch (const std::bad_alloc&) {
       throw Error(fmt::format("{}: out of memory inflating its {} bytes", name, m.size), ErrorKind::kResources);
     }
     std::unique_ptr<libdeflate_decompressor, decltype(&libdeflate_free_decompressor)> d(
         libdeflate_alloc_decompressor(), &libdeflate_free_decompressor);
     if (!d) throw Error(fmt::format("{}: out of memory", name), ErrorKind::kResources);
-    if (libdeflate_deflate_decompress(d.get(), out.data(), out.size(), inflated.data(), inflated.size(), nullptr) !=
+    if (libdeflate_deflate_decompress(d.get(), out.data(), out.size(), inflated.data.get(), inflated.size, nullptr) !=
         LIBDEFLATE_SUCCESS)
       bad_data(fmt::format("{}: damaged archive: the deflated member does not inflate to its {} bytes", name, m.size));
-    out = inflated;
+    out = std::span<const uint8_t>(inflated.data.get(), inflated.size);
   } else if (m.size != m.compressed) {
     bad_data(fmt::format("{}: damaged archive: a stored member of {} bytes says it holds {}", name, m.compressed,
                          m.size));
@@ -423,10 +431,10 @@ std::vector<NpyArray> open_npz(const std::string& path, const std::vector<std::s
       bad_data(fmt::format("{}: no array '{}' (the archive holds: {}; save with np.savez(path, x=..., y=...))", path,
                            want, have.empty() ? "nothing" : fmt::format("{}", fmt::join(have, ", "))));
     }
-    auto inflated = std::make_shared<std::vector<uint8_t>>();
+    auto inflated = std::make_shared<InflatedBytes>();
     const std::span<const uint8_t> bytes = member_bytes(map->bytes(), *it, name, *inflated);
     const NpyHeader h = parse_npy(bytes, name);
-    std::shared_ptr<const void> owner = inflated->empty() ? std::shared_ptr<const void>(map) : inflated;
+    std::shared_ptr<const void> owner = inflated->data ? std::shared_ptr<const void>(inflated) : map;
     out.emplace_back(name, h, bytes.data() + h.data_offset, std::move(owner));
   }
   return out;

@@ -198,12 +198,21 @@ std::unique_ptr<Dataset> load_npy_test_split(const std::string& dir, Normalize n
   if (limit < 0) throw Error(fmt::format("sample limit must be >= 0, got {}", limit));
   SplitArrays test = open_split(dir, "test");
   std::vector<int32_t> labels = check_split(test).labels;
-  const int classes = labels.empty() ? 0 : *std::max_element(labels.begin(), labels.end()) + 1;
-  return make_dataset(std::move(test), std::move(labels), norm, limit, classes);
+  // The classes the test labels reach, bounded as training's are (data/labels.h); the weights
+  // say how many the model has, and the caller checks the labels against them.
+  const int64_t classes = labels.empty() ? 0 : int64_t{*std::max_element(labels.begin(), labels.end())} + 1;
+  if (classes > kMaxLabelClasses)
+    bad_data(fmt::format("{}: label {} would make {} classes, more than a model may have ({})", test.y_path,
+                         classes - 1, classes, kMaxLabelClasses));
+  return make_dataset(std::move(test), std::move(labels), norm, limit, static_cast<int>(classes));
 }
 
 bool has_npy_data(const std::string& dir) {
   return path_exists(fs::path(dir) / "train.npz") || path_exists(fs::path(dir) / "train_x.npy");
+}
+
+bool has_npy_test_data(const std::string& dir) {
+  return path_exists(fs::path(dir) / "test.npz") || path_exists(fs::path(dir) / "test_x.npy");
 }
 
 }  // namespace dtrain

@@ -64,5 +64,7 @@ std::unique_ptr<Dataset> load_npy_test_split(const std::string& dir, Normalize n
 
 // True when `dir` holds NumPy training data (train.npz or train_x.npy): data format detection.
 bool has_npy_data(const std::string& dir);
+// True when `dir` holds a NumPy test split (test.npz or test_x.npy): what `dtrain eval` reads.
+bool has_npy_test_data(const std::string& dir);
 
 }  // namespace dtrain

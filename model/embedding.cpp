@@ -156,8 +156,8 @@ Tensor TiedLmHead::backward(const Tensor& dlogits) {
     ensure_tensor(grad_half_, {rows, ld}, dev, half_);
     uint16_t* dy = grad_half_.data_as<uint16_t>();
     launch_rows(dev, rows, kernels::PackRowsHalf{dy, dlogits.data(), vocab, ld, half_ == DType::kF16});
-    gemm_half_strided(dev, half_, true, false, ld, channels, rows, 1.f, dy, ld, input_half_.data_as<uint16_t>(),
-                      channels, 0.f, weight_grad_padded_.data(), channels);
+    gemm_half(dev, half_, true, false, ld, channels, rows, 1.f, dy, input_half_.data_as<uint16_t>(), 0.f,
+              weight_grad_padded_.data());
     gemm_half(dev, half_, false, false, rows, channels, ld, 1.f, dy, weight_half_.data_as<uint16_t>(), 0.f,
               grad_input_.data());
   } else {

@@ -78,6 +78,15 @@ if dtrain_at "$NP" "$WORK/ref.log" "${ck_args[@]}" --checkpoint-dir "$WORK/ref" 
   else
     not_ok "dtrain eval on NumPy data" "$(tail -3 "$WORK/eval.log")"
   fi
+  # A folder holding the test split alone is eval's data too, as with IDX files.
+  mkdir -p "$WORK/test-only" && cp "$WORK/npz/test.npz" "$WORK/test-only/"
+  if dtrain_at "$NP" "$WORK/eval-test-only.log" eval --threads 1 --weights "$(final_model "$WORK/ref")" \
+    --data "$WORK/test-only"; then
+    check "dtrain eval on a folder of the test split alone: the same test line" \
+      [ "$(grep '^Test set' "$WORK/eval-test-only.log")" = "$(grep '^Test set' "$WORK/eval.log")" ]
+  else
+    not_ok "dtrain eval on a folder of the NumPy test split alone" "$(tail -3 "$WORK/eval-test-only.log")"
+  fi
 else
   not_ok "checkpoint and resume on NumPy data" "$(tail -3 "$WORK/ref.log" "$WORK/resumed.log" 2>/dev/null)"
 fi

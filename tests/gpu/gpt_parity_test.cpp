@@ -38,13 +38,17 @@ Tensor random_tokens(int64_t batch, int64_t seq, int64_t vocab, uint32_t seed) {
 
 class GpuGptParity : public GpuTest {};
 
+// Widths a multiple of the warp's 32 lanes, past it unevenly, and below it (lanes with nothing).
 TEST_F(GpuGptParity, LayerNormForwardAndBackwardMatchTheCpu) {
-  LayerNorm cpu(96, Device::cpu()), gpu_ln(96, gpu());
-  const Tensor x = random_tensor({3, 37, 96}, 1), dy = random_tensor({3, 37, 96}, 2), res = random_tensor({3, 37, 96}, 3);
-  EXPECT_LT(max_rel_diff(cpu.forward(x), gpu_ln.forward(x.to(gpu()))), 1e-5);
-  EXPECT_LT(max_rel_diff(cpu.backward_add(dy, res), gpu_ln.backward_add(dy.to(gpu()), res.to(gpu()))), 1e-5);
-  for (size_t i = 0; i < 2; ++i)
-    EXPECT_LT(max_rel_diff(cpu.parameters()[i]->grad, gpu_ln.parameters()[i]->grad), 1e-5) << i;
+  for (int64_t c : {96, 100, 7}) {
+    LayerNorm cpu(c, Device::cpu()), gpu_ln(c, gpu());
+    const Tensor x = random_tensor({3, 37, c}, 1), dy = random_tensor({3, 37, c}, 2), res = random_tensor({3, 37, c}, 3);
+    EXPECT_LT(max_rel_diff(cpu.forward(x), gpu_ln.forward(x.to(gpu()))), 1e-5) << "width " << c;
+    EXPECT_LT(max_rel_diff(cpu.backward_add(dy, res), gpu_ln.backward_add(dy.to(gpu()), res.to(gpu()))), 1e-5)
+        << "width " << c;
+    for (size_t i = 0; i < 2; ++i)
+      EXPECT_LT(max_rel_diff(cpu.parameters()[i]->grad, gpu_ln.parameters()[i]->grad), 1e-5) << i << ", width " << c;
+  }
 }
 
 TEST_F(GpuGptParity, GeluMatchesTheCpu) {
@@ -68,7 +72,9 @@ TEST_F(GpuGptParity, EmbeddingBackwardIsTheCpusBits) {
   EXPECT_EQ(cpu.wpe().grad.to_vector(), gpu_e.wpe().grad.to_vector());
 }
 
-void expect_gpt_step_matches(AmpMode amp, double tolerance, Device gpu) {
+// `backwards` > 1 accumulates the gradients of that many forward/backward passes (beta 1 in every
+// layer, the tied head's scratch added into wte's gradient).
+void expect_gpt_step_matches(AmpMode amp, double tolerance, Device gpu, int backwards = 1) {
   const GptSpec spec{97, 32, 2, 4, 64};
   auto cpu_model = build_gpt(spec, Device::cpu(), 9);
   auto gpu_model = build_gpt(spec, gpu, 9);
@@ -76,12 +82,15 @@ void expect_gpt_step_matches(AmpMode amp, double tolerance, Device gpu) {
   gpu_model->set_amp(amp);
   const Tensor tokens = random_tokens(3, 29, spec.vocab, 10), targets = random_tokens(3 * 29, 1, spec.vocab, 11);
   const Tensor labels = targets.view({3 * 29});
-  Tensor cpu_logits = cpu_model->forward(tokens), gpu_logits = gpu_model->forward(tokens.to(gpu));
-  EXPECT_LT(max_rel_diff(cpu_logits, gpu_logits), tolerance) << "logits";
-  CrossEntropyLoss cpu_loss, gpu_loss;
-  EXPECT_LT(max_rel_diff(cpu_loss.forward(cpu_logits, labels), gpu_loss.forward(gpu_logits, labels.to(gpu))), tolerance);
-  cpu_model->backward(cpu_loss.backward());
-  gpu_model->backward(gpu_loss.backward());
+  for (int pass = 0; pass < backwards; ++pass) {
+    Tensor cpu_logits = cpu_model->forward(tokens), gpu_logits = gpu_model->forward(tokens.to(gpu));
+    EXPECT_LT(max_rel_diff(cpu_logits, gpu_logits), tolerance) << "logits";
+    CrossEntropyLoss cpu_loss, gpu_loss;
+    EXPECT_LT(max_rel_diff(cpu_loss.forward(cpu_logits, labels), gpu_loss.forward(gpu_logits, labels.to(gpu))),
+              tolerance);
+    cpu_model->backward(cpu_loss.backward());
+    gpu_model->backward(gpu_loss.backward());
+  }
   auto cp = cpu_model->parameters(), gp = gpu_model->parameters();
   ASSERT_EQ(cp.size(), gp.size());
   for (size_t i = 0; i < cp.size(); ++i)
@@ -91,6 +100,10 @@ void expect_gpt_step_matches(AmpMode amp, double tolerance, Device gpu) {
 TEST_F(GpuGptParity, GptStepMatchesTheCpu) { expect_gpt_step_matches(AmpMode::kOff, 1e-5, gpu()); }
 
 TEST_F(GpuGptParity, GptBf16AmpStepMatchesTheCpuEmulation) { expect_gpt_step_matches(AmpMode::kBf16, 1e-3, gpu()); }
+
+TEST_F(GpuGptParity, GptFp16AmpStepMatchesTheCpuEmulation) { expect_gpt_step_matches(AmpMode::kFp16, 1e-3, gpu()); }
+
+TEST_F(GpuGptParity, GptGradientsAccumulateAsTheCpus) { expect_gpt_step_matches(AmpMode::kOff, 1e-5, gpu(), 2); }
 
 }  // namespace
 }  // namespace dtrain

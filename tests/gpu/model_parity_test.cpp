@@ -99,7 +99,6 @@ TEST_F(GpuModelParity, CnnBf16AmpStepMatchesTheCpuEmulation) {
   expect_step_matches(ModelSpec{ModelKind::kCnn, {}, 0.f}, AmpMode::kBf16, 1e-2, gpu());
 }
 
-// GradScaler's unscale-and-check on the GPU: the same bits as the CPU, the same finding.
 // --class-weights: the weighted mean (sum w[y] l / sum w[y]) and its gradient, the weights kept on
 // the device, as the CPU's fused pass computes them; a second batch (smaller) reuses the weights.
 TEST_F(GpuModelParity, ClassWeightedCrossEntropyMatchesTheCpu) {
@@ -119,6 +118,7 @@ TEST_F(GpuModelParity, ClassWeightedCrossEntropyMatchesTheCpu) {
   }
 }
 
+// GradScaler's unscale-and-check on the GPU: the same bits as the CPU, the same finding.
 TEST_F(GpuModelParity, GradScalerUnscaleMatchesTheCpu) {
   std::vector<float> g(70000);
   std::mt19937 gen(3);

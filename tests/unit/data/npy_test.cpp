@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "data/labels.h"
 #include "data/npy_dataset.h"
 #include "error_of.h"
 #include "temp_dir.h"
@@ -419,6 +420,25 @@ TEST(NpyDataset, ArraysOfTheWrongKind) {
                                  " has samples of shape [1, 2, 3]");
   std::filesystem::remove(dir.file("test_y.npy"));
   EXPECT_THAT(load_error(dir), HasSubstr(": missing test_y.npy (NumPy data: test.npz with arrays x and y, or "));
+}
+
+// NumPy labels reach INT32_MAX (IDX labels are bytes): the class count is formed in 64 bits and
+// bounded by what a model may have, instead of overflowing or building a billion-wide layer.
+TEST(Labels, ALabelPastTheClassBoundIsOneLine) {
+  const std::vector<int32_t> huge{0, 2147483647};
+  EXPECT_THAT(error_of([&] { training_classes(huge, "y.npy", 0); }).first,
+              HasSubstr("y.npy: label 2147483647 of sample 1"));
+  const std::vector<int32_t> wide{1000000000, 1000000001};
+  EXPECT_THAT(error_of([&] { training_classes(wide, "y.npy", 0); }).first,
+              HasSubstr("more than a model may have (1000000)"));
+  const std::vector<int32_t> alone{2147483647};
+  EXPECT_THAT(error_of([&] { training_classes(alone, "y.npy", 0); }).first,
+              HasSubstr("would make 2147483648 classes"));
+  const std::vector<int32_t> fine{0, 999999};
+  EXPECT_THAT(error_of([&] { training_classes(fine, "y.npy", 0); }).first,
+              HasSubstr("far outside"));
+  const std::vector<int32_t> last{999998, 999999};
+  EXPECT_EQ(training_classes(last, "y.npy", 0), 1000000);
 }
 
 }  // namespace
