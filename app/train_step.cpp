@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -17,8 +18,12 @@ Tensor forward_backward(Module& model, DistributedDataParallel* ddp, CrossEntrop
                         const Tensor& input, const Tensor& targets, const MicroStep& micro) {
   Tensor logits;
   {
+    // A micro-batch that does not end its step runs forward and backward under no_sync(): its
+    // forward leaves the next one without DDP's buffer broadcast (Note [Buffer broadcast]).
+    std::optional<DistributedDataParallel::NoSyncGuard> no_sync;
+    if (ddp && !micro.ends_step) no_sync.emplace(*ddp);
     ScopedSpan span(&tracer, "forward");
-    logits = model.forward(input);
+    logits = ddp ? ddp->forward(input) : model.forward(input);
   }
   Tensor loss = loss_fn.forward(logits, targets);
   Tensor grad = loss_fn.backward();

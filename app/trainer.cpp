@@ -224,6 +224,7 @@ bool Trainer::run_epoch(TrainResult& result) {
       // Uneven inputs: every rank votes at each step; the boundary after the previous step comes
       // only now that all know the epoch goes on (the last one follows its evaluation).
       if (!join_->any_rank_has_data(have)) break;
+      ddp_->set_buffer_source(join_->highest_rank_with_data());  // Note [Buffer broadcast]
       if (i > 0 && !at_step_boundary(false)) return false;
       if (!have) {
         set_collective_context(fmt::format("epoch {} step {} (joined)", epoch + 1, pos_.global_step + 1));
@@ -276,6 +277,7 @@ bool Trainer::run_epoch(TrainResult& result) {
 // same optimizer step as theirs, with zero gradients of its own (Join).
 void Trainer::join_step() {
   optimizer_->zero_grad();
+  ddp_->join_forward();
   ddp_->join_backward();
   // The others unscale and clip the all-reduced gradient before their step, and vote on skipping
   // it: so must this rank, or its parameters drift from theirs (or it misses their vote).

@@ -180,6 +180,7 @@ Dtype from_core(DType dtype) {
     case DType::kBF16: return Dtype::kBF16;
     case DType::kF16: return Dtype::kF16;
     case DType::kU8: return Dtype::kU8;
+    case DType::kI64: return Dtype::kI64;
   }
   throw Error("safetensors: unknown core dtype");
 }
@@ -191,6 +192,7 @@ std::optional<DType> to_core(Dtype dtype) {
     case Dtype::kBF16: return DType::kBF16;
     case Dtype::kF16: return DType::kF16;
     case Dtype::kU8: return DType::kU8;
+    case Dtype::kI64: return DType::kI64;
     default: return std::nullopt;
   }
 }

@@ -33,6 +33,7 @@ MPI_Datatype mpi_datatype(DType dtype) {
     case DType::kBF16:
     case DType::kF16: return MPI_UINT16_T;
     case DType::kU8: return MPI_UINT8_T;
+    case DType::kI64: return MPI_INT64_T;
   }
   throw Error(fmt::format("no MPI datatype for dtype {}", static_cast<int>(dtype)));
 }
@@ -53,7 +54,8 @@ MPI_Op HalfSumOps::sum(DType dtype) const {
   switch (dtype) {
     case DType::kF32:
     case DType::kI32:
-    case DType::kU8: return MPI_SUM;
+    case DType::kU8:
+    case DType::kI64: return MPI_SUM;
     case DType::kBF16: return bf16_;
     case DType::kF16: return fp16_;
   }
@@ -79,7 +81,8 @@ void divide_in_place(void* buf, int64_t count, DType dtype, int divisor) {
       return;
     }
     case DType::kI32:
-    case DType::kU8: break;
+    case DType::kU8:
+    case DType::kI64: break;
   }
   throw Error(fmt::format("ReduceOp::kAvg needs a floating-point dtype, got {}", dtype_name(dtype)));
 }

@@ -30,6 +30,7 @@ size_t dtype_size(DType dtype) {
     case DType::kBF16: return 2;
     case DType::kF16: return 2;
     case DType::kU8: return 1;
+    case DType::kI64: return 8;
   }
   return 0;
 }
@@ -41,6 +42,7 @@ const char* dtype_name(DType dtype) {
     case DType::kBF16: return "bfloat16";
     case DType::kF16: return "float16";
     case DType::kU8: return "uint8";
+    case DType::kI64: return "int64";
   }
   return "?";
 }

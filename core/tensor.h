@@ -15,9 +15,9 @@
 
 namespace dtrain {
 
-enum class DType : uint8_t { kF32, kI32, kBF16, kF16, kU8 };
+enum class DType : uint8_t { kF32, kI32, kBF16, kF16, kU8, kI64 };  // kI64: counters (BatchNorm's num_batches_tracked)
 size_t dtype_size(DType dtype);
-inline bool is_integer(DType dtype) { return dtype == DType::kI32 || dtype == DType::kU8; }
+inline bool is_integer(DType dtype) { return dtype == DType::kI32 || dtype == DType::kU8 || dtype == DType::kI64; }
 const char* dtype_name(DType dtype);
 
 using Shape = std::vector<int64_t>;

@@ -15,7 +15,7 @@ namespace {
 
 double mib(size_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
-// One entry per parameter ("name shape"), then one per buffer ("buffer#k shape"); `text` is
+// One entry per parameter ("name shape"), then one per buffer ("buffer:name shape"); `text` is
 // the entries joined with newlines, the form rank 0 broadcasts.
 struct ParamSignature {
   std::vector<std::string> names, shapes;
@@ -31,8 +31,7 @@ void add_entry(ParamSignature& s, std::string name, std::string shape) {
 ParamSignature signature_of(Module& module) {
   ParamSignature s;
   for (Parameter* p : module.parameters()) add_entry(s, p->name, shape_str(p->value.shape()));
-  int k = 0;
-  for (Tensor* b : module.buffers()) add_entry(s, fmt::format("buffer#{}", k++), shape_str(b->shape()));
+  for (Buffer* b : module.buffers()) add_entry(s, "buffer:" + b->name, shape_str(b->value.shape()));
   return s;
 }
 
@@ -50,7 +49,9 @@ ParamSignature parse_signature(const std::string& text) {
 }
 
 std::string entry_str(const std::string& name) {
-  return name.starts_with("buffer#") ? name : fmt::format("parameter '{}'", name);
+  constexpr std::string_view kBuffer = "buffer:";
+  return name.starts_with(kBuffer) ? fmt::format("buffer '{}'", name.substr(kBuffer.size()))
+                                   : fmt::format("parameter '{}'", name);
 }
 
 std::string first_difference(const ParamSignature& mine, const ParamSignature& root) {
@@ -110,8 +111,8 @@ DistributedDataParallel::DistributedDataParallel(Module& module, Communicator& g
   order_after(compute_, comm_);  // the initialisation kernels wrote the parameters (comm/communicator.h)
   Tensor& values = reducer_->store().values();
   pending.push_back(comm_.broadcast_async(values.raw(), values.numel(), values.dtype(), 0));
-  for (Tensor* b : module_.buffers()) pending.push_back(comm_.broadcast_async(b->raw(), b->numel(), b->dtype(), 0));
   for (auto& w : pending) w->wait();
+  broadcast_buffers(0);
   if (options_.zero_stage > 0) reducer_->store().set_after_step([this] { reducer_->gather_updated_values(); });
   module_.set_grad_ready_hook([this](Parameter& p) { reducer_->mark_ready(p); });
 }
@@ -121,7 +122,35 @@ DistributedDataParallel::~DistributedDataParallel() {
   if (options_.zero_stage > 0) reducer_->store().set_after_step(nullptr);
 }
 
-Tensor DistributedDataParallel::forward(const Tensor& input) { return module_.forward(input); }
+// Note [Buffer broadcast]: PyTorch's DDP (broadcast_buffers=True) broadcasts the module's buffers
+// from rank 0 before a forward that follows a synced forward: once per optimizer step, at its
+// first micro-batch (a forward under no_sync() leaves the next one without the broadcast). So
+// every replica normalises with rank 0's running statistics, and the statistics a checkpoint
+// saves are rank 0's. Under Join, rank 0 may have run out of data and hold stale statistics:
+// the source is then the highest rank that still has data (DDP's _find_common_rank), set by
+// set_buffer_source each step, and a joined rank takes part through join_forward(). One
+// broadcast per buffer, on the gradient communicator after the compute stream (the previous
+// step's kernels wrote them); --broadcast-buffers off skips it and each rank keeps its own.
+Tensor DistributedDataParallel::forward(const Tensor& input) {
+  if (buffers_due_ && options_.broadcast_buffers) broadcast_buffers(buffer_source_);
+  buffers_due_ = sync_;
+  return module_.forward(input);
+}
+
+void DistributedDataParallel::join_forward() {
+  if (buffers_due_ && options_.broadcast_buffers) broadcast_buffers(buffer_source_);
+  buffers_due_ = true;
+}
+
+void DistributedDataParallel::broadcast_buffers(int source) {
+  std::vector<Buffer*> buffers = module_.buffers();
+  if (buffers.empty()) return;
+  order_after(compute_, comm_);
+  std::vector<WorkHandle> pending;
+  for (Buffer* b : buffers)
+    pending.push_back(comm_.broadcast_async(b->value.raw(), b->value.numel(), b->value.dtype(), source));
+  for (auto& w : pending) w->wait();
+}
 
 void DistributedDataParallel::backward(const Tensor& grad_output) {
   const int64_t start = steady_now_ns();

@@ -50,6 +50,9 @@ struct DdpOptions {
   // gradients during backward. Not with bucket_cap_auto (the chunks would move with optimizer
   // state in them) nor, at 2, a compression hook.
   int zero_stage = 0;
+  // Note [Buffer broadcast]: the source rank's buffers (BatchNorm's running statistics) are
+  // broadcast before each step's first training forward (PyTorch's broadcast_buffers=True).
+  bool broadcast_buffers = true;
 };
 
 // The last synced backward, in steady_now_ns(): backward from start to end, then the wait for
@@ -71,7 +74,14 @@ class DistributedDataParallel {
                           DdpOptions options = {});
   ~DistributedDataParallel();
 
+  // The module's forward, after the buffer broadcast (Note [Buffer broadcast]) when it is due.
   Tensor forward(const Tensor& input);
+  // Join (ddp/join.h): the rank whose buffers the next broadcast sends, the highest rank that
+  // still has data (PyTorch's rule under Join; without Join it is rank 0). Every rank sets the
+  // same one each step.
+  void set_buffer_source(int rank) { buffer_source_ = rank; }
+  // A joined rank's side of the step's buffer broadcast (PyTorch's join hook), in place of forward().
+  void join_forward();
   // Backward of the wrapped module from the loss gradient; gradients are averaged over ranks
   // on return (accumulated locally only, inside no_sync()).
   void backward(const Tensor& grad_output);
@@ -120,6 +130,8 @@ class DistributedDataParallel {
   void after_synced_backward(int64_t backward_ns);
   // DdpOptions::device_timing: timing_'s device-timed all-reduces get the device's times.
   void read_device_times();
+  // Every rank: `source`'s buffers, in one broadcast each.
+  void broadcast_buffers(int source);
   void use_layout(const BucketLayout& layout);
   void finish_tuning();
 
@@ -136,6 +148,9 @@ class DistributedDataParallel {
   std::unique_ptr<Reducer> reducer_;
   Tensor scaled_grad_output_;  // the loss gradient / world size
   bool sync_ = true;
+  // Note [Buffer broadcast]: the next forward broadcasts (the one after a synced forward).
+  bool buffers_due_ = true;
+  int buffer_source_ = 0;
   BackwardTiming timing_;
 };
 

@@ -25,10 +25,14 @@ class Join {
   bool any_rank_has_data(bool mine);
   // How many ranks had data at the last call.
   int ranks_with_data() const { return ranks_with_data_; }
+  // The highest rank that had data at the last call (-1: none): DDP's buffer source under Join
+  // (DistributedDataParallel::set_buffer_source, Note [Buffer broadcast]).
+  int highest_rank_with_data() const { return highest_rank_with_data_; }
 
  private:
   Communicator& control_;
   int ranks_with_data_ = 0;
+  int highest_rank_with_data_ = -1;
 };
 
 }  // namespace dtrain

@@ -20,10 +20,6 @@ void for_each_block(int64_t time, F&& f) {
     f(begin, std::min(time, begin + CausalSelfAttention::kCausalBlock));
 }
 
-void prefix_names(Linear& layer, const char* name) {
-  for (Parameter* p : layer.parameters()) p->name = fmt::format("{}.{}", name, p->name);
-}
-
 }  // namespace
 
 CausalSelfAttention::CausalSelfAttention(int64_t embd, int64_t heads, int64_t context, Device device, InitRng& rng,

@@ -20,15 +20,16 @@ static kernels::ConvGeometry geometry(const Tensor& x, int64_t k, int64_t stride
 }
 
 Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding,
-               Device device, InitRng& rng)
-    : in_c_(in_channels), out_c_(out_channels), k_(kernel), stride_(stride), pad_(padding) {
+               Device device, InitRng& rng, bool bias)
+    : in_c_(in_channels), out_c_(out_channels), k_(kernel), stride_(stride), pad_(padding), has_bias_(bias) {
   DTRAIN_CHECK(in_channels > 0 && out_channels > 0 && kernel > 0 && stride > 0 && padding >= 0,
                "Conv2d({}, {}, kernel {}, stride {}, padding {})", in_channels, out_channels, kernel, stride, padding);
   const int64_t fan_in = checked_mul(checked_mul(in_c_, k_, "Conv2d fan-in"), k_, "Conv2d fan-in");
   checked_mul(out_c_, fan_in, "Conv2d weight");  // before any allocation
   weight_ = {"weight", Tensor::empty({out_c_, in_c_, k_, k_}, device), Tensor::zeros({out_c_, in_c_, k_, k_}, device)};
-  bias_ = {"bias", Tensor::empty({out_c_}, device), Tensor::zeros({out_c_}, device)};
   uniform_init(weight_.value, fan_in_bound(fan_in), rng);
+  if (!has_bias_) return;
+  bias_ = {"bias", Tensor::empty({out_c_}, device), Tensor::zeros({out_c_}, device)};
   uniform_init(bias_.value, fan_in_bound(fan_in), rng);
 }
 
@@ -60,11 +61,11 @@ Tensor Conv2d::forward(const Tensor& input) {
          out_cols_.data());
   }
   if (dev.is_cpu()) {
-    cpu::columns_to_nchw_bias(out_cols_.data(), bias_.value.data(), batch, out_c_, plane, relu_, output_.data());
+    cpu::columns_to_nchw_bias(out_cols_.data(), bias_data(), batch, out_c_, plane, relu_, output_.data());
     return output_;
   }
   launch(dev, output_.numel(),
-         kernels::ColumnsToNchwBias{output_.data(), out_cols_.data(), bias_.value.data(), batch, out_c_, plane});
+         kernels::ColumnsToNchwBias{output_.data(), out_cols_.data(), bias_data(), batch, out_c_, plane});
   if (relu_) launch(dev, output_.numel(), kernels::ReluForward{output_.data(), output_.data()});
   return output_;
 }
@@ -77,7 +78,8 @@ Tensor Conv2d::backward(const Tensor& grad_output, bool need_input_grad) {
   // out_cols_ held forward's GEMM result, no longer needed: it now takes dY in the columns layout.
   if (dev.is_cpu()) {
     cpu::nchw_to_columns(grad_output.data(), relu_ ? output_.data() : nullptr, batch, out_c_, plane,
-                         out_cols_.data(), bias_.grad.data(), take_grad_beta(bias_));
+                         out_cols_.data(), has_bias_ ? bias_.grad.data() : nullptr,
+                         has_bias_ ? take_grad_beta(bias_) : 0.f);
   } else {
     const float* dy = grad_output.data();
     if (relu_) {
@@ -87,10 +89,11 @@ Tensor Conv2d::backward(const Tensor& grad_output, bool need_input_grad) {
     }
     launch(dev, out_cols_.numel(), kernels::NchwToColumns{out_cols_.data(), dy, batch, out_c_, plane});
     // db = dY' 1 as a GEMM (a parallel reduction on the GPU); beta 0 overwrites after zero_grad.
-    gemm(dev, false, false, out_c_, 1, ncols, 1.f, out_cols_.data(), ones(ones_, ncols, dev), take_grad_beta(bias_),
-         bias_.grad.data());
+    if (has_bias_)
+      gemm(dev, false, false, out_c_, 1, ncols, 1.f, out_cols_.data(), ones(ones_, ncols, dev),
+           take_grad_beta(bias_), bias_.grad.data());
   }
-  grad_ready(bias_);
+  if (has_bias_) grad_ready(bias_);
   const bool half = half_ != DType::kF32;
   if (half) pack_half(half_, out_cols_, dy_half_);
   if (half)
@@ -116,7 +119,8 @@ Tensor Conv2d::backward(const Tensor& grad_output, bool need_input_grad) {
 }
 
 std::string Conv2d::describe() const {
-  return fmt::format("Conv2d({}, {}, kernel={}, stride={}, padding={})", in_c_, out_c_, k_, stride_, pad_);
+  return fmt::format("Conv2d({}, {}, kernel={}, stride={}, padding={}{})", in_c_, out_c_, k_, stride_, pad_,
+                     has_bias_ ? "" : ", bias=False");
 }
 
 MaxPool2d::MaxPool2d(int64_t kernel, int64_t stride, int64_t padding)

@@ -13,22 +13,29 @@ namespace dtrain {
 // the weight, dY) with float32 accumulation, like autocast; the bias and its gradient stay float32.
 class Conv2d : public Module {
  public:
+  // PyTorch's default initialisation: weight (then bias) U(-1/sqrt(fan_in), 1/sqrt(fan_in)) from rng.
+  // bias false: no bias parameter (ResNet's convolutions, each followed by BatchNorm).
   Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding, Device device,
-         InitRng& rng);
+         InitRng& rng, bool bias = true);
   Tensor forward(const Tensor& input) override;
   Tensor backward(const Tensor& grad_output, bool need_input_grad = true) override;
-  std::vector<Parameter*> parameters() override { return {&weight_, &bias_}; }
+  std::vector<Parameter*> parameters() override {
+    if (has_bias_) return {&weight_, &bias_};
+    return {&weight_};
+  }
   std::string describe() const override;
   bool absorb_following_relu() override { return relu_ = true; }
   void set_amp(AmpMode mode) override { amp_ = mode; }
 
  private:
   int64_t in_c_, out_c_, k_, stride_, pad_;
+  bool has_bias_;
   AmpMode amp_ = AmpMode::kOff;
   DType half_ = DType::kF32;  // the last forward's operand format
   Tensor cols_half_, weight_half_, dy_half_;  // 16-bit copies of the GEMM operands
   bool relu_ = false;  // output is ReLU(conv): Note [Fused ReLU]
   Parameter weight_, bias_;  // weight [out_c, in_c, k, k]
+  const float* bias_data() { return has_bias_ ? bias_.value.data() : nullptr; }
   kernels::ConvGeometry geom_{};
   Tensor input_, output_, grad_input_;
   Tensor cols_;      // [in_c*k*k, batch*oh*ow], column n*oh*ow + p: kept for backward, then dcols

@@ -137,7 +137,7 @@ DTRAIN_CPU_CLONES void columns_to_nchw_bias(const float* yc, const float* bias, 
     for (int64_t c = 0; c < channels; ++c) {
       const float* __restrict src = yc + (c * batch + n) * plane;
       float* __restrict dst = y + (n * channels + c) * plane;
-      const float b = bias[c];
+      const float b = bias ? bias[c] : 0.f;
       if (relu) {
         for (int64_t p = 0; p < plane; ++p) {
           const float v = src[p] + b;
@@ -162,9 +162,9 @@ DTRAIN_CPU_CLONES void nchw_to_columns(const float* dy, const float* relu_output
       } else {
         for (int64_t p = 0; p < plane; ++p) dst[p] = src[p];
       }
-      total += lane_sum(dst, plane);
+      if (db) total += lane_sum(dst, plane);
     }
-    db[c] = db_beta == 0.f ? total : db[c] + total;  // not beta * db: stale memory may hold NaN
+    if (db) db[c] = db_beta == 0.f ? total : db[c] + total;  // not beta * db: stale memory may hold NaN
   }
 }
 

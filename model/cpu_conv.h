@@ -18,14 +18,14 @@ void im2col(const float* x, const kernels::ConvGeometry& g, int64_t batch, float
 void col2im(const float* col, const kernels::ConvGeometry& g, int64_t batch, float* dx);
 
 // y[n, c, p] = yc[c, n*plane + p] + bias[c], then max(., 0) when relu: the GEMM's result to NCHW
-// with the bias (and a following ReLU) in the same pass. Bitwise kernels::ColumnsToNchwBias
+// with the bias (and a following ReLU) in the same pass; bias nullptr: none. Bitwise kernels::ColumnsToNchwBias
 // (then kernels::ReluForward).
 void columns_to_nchw_bias(const float* yc, const float* bias, int64_t batch, int64_t channels, int64_t plane,
                           bool relu, float* y);
 
 // dyc[c, n*plane + p] = dy[n, c, p], zeroed where relu_output <= 0 when relu_output is given
 // (the gradient through a fused ReLU); and the bias gradient db[c] = db_beta * db[c] + the sum of
-// row c in the same pass (db_beta 0 overwrites, 1 accumulates). dyc is bitwise
+// row c in the same pass (db_beta 0 overwrites, 1 accumulates; db nullptr: no bias). dyc is bitwise
 // kernels::NchwToColumns (after kernels::ReluBackward); db is summed in 8 lanes per sample plane,
 // planes in order: not the GEMM's order, equal within float rounding.
 void nchw_to_columns(const float* dy, const float* relu_output, int64_t batch, int64_t channels, int64_t plane,

@@ -60,11 +60,6 @@ LayerSize part(std::string layer, std::vector<ParameterShape> tensors) {
   return l;
 }
 
-// Prefixes each parameter's local name ("weight") with `prefix` ("transformer.ln_f.").
-void prefix_names(Module& m, const std::string& prefix) {
-  for (Parameter* p : m.parameters()) p->name = prefix + p->name;
-}
-
 }  // namespace
 
 std::vector<LayerSize> plan_gpt(const GptSpec& s) {
@@ -75,7 +70,7 @@ std::vector<LayerSize> plan_gpt(const GptSpec& s) {
                        {{"transformer.wte.weight", {s.vocab, c}}, {"transformer.wpe.weight", {s.context, c}}}));
   const int64_t c3 = checked_mul(3, c, "gpt embd"), c4 = checked_mul(4, c, "gpt embd");
   for (int64_t i = 0; i < s.layers; ++i) {
-    const std::string h = fmt::format("transformer.h.{}.", i);
+    const std::string h = fmt::format("transformer.h.{}", i);
     parts.push_back(part(fmt::format("Block {} (embd={}, heads={})", i, c, s.heads),
                          {{h + "ln_1.weight", {c}},
                           {h + "ln_1.bias", {c}},
@@ -109,11 +104,11 @@ GptBlock::GptBlock(int64_t embd, int64_t heads, int64_t context, Device device, 
   c_fc_ = std::make_unique<Linear>(embd, 4 * embd, device, rng, NormalInit{kInitStd});
   c_proj_ = std::make_unique<Linear>(4 * embd, embd, device, rng, NormalInit{proj_std});
   gelu_ = std::make_unique<GELU>();
-  prefix_names(ln_1_, "ln_1.");
-  prefix_names(*attn_, "attn.");
-  prefix_names(ln_2_, "ln_2.");
-  prefix_names(*c_fc_, "mlp.c_fc.");
-  prefix_names(*c_proj_, "mlp.c_proj.");
+  prefix_names(ln_1_, "ln_1");
+  prefix_names(*attn_, "attn");
+  prefix_names(ln_2_, "ln_2");
+  prefix_names(*c_fc_, "mlp.c_fc");
+  prefix_names(*c_proj_, "mlp.c_proj");
 }
 
 GptBlock::~GptBlock() = default;
@@ -187,13 +182,13 @@ Gpt::Gpt(const GptSpec& spec, Device device, uint64_t seed)
   InitRng rng(seed);
   normal_init(embedding_.wte().value, kInitStd, rng);
   normal_init(embedding_.wpe().value, kInitStd, rng);
-  prefix_names(embedding_, "transformer.");
+  prefix_names(embedding_, "transformer");
   const float proj_std = residual_proj_std(spec.layers);
   for (int64_t i = 0; i < spec.layers; ++i) {
     blocks_.push_back(std::make_unique<GptBlock>(spec.embd, spec.heads, spec.context, device, rng, proj_std));
-    prefix_names(*blocks_.back(), fmt::format("transformer.h.{}.", i));
+    prefix_names(*blocks_.back(), fmt::format("transformer.h.{}", i));
   }
-  prefix_names(ln_f_, "transformer.ln_f.");
+  prefix_names(ln_f_, "transformer.ln_f");
 }
 
 Gpt::~Gpt() = default;

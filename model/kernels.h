@@ -122,14 +122,14 @@ struct Col2im {  // dx[n, ci, iy, ix] = sum of the col entries (batched layout) 
   }
 };
 
-struct ColumnsToNchwBias {  // y[n, oc, p] = yc[oc, n*plane + p] + b[oc]   (GEMM result -> NCHW)
+struct ColumnsToNchwBias {  // y[n, oc, p] = yc[oc, n*plane + p] + b[oc] (b nullptr: + 0)  (GEMM result -> NCHW)
   float* y;
   const float* yc;
   const float* b;
   int64_t batch, channels, plane;
   DTRAIN_HD void operator()(int64_t i) const {
     int64_t p = i % plane, t = i / plane, oc = t % channels, n = t / channels;
-    y[i] = yc[(oc * batch + n) * plane + p] + b[oc];
+    y[i] = yc[(oc * batch + n) * plane + p] + (b ? b[oc] : 0.f);
   }
 };
 

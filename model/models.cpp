@@ -10,6 +10,7 @@
 #include "model/activation.h"
 #include "model/conv.h"
 #include "model/linear.h"
+#include "model/resnet.h"
 
 namespace dtrain {
 
@@ -140,7 +141,8 @@ std::unique_ptr<Sequential> build_cnn(const ModelSpec& spec, const Shape& sample
   return model;
 }
 
-constexpr auto kModelKinds = enum_names<ModelKind>(std::pair{ModelKind::kMlp, "mlp"}, std::pair{ModelKind::kCnn, "cnn"});
+constexpr auto kModelKinds = enum_names<ModelKind>(std::pair{ModelKind::kMlp, "mlp"}, std::pair{ModelKind::kCnn, "cnn"},
+                                                   std::pair{ModelKind::kResnet18, "resnet18"});
 
 }  // namespace
 
@@ -153,6 +155,7 @@ std::vector<LayerSize> plan_model(const ModelSpec& spec, const Shape& sample_sha
   // The indices are the layers' places in the Sequential that build_mlp and build_cnn make
   // (activations, pooling and dropout included): they name the parameters.
   const size_t dropout = spec.dropout > 0.f ? 1 : 0;
+  if (spec.kind == ModelKind::kResnet18) return plan_resnet18(spec.width, sample_shape, num_classes);
   std::vector<LayerSize> layers;
   if (spec.kind == ModelKind::kCnn) {
     const int64_t flat = cnn_flat_features(sample_shape);
@@ -187,6 +190,7 @@ std::unique_ptr<Sequential> build_model(const ModelSpec& spec, const Shape& samp
   switch (spec.kind) {
     case ModelKind::kMlp: return build_mlp(spec, sample_shape, num_classes, device, rng, seed);
     case ModelKind::kCnn: return build_cnn(spec, sample_shape, num_classes, device, rng, seed);
+    case ModelKind::kResnet18: return build_resnet18(spec.width, sample_shape, num_classes, device, rng);
   }
   throw Error(fmt::format("unknown model kind {}", static_cast<int>(spec.kind)));
 }

@@ -1,7 +1,8 @@
 // The built-in models: `mlp` (Flatten, then Linear+ReLU per hidden width, then Linear to the
 // classes; default 784-256-10, the seeds' model) and `cnn` (LeNet-5 style: two 5x5 convolutions,
 // each followed by ReLU and 2x2 max pooling, then 120-84-classes; its first Linear layer is sized
-// from the image it is given, 16x5x5 for 28x28).
+// from the image it is given, 16x5x5 for 28x28) and `resnet18` (model/resnet.h: torchvision's
+// ResNet-18 with the small-image stem and base width `width`, BatchNorm's buffers included).
 #pragma once
 
 #include <cstdint>
@@ -14,14 +15,15 @@
 
 namespace dtrain {
 
-enum class ModelKind { kMlp, kCnn };
-const char* model_kind_name(ModelKind kind);                      // "mlp", "cnn"
+enum class ModelKind { kMlp, kCnn, kResnet18 };
+const char* model_kind_name(ModelKind kind);                      // "mlp", "cnn", "resnet18"
 std::optional<ModelKind> parse_model_kind(const std::string& name);  // the names above
 
 struct ModelSpec {
   ModelKind kind = ModelKind::kMlp;
   std::vector<int64_t> hidden = {256};  // mlp only; every width positive
   float dropout = 0.f;                  // after each hidden activation, in [0, 1)
+  int64_t width = 16;                   // resnet18 only: the first stage's channels (torchvision: 64)
   // The most memory the model's training state may take; 0: this machine's physical memory.
   // Ranks that share a machine should each pass their share.
   int64_t memory_budget_bytes = 0;

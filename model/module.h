@@ -12,7 +12,9 @@
 //     optimizer's zero_grad, else 1: accumulate) and then calls grad_ready(p), exactly once per
 //     backward and as early as the gradient is final, so its all-reduce starts while the rest
 //     of backward runs; it skips the input gradient when need_input_grad is false;
-//  4. returns non-trainable state that must match across replicas from buffers().
+//  4. returns non-trainable state that must match across replicas from buffers() (BatchNorm's
+//     running statistics), named like parameters ("running_mean"); DDP broadcasts rank 0's
+//     before each training forward, checkpoints and model.safetensors hold them.
 // A layer never replaces p.value's or p.grad's storage: both become views into a flat store.
 #pragma once
 
@@ -50,6 +52,13 @@ inline float take_grad_beta(Parameter& p) {
   return beta;
 }
 
+// A buffer: state that is not trained but saved and kept equal across replicas (PyTorch's
+// register_buffer), e.g. BatchNorm's running_mean and its int64 num_batches_tracked.
+struct Buffer {
+  std::string name;  // "running_mean"; containers prefix it as they do parameter names
+  Tensor value;
+};
+
 using GradReadyHook = std::function<void(Parameter&)>;
 
 class Module {
@@ -63,8 +72,8 @@ class Module {
 
   // Parameters in forward order. Pointers stay valid for the module's lifetime.
   virtual std::vector<Parameter*> parameters() { return {}; }
-  // Non-trainable state that must match across replicas (none of the built-in layers has any).
-  virtual std::vector<Tensor*> buffers() { return {}; }
+  // Non-trainable state that must match across replicas, in forward order (BatchNorm's).
+  virtual std::vector<Buffer*> buffers() { return {}; }
   // Random-number state that advances as the module trains (Dropout's mask counter), in forward
   // order: a checkpoint saves it so that a resumed run draws the masks the uninterrupted run
   // would have drawn. Pointers stay valid for the module's lifetime.
@@ -96,5 +105,25 @@ class Module {
  private:
   GradReadyHook hook_;
 };
+
+// Prefixes the names of `m`'s parameters and buffers with "<prefix>." (a container naming a
+// child, as PyTorch's state_dict does: "layer1.0.conv1.weight").
+inline void prefix_names(Module& m, const std::string& prefix) {
+  for (Parameter* p : m.parameters()) p->name = prefix + "." + p->name;
+  for (Buffer* b : m.buffers()) b->name = prefix + "." + b->name;
+}
+
+// One named tensor of a module's state_dict: its parameters, then its buffers (checkpoints,
+// model.safetensors, --init-weights).
+struct NamedTensor {
+  const std::string* name;
+  Tensor* value;
+};
+inline std::vector<NamedTensor> state_tensors(Module& m) {
+  std::vector<NamedTensor> out;
+  for (Parameter* p : m.parameters()) out.push_back({&p->name, &p->value});
+  for (Buffer* b : m.buffers()) out.push_back({&b->name, &b->value});
+  return out;
+}
 
 }  // namespace dtrain

@@ -4,9 +4,11 @@
 
 namespace dtrain {
 
-Sequential& Sequential::add(std::unique_ptr<Module> layer) {
-  // Children are named "<index>.<name>" once, here; names are stable for the module's life.
-  for (Parameter* p : layer->parameters()) p->name = fmt::format("{}.{}", layers_.size(), p->name);
+Sequential& Sequential::add(std::unique_ptr<Module> layer) { return add(std::to_string(layers_.size()), std::move(layer)); }
+
+Sequential& Sequential::add(const std::string& name, std::unique_ptr<Module> layer) {
+  // Children are named "<name>.<local name>" once, here; names are stable for the module's life.
+  prefix_names(*layer, name);
   if (!layers_.empty()) layer->fuse_into(*layers_.back());  // Note [Fused ReLU]
   layers_.push_back(std::move(layer));
   return *this;
@@ -37,10 +39,10 @@ std::vector<Parameter*> Sequential::parameters() {
   return out;
 }
 
-std::vector<Tensor*> Sequential::buffers() {
-  std::vector<Tensor*> out;
+std::vector<Buffer*> Sequential::buffers() {
+  std::vector<Buffer*> out;
   for (auto& layer : layers_)
-    for (Tensor* b : layer->buffers()) out.push_back(b);
+    for (Buffer* b : layer->buffers()) out.push_back(b);
   return out;
 }
 

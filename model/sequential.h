@@ -1,5 +1,6 @@
-// Sequential: runs children in order; backward in reverse. Parameter names are prefixed with
-// the child's index ("0.weight"), as in PyTorch.
+// Sequential: runs children in order; backward in reverse. Parameter and buffer names are
+// prefixed with the child's index ("0.weight"), or with the name it was added under
+// ("conv1.weight", as PyTorch's Sequential built from an OrderedDict).
 #pragma once
 
 #include <memory>
@@ -12,6 +13,7 @@ namespace dtrain {
 class Sequential : public Module {
  public:
   Sequential& add(std::unique_ptr<Module> layer);
+  Sequential& add(const std::string& name, std::unique_ptr<Module> layer);
   template <class M, class... Args>
   Sequential& emplace(Args&&... args) {
     return add(std::make_unique<M>(std::forward<Args>(args)...));
@@ -20,7 +22,7 @@ class Sequential : public Module {
   Tensor forward(const Tensor& input) override;
   Tensor backward(const Tensor& grad_output, bool need_input_grad = true) override;
   std::vector<Parameter*> parameters() override;
-  std::vector<Tensor*> buffers() override;
+  std::vector<Buffer*> buffers() override;
   std::vector<uint64_t*> rng_counters() override;
   void set_training(bool training) override;
   void set_amp(AmpMode mode) override;

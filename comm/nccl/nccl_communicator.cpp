@@ -26,6 +26,7 @@ ncclDataType_t nccl_type(DType dtype) {
     case DType::kBF16: return ncclBfloat16;
     case DType::kF16: return ncclFloat16;
     case DType::kU8: return ncclUint8;
+    case DType::kI64: return ncclInt64;
   }
   throw Error(fmt::format("NCCL: unsupported dtype {}", static_cast<int>(dtype)));
 }

@@ -269,24 +269,25 @@ class WithBuffer : public Module {
  public:
   WithBuffer(int64_t state_size, float state_value)
       : linear_(64, 10, Device::cpu(), rng_),
-        state_(Tensor::from_vector(std::vector<float>(static_cast<size_t>(state_size), state_value), {state_size})) {}
+        state_{"state", Tensor::from_vector(std::vector<float>(static_cast<size_t>(state_size), state_value),
+                                            {state_size})} {}
   Tensor forward(const Tensor& x) override { return linear_.forward(x.view({x.dim(0), 64})); }
   Tensor backward(const Tensor& g, bool need) override { return linear_.backward(g, need); }
   std::vector<Parameter*> parameters() override { return linear_.parameters(); }
-  std::vector<Tensor*> buffers() override { return {&state_}; }
+  std::vector<Buffer*> buffers() override { return {&state_}; }
   void set_grad_ready_hook(GradReadyHook hook) override { linear_.set_grad_ready_hook(std::move(hook)); }
   std::string describe() const override { return "WithBuffer"; }
-  const Tensor& state() const { return state_; }
+  const Tensor& state() const { return state_.value; }
 
  private:
   InitRng rng_{1};
   Linear linear_;
-  Tensor state_;
+  Buffer state_;
 };
 
 TEST(ModelMismatch, ABufferOfAnotherShapeIsNamed) {
   WithBuffer model(world().rank() == 1 ? 3 : 2, 0.f);
-  expect_model_check_fails(model, "rank 1 disagrees with rank 0 on the model: buffer#0 has shape [3] here but [2] "
+  expect_model_check_fails(model, "rank 1 disagrees with rank 0 on the model: buffer 'state' has shape [3] here but [2] "
                                   "on rank 0");
 }
 
@@ -297,7 +298,7 @@ TEST(ModelMismatch, AParameterWhereRankZeroHasABufferIsNamed) {
   else
     model = std::make_unique<WithBuffer>(5, 0.f);
   expect_model_check_fails(*model, "rank 1 disagrees with rank 0 on the model: entry #2 is parameter 'unused' here "
-                                   "but buffer#0 on rank 0");
+                                   "but buffer 'state' on rank 0");
 }
 
 TEST(Broadcast, BuffersStartAsRankZerosCopy) {

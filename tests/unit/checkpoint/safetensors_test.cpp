@@ -85,7 +85,7 @@ TEST(Safetensors, CoreTensorsRoundTripThroughCopyTo) {
 
 // Every core dtype has a safetensors dtype and back (a U8 tensor, such as a mask, too).
 TEST(Safetensors, EveryCoreDtypeMapsBothWays) {
-  for (DType d : {DType::kF32, DType::kI32, DType::kBF16, DType::kF16, DType::kU8}) {
+  for (DType d : {DType::kF32, DType::kI32, DType::kBF16, DType::kF16, DType::kU8, DType::kI64}) {
     EXPECT_EQ(to_core(from_core(d)), d) << dtrain::dtype_name(d);
     EXPECT_EQ(dtype_size(from_core(d)), dtrain::dtype_size(d)) << dtrain::dtype_name(d);
   }

@@ -1,0 +1,115 @@
+#include "model/batchnorm.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/ops.h"
+#include "model/norm_kernels.h"
+
+namespace dtrain {
+
+namespace {
+
+// Rows of BatchNorm's per-channel scratch (stats_).
+enum StatRow { kMean, kInvstd, kAlpha, kShift, kGradMean, kK, kScale, kStatRows };
+
+}  // namespace
+
+BatchNorm::BatchNorm(int64_t channels, int dims, Device device, BatchNormOptions options)
+    : channels_(channels), dims_(dims), options_(options) {
+  DTRAIN_CHECK(channels > 0 && (dims == 1 || dims == 2), "BatchNorm{}d({})", dims, channels);
+  weight_ = {"weight", Tensor::empty({channels}, device), Tensor::zeros({channels}, device)};
+  bias_ = {"bias", Tensor::zeros({channels}, device), Tensor::zeros({channels}, device)};
+  fill(weight_.value, 1.f);
+  running_mean_ = {"running_mean", Tensor::zeros({channels}, device)};
+  running_var_ = {"running_var", Tensor::empty({channels}, device)};
+  fill(running_var_.value, 1.f);
+  num_batches_tracked_ = {"num_batches_tracked", Tensor::zeros({}, device, DType::kI64)};
+  stats_ = Tensor::zeros({kStatRows, channels}, device);
+}
+
+void BatchNorm::check_input(const Tensor& input) {
+  const bool fits = dims_ == 2 ? input.ndim() == 4 : (input.ndim() == 2 || input.ndim() == 3);
+  DTRAIN_CHECK(fits && input.dim(1) == channels_, "{} expects [N, {}{}], got {}", describe(), channels_,
+               dims_ == 2 ? ", H, W" : "(, L)", shape_str(input.shape()));
+  batch_ = input.dim(0);
+  plane_ = input.numel() / std::max<int64_t>(1, batch_ * channels_);
+}
+
+// Per call: one per-channel pass (statistics, or the running ones' coefficients in evaluation),
+// one elementwise pass; in training the num_batches_tracked increment.
+Tensor BatchNorm::forward(const Tensor& input) {
+  check_input(input);
+  const Device dev = weight_.value.device();
+  input_ = input;
+  ensure_tensor(output_, input.shape(), dev);
+  float* s = stats_.data();
+  const int64_t c = channels_;
+  trained_forward_ = training();
+  if (trained_forward_) {
+    // PyTorch refuses this too: one value per channel has no variance.
+    DTRAIN_CHECK(batch_ * plane_ > 1, "{} in training needs more than one value per channel, got input {}",
+                 describe(), shape_str(input.shape()));
+    launch(dev, c,
+           kernels::BatchNormStats{s + kMean * c, s + kInvstd * c, s + kAlpha * c, s + kShift * c,
+                                   running_mean_.value.data(), running_var_.value.data(), input.data(),
+                                   weight_.value.data(), bias_.value.data(), batch_, c, plane_, options_.eps,
+                                   options_.momentum});
+    launch(dev, 1, kernels::IncrementCounter{num_batches_tracked_.value.data_as<int64_t>()});
+  } else {
+    launch(dev, c,
+           kernels::BatchNormEvalCoefficients{s + kAlpha * c, s + kShift * c, running_mean_.value.data(),
+                                              running_var_.value.data(), weight_.value.data(), bias_.value.data(),
+                                              options_.eps});
+  }
+  launch(dev, output_.numel(),
+         kernels::BatchNormApply{output_.data(), input.data(), s + kAlpha * c, s + kShift * c, c, plane_, relu_});
+  return output_;
+}
+
+Tensor BatchNorm::backward(const Tensor& grad_output, bool need_input_grad) {
+  DTRAIN_CHECK(trained_forward_, "{} backward after a forward in evaluation mode", describe());
+  DTRAIN_CHECK(grad_output.numel() == output_.numel(), "{} backward got {}", describe(),
+               shape_str(grad_output.shape()));
+  const Device dev = weight_.value.device();
+  float* s = stats_.data();
+  const int64_t c = channels_;
+  const float* y = relu_ ? output_.data() : nullptr;
+  const float weight_beta = take_grad_beta(weight_), bias_beta = take_grad_beta(bias_);
+  launch(dev, c,
+         kernels::BatchNormBackwardReduce{weight_.grad.data(), bias_.grad.data(), s + kGradMean * c, s + kK * c,
+                                          s + kScale * c, grad_output.data(), y, input_.data(), s + kMean * c,
+                                          s + kInvstd * c, weight_.value.data(), batch_, c, plane_, weight_beta,
+                                          bias_beta});
+  grad_ready(weight_);
+  grad_ready(bias_);
+  if (!need_input_grad) return {};
+  ensure_tensor(grad_input_, input_.shape(), dev);
+  launch(dev, grad_input_.numel(),
+         kernels::BatchNormBackwardInput{grad_input_.data(), grad_output.data(), y, input_.data(), s + kMean * c,
+                                         s + kGradMean * c, s + kK * c, s + kScale * c, c, plane_});
+  return grad_input_;
+}
+
+std::string BatchNorm::describe() const { return fmt::format("BatchNorm{}d({})", dims_, channels_); }
+
+Tensor GlobalAvgPool::forward(const Tensor& input) {
+  DTRAIN_CHECK(input.ndim() == 4, "GlobalAvgPool expects [N, C, H, W], got {}", shape_str(input.shape()));
+  input_shape_ = input.shape();
+  ensure_tensor(output_, {input.dim(0), input.dim(1)}, input.device());
+  launch(input.device(), output_.numel(),
+         kernels::GlobalAvgPoolForward{output_.data(), input.data(), input.dim(2) * input.dim(3)});
+  return output_;
+}
+
+Tensor GlobalAvgPool::backward(const Tensor& grad_output, bool need_input_grad) {
+  if (!need_input_grad) return {};
+  DTRAIN_CHECK(grad_output.numel() == output_.numel(), "GlobalAvgPool backward got {}",
+               shape_str(grad_output.shape()));
+  ensure_tensor(grad_input_, input_shape_, grad_output.device());
+  launch(grad_output.device(), grad_input_.numel(),
+         kernels::GlobalAvgPoolBackward{grad_input_.data(), grad_output.data(), input_shape_[2] * input_shape_[3]});
+  return grad_input_;
+}
+
+}  // namespace dtrain

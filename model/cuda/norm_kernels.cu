@@ -1,0 +1,14 @@
+// CUDA instantiations of the BatchNorm, pooling and residual kernels (model/norm_kernels.h).
+#include "core/cuda/launch.cuh"
+#include "model/norm_kernels.h"
+
+DTRAIN_REGISTER_KERNEL(dtrain::kernels::BatchNormStats)
+DTRAIN_REGISTER_KERNEL(dtrain::kernels::BatchNormEvalCoefficients)
+DTRAIN_REGISTER_KERNEL(dtrain::kernels::BatchNormApply)
+DTRAIN_REGISTER_KERNEL(dtrain::kernels::BatchNormBackwardReduce)
+DTRAIN_REGISTER_KERNEL(dtrain::kernels::BatchNormBackwardInput)
+DTRAIN_REGISTER_KERNEL(dtrain::kernels::IncrementCounter)
+DTRAIN_REGISTER_KERNEL(dtrain::kernels::GlobalAvgPoolForward)
+DTRAIN_REGISTER_KERNEL(dtrain::kernels::GlobalAvgPoolBackward)
+DTRAIN_REGISTER_KERNEL(dtrain::kernels::AddRelu)
+DTRAIN_REGISTER_KERNEL(dtrain::kernels::Add)

@@ -1,0 +1,202 @@
+// BatchNorm, global average pooling and the residual join as device-generic functors (see
+// core/launch.h; CUDA instantiations in model/cuda/norm_kernels.cu). Activations are
+// [batch, channels, plane] (NCHW with plane = H*W; BatchNorm1d's [N, C] has plane 1).
+//
+// Note [BatchNorm arithmetic]: PyTorch's CPU kernels (aten/src/ATen/native/cpu/
+// batch_norm_kernel.cpp) step by step, so that 50 steps stay within 1e-4 of the peer: the
+// per-channel sums in double (its accumulate type for float on the CPU), the mean first, then
+// the sum of squared deviations about it (two passes, no E[x^2] - E[x]^2 cancellation); the
+// output as x * alpha + shift with alpha = invstd * weight and shift = bias - mean * alpha; the
+// running statistics as momentum * batch + (1 - momentum) * running, the variance unbiased
+// (n / (n - 1)); backward from sum(dy) and sum((x - mean) dy). The per-channel reductions run
+// one thread per channel, in order: the same sums on every device.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/launch.h"
+
+namespace dtrain::kernels {
+
+// One channel c: the batch's mean and 1/sqrt(var + eps), the affine transform folded into
+// alpha[c] and shift[c], and (running_mean != nullptr) the running statistics updated.
+struct BatchNormStats {
+  float* mean;          // [C]
+  float* invstd;        // [C]
+  float* alpha;         // [C]
+  float* shift;         // [C]
+  float* running_mean;  // [C] or nullptr
+  float* running_var;   // [C]
+  const float* x;       // [N, C, plane]
+  const float* weight;  // [C]
+  const float* bias;    // [C]
+  int64_t batch, channels, plane;
+  float eps, momentum;
+  DTRAIN_HD void operator()(int64_t c) const {
+    double sum = 0.0;
+    for (int64_t n = 0; n < batch; ++n) {
+      const float* xc = x + (n * channels + c) * plane;
+      for (int64_t p = 0; p < plane; ++p) sum += xc[p];
+    }
+    const double count = static_cast<double>(batch * plane);
+    const double m = sum / count;
+    double squares = 0.0;
+    for (int64_t n = 0; n < batch; ++n) {
+      const float* xc = x + (n * channels + c) * plane;
+      for (int64_t p = 0; p < plane; ++p) {
+        const double d = static_cast<double>(xc[p]) - m;
+        squares += d * d;
+      }
+    }
+    const float is = static_cast<float>(1.0 / sqrt(squares / count + static_cast<double>(eps)));
+    const float mf = static_cast<float>(m);
+    mean[c] = mf;
+    invstd[c] = is;
+    const float a = is * weight[c];
+    alpha[c] = a;
+    shift[c] = bias[c] - mf * a;
+    if (!running_mean) return;
+    const double mo = momentum;
+    const double unbiased = count > 1.0 ? squares / (count - 1.0) : squares / count;
+    running_mean[c] = static_cast<float>(mo * m + (1.0 - mo) * running_mean[c]);
+    running_var[c] = static_cast<float>(mo * unbiased + (1.0 - mo) * running_var[c]);
+  }
+};
+
+// One channel c in evaluation: the running statistics folded into alpha[c] and shift[c].
+struct BatchNormEvalCoefficients {
+  float* alpha;
+  float* shift;
+  const float* running_mean;
+  const float* running_var;
+  const float* weight;
+  const float* bias;
+  float eps;
+  DTRAIN_HD void operator()(int64_t c) const {
+    const float is = static_cast<float>(1.0 / sqrt(static_cast<double>(running_var[c]) + static_cast<double>(eps)));
+    const float a = is * weight[c];
+    alpha[c] = a;
+    shift[c] = bias[c] - running_mean[c] * a;
+  }
+};
+
+// y = x * alpha[c] + shift[c], then max(., 0) when relu (Note [Fused ReLU] in model/module.h).
+struct BatchNormApply {
+  float* y;
+  const float* x;
+  const float* alpha;
+  const float* shift;
+  int64_t channels, plane;
+  bool relu;
+  DTRAIN_HD void operator()(int64_t i) const {
+    const int64_t c = (i / plane) % channels;
+    const float v = x[i] * alpha[c] + shift[c];
+    y[i] = relu ? (v > 0.f ? v : 0.f) : v;
+  }
+};
+
+// One channel c of backward: with dy' = dy (masked where the fused ReLU's output y <= 0),
+// sum = sum(dy'), dotp = sum((x - mean) dy'); the parameter gradients dweight = dotp * invstd and
+// dbias = sum, written (grad_beta 0) or added (1); the input gradient's coefficients
+// dx = (dy' - grad_mean[c] - (x - mean) k[c]) * scale[c].
+struct BatchNormBackwardReduce {
+  float* grad_weight;  // [C]
+  float* grad_bias;    // [C]
+  float* grad_mean;    // [C]: sum / n
+  float* k;            // [C]: dotp * invstd^2 / n
+  float* scale;        // [C]: invstd * weight
+  const float* dy;     // [N, C, plane]
+  const float* y;      // the forward's output when it applied a ReLU, else nullptr
+  const float* x;
+  const float* mean;
+  const float* invstd;
+  const float* weight;
+  int64_t batch, channels, plane;
+  float weight_beta, bias_beta;
+  DTRAIN_HD void operator()(int64_t c) const {
+    const double m = mean[c];
+    double sum = 0.0, dotp = 0.0;
+    for (int64_t n = 0; n < batch; ++n) {
+      const int64_t base = (n * channels + c) * plane;
+      for (int64_t p = 0; p < plane; ++p) {
+        const float g = (y && !(y[base + p] > 0.f)) ? 0.f : dy[base + p];
+        sum += g;
+        dotp += (static_cast<double>(x[base + p]) - m) * g;
+      }
+    }
+    const double count = static_cast<double>(batch * plane);
+    const double is = invstd[c];
+    const float gw = static_cast<float>(dotp * is), gb = static_cast<float>(sum);
+    // Not beta * old: memory left stale by zero_grad may hold NaN (model/module.h).
+    grad_weight[c] = weight_beta == 0.f ? gw : grad_weight[c] + gw;
+    grad_bias[c] = bias_beta == 0.f ? gb : grad_bias[c] + gb;
+    grad_mean[c] = static_cast<float>(sum / count);
+    k[c] = static_cast<float>(dotp * is * is / count);
+    scale[c] = static_cast<float>(is * weight[c]);
+  }
+};
+
+struct BatchNormBackwardInput {  // dx = (dy' - grad_mean[c] - (x - mean[c]) k[c]) * scale[c]
+  float* dx;
+  const float* dy;
+  const float* y;  // nullptr: no fused ReLU
+  const float* x;
+  const float* mean;
+  const float* grad_mean;
+  const float* k;
+  const float* scale;
+  int64_t channels, plane;
+  DTRAIN_HD void operator()(int64_t i) const {
+    const int64_t c = (i / plane) % channels;
+    const float g = (y && !(y[i] > 0.f)) ? 0.f : dy[i];
+    dx[i] = (g - grad_mean[c] - (x[i] - mean[c]) * k[c]) * scale[c];
+  }
+};
+
+struct IncrementCounter {  // one thread: *counter += 1 (num_batches_tracked)
+  int64_t* counter;
+  DTRAIN_HD void operator()(int64_t) const { *counter += 1; }
+};
+
+// ---- Global average pooling: [N, C, plane] -> [N, C] ----
+
+struct GlobalAvgPoolForward {  // one (n, c) row
+  float* y;
+  const float* x;
+  int64_t plane;
+  DTRAIN_HD void operator()(int64_t r) const {
+    const float* xr = x + r * plane;
+    float s = 0.f;
+    for (int64_t p = 0; p < plane; ++p) s += xr[p];
+    y[r] = s / static_cast<float>(plane);
+  }
+};
+
+struct GlobalAvgPoolBackward {  // dx[r, p] = dy[r] / plane
+  float* dx;
+  const float* dy;
+  int64_t plane;
+  DTRAIN_HD void operator()(int64_t i) const { dx[i] = dy[i / plane] / static_cast<float>(plane); }
+};
+
+// ---- The residual join of a BasicBlock ----
+
+struct AddRelu {  // y = max(a + b, 0)
+  float* y;
+  const float* a;
+  const float* b;
+  DTRAIN_HD void operator()(int64_t i) const {
+    const float v = a[i] + b[i];
+    y[i] = v > 0.f ? v : 0.f;
+  }
+};
+
+struct Add {  // y = a + b
+  float* y;
+  const float* a;
+  const float* b;
+  DTRAIN_HD void operator()(int64_t i) const { y[i] = a[i] + b[i]; }
+};
+
+}  // namespace dtrain::kernels

@@ -1,0 +1,171 @@
+#include "model/resnet.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "model/linear.h"
+#include "model/models.h"
+#include "model/norm_kernels.h"
+
+namespace dtrain {
+
+BasicBlock::BasicBlock(int64_t in_channels, int64_t out_channels, int64_t stride, Device device, InitRng& rng)
+    : in_c_(in_channels),
+      out_c_(out_channels),
+      stride_(stride),
+      conv1_(in_channels, out_channels, 3, stride, 1, device, rng, false),
+      bn1_(out_channels, 2, device),
+      conv2_(out_channels, out_channels, 3, 1, 1, device, rng, false),
+      bn2_(out_channels, 2, device) {
+  bn1_.absorb_following_relu();
+  prefix_names(conv1_, "conv1");
+  prefix_names(bn1_, "bn1");
+  prefix_names(conv2_, "conv2");
+  prefix_names(bn2_, "bn2");
+  if (stride != 1 || in_channels != out_channels) {
+    downsample_ = std::make_unique<Sequential>();
+    downsample_->emplace<Conv2d>(in_channels, out_channels, 1, stride, 0, device, rng, false);
+    downsample_->emplace<BatchNorm>(out_channels, 2, device);
+    prefix_names(*downsample_, "downsample");
+  }
+}
+
+std::vector<Module*> BasicBlock::children() {
+  std::vector<Module*> out = {&conv1_, &bn1_, &conv2_, &bn2_};
+  if (downsample_) out.push_back(downsample_.get());
+  return out;
+}
+
+// Per call: the two convolutions and BatchNorms (the downsample's too), one pass for the join.
+Tensor BasicBlock::forward(const Tensor& x) {
+  const Tensor& h = conv2_.forward(bn1_.forward(conv1_.forward(x)));
+  const Tensor& main = bn2_.forward(h);
+  const Tensor& identity = downsample_ ? downsample_->forward(x) : x;
+  DTRAIN_CHECK(main.shape() == identity.shape(), "BasicBlock: {} and identity {}", shape_str(main.shape()),
+               shape_str(identity.shape()));
+  ensure_tensor(out_, main.shape(), main.device());
+  launch(main.device(), out_.numel(), kernels::AddRelu{out_.data(), main.data(), identity.data()});
+  return out_;
+}
+
+// The join's ReLU masks the gradient once; both branches take it; their input gradients add.
+Tensor BasicBlock::backward(const Tensor& grad_output, bool need_input_grad) {
+  const Device dev = out_.device();
+  ensure_tensor(grad_sum_, out_.shape(), dev);
+  launch(dev, grad_sum_.numel(), kernels::ReluBackward{grad_sum_.data(), grad_output.data(), out_.data()});
+  const Tensor& g_main = conv1_.backward(bn1_.backward(conv2_.backward(bn2_.backward(grad_sum_))), need_input_grad);
+  if (!downsample_) {
+    if (!need_input_grad) return {};
+    ensure_tensor(grad_input_, g_main.shape(), dev);
+    launch(dev, grad_input_.numel(), kernels::Add{grad_input_.data(), g_main.data(), grad_sum_.data()});
+    return grad_input_;
+  }
+  const Tensor g_down = downsample_->backward(grad_sum_, need_input_grad);
+  if (!need_input_grad) return {};
+  ensure_tensor(grad_input_, g_main.shape(), dev);
+  launch(dev, grad_input_.numel(), kernels::Add{grad_input_.data(), g_main.data(), g_down.data()});
+  return grad_input_;
+}
+
+std::vector<Parameter*> BasicBlock::parameters() {
+  std::vector<Parameter*> out;
+  for (Module* m : children())
+    for (Parameter* p : m->parameters()) out.push_back(p);
+  return out;
+}
+
+std::vector<Buffer*> BasicBlock::buffers() {
+  std::vector<Buffer*> out;
+  for (Module* m : children())
+    for (Buffer* b : m->buffers()) out.push_back(b);
+  return out;
+}
+
+void BasicBlock::set_training(bool training) {
+  Module::set_training(training);
+  for (Module* m : children()) m->set_training(training);
+}
+
+void BasicBlock::set_amp(AmpMode mode) {
+  for (Module* m : children()) m->set_amp(mode);
+}
+
+void BasicBlock::set_grad_ready_hook(GradReadyHook hook) {
+  for (Module* m : children()) m->set_grad_ready_hook(hook);
+  Module::set_grad_ready_hook(std::move(hook));
+}
+
+std::string BasicBlock::describe() const {
+  return fmt::format("BasicBlock({}, {}, stride={})", in_c_, out_c_, stride_);
+}
+
+namespace {
+
+LayerSize conv_layer(const std::string& name, int64_t in_c, int64_t out_c, int64_t k) {
+  const int64_t n = checked_mul(checked_mul(in_c, out_c, name), k * k, name);
+  return {fmt::format("Conv2d({}, {}, kernel={}, bias=False)", in_c, out_c, k), n, {{name + ".weight", {out_c, in_c, k, k}}}};
+}
+
+LayerSize bn_layer(const std::string& name, int64_t c) {
+  return {fmt::format("BatchNorm2d({})", c), 2 * c, {{name + ".weight", {c}}, {name + ".bias", {c}}}};
+}
+
+void check_resnet(int64_t width, const Shape& sample_shape, int num_classes) {
+  if (sample_shape.size() != 3 || sample_shape[0] < 1 || sample_shape[1] < 1 || sample_shape[2] < 1)
+    throw Error(fmt::format("resnet18 expects samples of shape [channels, height, width], got {}",
+                            shape_str(sample_shape)));
+  if (width < 1 || width > (int64_t{1} << 20)) throw Error(fmt::format("resnet18 width {} is not in [1, 2^20]", width));
+  if (num_classes < 1) throw Error(fmt::format("resnet18 needs at least one class, got {}", num_classes));
+}
+
+}  // namespace
+
+std::vector<LayerSize> plan_resnet18(int64_t width, const Shape& sample_shape, int num_classes) {
+  check_resnet(width, sample_shape, num_classes);
+  std::vector<LayerSize> layers = {conv_layer("conv1", sample_shape[0], width, 3), bn_layer("bn1", width)};
+  int64_t in = width;
+  for (int s = 0; s < kResnetStages; ++s) {
+    const int64_t out = width << s;
+    for (int b = 0; b < 2; ++b) {
+      const std::string block = fmt::format("layer{}.{}", s + 1, b);
+      const int64_t cin = b == 0 ? in : out;
+      layers.push_back(conv_layer(block + ".conv1", cin, out, 3));
+      layers.push_back(bn_layer(block + ".bn1", out));
+      layers.push_back(conv_layer(block + ".conv2", out, out, 3));
+      layers.push_back(bn_layer(block + ".bn2", out));
+      if (b == 0 && (s > 0 || cin != out)) {
+        layers.push_back(conv_layer(block + ".downsample.0", cin, out, 1));
+        layers.push_back(bn_layer(block + ".downsample.1", out));
+      }
+    }
+    in = out;
+  }
+  const int64_t features = width << (kResnetStages - 1);
+  layers.push_back({fmt::format("Linear({}, {})", features, num_classes), checked_mul(features + 1, num_classes, "fc"),
+                    {{"fc.weight", {num_classes, features}}, {"fc.bias", {num_classes}}}});
+  return layers;
+}
+
+std::unique_ptr<Sequential> build_resnet18(int64_t width, const Shape& sample_shape, int num_classes, Device device,
+                                           InitRng& rng) {
+  check_resnet(width, sample_shape, num_classes);
+  auto model = std::make_unique<Sequential>();
+  model->add("conv1", std::make_unique<Conv2d>(sample_shape[0], width, 3, 1, 1, device, rng, false));
+  auto bn1 = std::make_unique<BatchNorm>(width, 2, device);
+  bn1->absorb_following_relu();
+  model->add("bn1", std::move(bn1));
+  int64_t in = width;
+  for (int s = 0; s < kResnetStages; ++s) {
+    const int64_t out = width << s;
+    auto stage = std::make_unique<Sequential>();
+    stage->emplace<BasicBlock>(in, out, s == 0 ? 1 : 2, device, rng);
+    stage->emplace<BasicBlock>(out, out, 1, device, rng);
+    model->add(fmt::format("layer{}", s + 1), std::move(stage));
+    in = out;
+  }
+  model->add("avgpool", std::make_unique<GlobalAvgPool>());
+  model->add("fc", std::make_unique<Linear>(in, num_classes, device, rng));
+  return model;
+}
+
+}  // namespace dtrain
