@@ -14,6 +14,7 @@ namespace {
 
 constexpr const char* kModel = "dtrain.model";
 constexpr const char* kHidden = "dtrain.hidden";
+constexpr const char* kWidth = "dtrain.width";  // resnet18
 constexpr const char* kDropout = "dtrain.dropout";
 constexpr const char* kInput = "dtrain.input_shape";
 constexpr const char* kClasses = "dtrain.classes";
@@ -70,6 +71,7 @@ safetensors::Metadata architecture_metadata(const Architecture& a) {
       {kNormalize, float_text(a.normalize.mean) + "," + float_text(a.normalize.std)},
   };
   if (a.model.kind == ModelKind::kMlp) m[kHidden] = fmt::format("{}", fmt::join(a.model.hidden, ","));
+  if (a.model.kind == ModelKind::kResnet18) m[kWidth] = std::to_string(a.model.width);
   return m;
 }
 
@@ -80,9 +82,14 @@ std::optional<Architecture> architecture_from_metadata(const safetensors::Metada
   if (kind_it->second == "gpt")
     throw Error(fmt::format("{}: a GPT's weights (__metadata__ dtrain.model gpt): this command takes mlp or cnn", source));
   auto kind = parse_model_kind(kind_it->second);
-  if (!kind) bad(source, kModel, kind_it->second, "mlp or cnn");
+  if (!kind) bad(source, kModel, kind_it->second, "mlp, cnn or resnet18");
   a.model.kind = *kind;
   if (a.model.kind == ModelKind::kMlp) a.model.hidden = parse_ints(source, kHidden, require_key(m, source, kHidden));
+  if (a.model.kind == ModelKind::kResnet18) {
+    const std::vector<int64_t> w = parse_ints(source, kWidth, require_key(m, source, kWidth));
+    if (w.size() != 1 || w[0] > 4096) bad(source, kWidth, require_key(m, source, kWidth), "a width up to 4096");
+    a.model.width = w[0];
+  }
   a.model.dropout = parse_float(source, kDropout, require_key(m, source, kDropout));
   if (a.model.dropout < 0.f || a.model.dropout >= 1.f) bad(source, kDropout, require_key(m, source, kDropout), "a probability in [0, 1)");
   a.input_shape = parse_ints(source, kInput, require_key(m, source, kInput));
@@ -152,12 +159,13 @@ void check_gpt_weights_fit(const safetensors::File& weights, const GptSpec& spec
 
 void load_parameters(const safetensors::File& weights, Module& model) {
   std::vector<safetensors::NamedTarget> targets;
-  for (Parameter* p : model.parameters()) targets.push_back({p->name, &p->value});
+  for (const NamedTensor& t : state_tensors(model)) targets.push_back({*t.name, t.value});  // buffers too
   safetensors::load_named(weights, targets);
 }
 
 std::string describe(const Architecture& a) {
   if (a.model.kind == ModelKind::kCnn) return "cnn";
+  if (a.model.kind == ModelKind::kResnet18) return fmt::format("resnet18 width {}", a.model.width);
   return fmt::format("mlp {}-{}-{}", shape_numel(a.input_shape), fmt::join(a.model.hidden, "-"), a.classes);
 }
 

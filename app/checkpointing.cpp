@@ -87,6 +87,7 @@ json resume_config(const TrainConfig& c) {
   // "architecture" sorts first, so that another model is reported as such, not by its widths.
   json model = {{"architecture", model_kind_name(c.model.kind)}, {"dropout", decimal(c.model.dropout)}};
   if (c.model.kind == ModelKind::kMlp) model["hidden"] = c.model.hidden;
+  if (c.model.kind == ModelKind::kResnet18) model["width"] = c.model.width;
   if (c.data.classes > 0) model["classes"] = c.data.classes;  // only when given: older checkpoints still match
   if (c.lm)  // the vocabulary is checked by the tensors' shapes (it may come from the data)
     model = {{"architecture", "gpt"}, {"layers", c.lm->layers}, {"heads", c.lm->heads}, {"embd", c.lm->embd},

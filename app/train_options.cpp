@@ -100,7 +100,8 @@ cxxopts::Options make_train_options() {
     ("classes", "Classes of the model (0: the largest training label + 1, and a label far above the others is an error); every label must be below it", cxxopts::value<int64_t>()->default_value("0"))
     ("sampler", "The epoch's last N mod ranks samples: pad (repeat some, as PyTorch), drop-last, or uneven (ranks run different numbers of steps; Join)", cxxopts::value<std::string>()->default_value("pad"));
   o.add_options("Model")
-    ("model", "mlp, cnn or gpt (a GPT-2-style language model on token shards)", cxxopts::value<std::string>()->default_value("mlp"))
+    ("model", "mlp, cnn, resnet18 (torchvision's ResNet-18 with BatchNorm, 3x3 stem for small images) or gpt (a GPT-2-style language model on token shards)", cxxopts::value<std::string>()->default_value("mlp"))
+    ("width", "resnet18: channels of its first stage (torchvision's is 64)", cxxopts::value<int64_t>()->default_value("16"))
     ("layers", "gpt: transformer blocks", cxxopts::value<int64_t>()->default_value("4"))
     ("heads", "gpt: attention heads (a divisor of --embd)", cxxopts::value<int64_t>()->default_value("4"))
     ("embd", "gpt: embedding width", cxxopts::value<int64_t>()->default_value("256"))
@@ -133,6 +134,7 @@ cxxopts::Options make_train_options() {
   o.add_options("Distributed")
     ("bucket-cap-mb", "Gradient bucket cap in MiB (the first bucket is 1 MiB), or auto: try caps over the first steps and keep the fastest", cxxopts::value<std::string>()->default_value("25"))
     ("find-unused-parameters", "Treat parameters without a gradient in a step as ready with zero gradient")
+    ("broadcast-buffers", "on: rank 0's buffers (BatchNorm's running statistics) are broadcast before each step's forward, as PyTorch's DDP; off: each rank keeps its own", cxxopts::value<std::string>()->default_value("on"))
     ("comm-hook", "Gradient reduction: allreduce, bf16 or fp16 (compressed)", cxxopts::value<std::string>()->default_value("allreduce"))
     ("zero", "ZeRO: 0 off; 1 each rank keeps optimizer state for 1/N of the parameters and all-gathers its update; 2 also reduce-scatters the gradients during backward", cxxopts::value<int>()->default_value("0"))
     ("flight-recorder-dir", "Where each rank writes its last collectives on a timeout, an error or SIGUSR1", cxxopts::value<std::string>()->default_value("."))
@@ -206,7 +208,12 @@ void read_data(const cxxopts::ParseResult& r, TrainConfig& c) {
 void read_model(const cxxopts::ParseResult& r, TrainConfig& c) {
   const std::string model = r["model"].as<std::string>();
   if (model == "gpt") c.lm.emplace();
-  else c.model.kind = parse_choice("--model", model, parse_model_kind, "mlp, cnn or gpt");
+  else c.model.kind = parse_choice("--model", model, parse_model_kind, "mlp, cnn, resnet18 or gpt");
+  c.model.width = r["width"].as<int64_t>();
+  constexpr int64_t kMaxResnetWidth = 4096;
+  require(c.model.width >= 1 && c.model.width <= kMaxResnetWidth,
+          fmt::format("--width: must be in [1, {}], got {}", kMaxResnetWidth, c.model.width));
+  require(r.count("width") == 0 || c.model.kind == ModelKind::kResnet18, "--width: only with --model resnet18");
   c.model.hidden = parse_widths(r["hidden"].as<std::string>());
   c.model.dropout = float_flag(r, "dropout");
   require(c.model.dropout >= 0.f && c.model.dropout < 1.f,
@@ -283,6 +290,9 @@ void read_distributed(const cxxopts::ParseResult& r, TrainConfig& c) {
     c.ddp.bucket_cap_bytes = static_cast<size_t>(cap_mb * 1024 * 1024);
   }
   c.ddp.find_unused_parameters = r.count("find-unused-parameters") > 0;
+  const std::string buffers = r["broadcast-buffers"].as<std::string>();
+  require(buffers == "on" || buffers == "off", fmt::format("--broadcast-buffers: expected on or off, got '{}'", buffers));
+  c.ddp.broadcast_buffers = buffers == "on";
   c.ddp.comm_hook = parse_choice("--comm-hook", r["comm-hook"].as<std::string>(), parse_comm_hook_kind,
                                  "allreduce, bf16 or fp16");
   c.ddp.zero_stage = r["zero"].as<int>();
@@ -370,7 +380,7 @@ void read_output(const cxxopts::ParseResult& r, TrainConfig& c) {
 // Flags that mean something for one kind of model only: given for the other, a usage error (a
 // user who wrote --hidden for a GPT, or --steps for an MLP, would otherwise train something else
 // than they think).
-constexpr const char* kImageOnly[] = {"epochs", "hidden", "dropout", "normalize", "classes", "train-limit",
+constexpr const char* kImageOnly[] = {"epochs", "hidden", "dropout", "normalize", "classes", "train-limit", "width",
                                       "test-limit", "sampler", "lr-step-size", "lr-gamma"};
 constexpr const char* kLmOnly[] = {"layers", "heads", "embd", "context", "vocab", "steps",
                                    "warmup-steps", "min-lr", "eval-every", "eval-batches"};

@@ -51,7 +51,7 @@ void refuse_nonfinite(const safetensors::File& file) {
 void load_parameters(const safetensors::File& file, Module& model) {
   refuse_nonfinite(file);
   std::vector<safetensors::NamedTarget> targets;
-  for (Parameter* p : model.parameters()) targets.push_back({p->name, &p->value});
+  for (const NamedTensor& t : state_tensors(model)) targets.push_back({*t.name, t.value});  // buffers too
   safetensors::load_named(file, targets);
 }
 
@@ -229,7 +229,8 @@ std::string Checkpointer::snapshot(checkpoint::TrainingState state, Module& mode
   pending_ = std::make_unique<checkpoint::CheckpointSnapshot>();
   checkpoint::CheckpointSnapshot& snapshot = *pending_;
   snapshot.state = std::move(state);
-  for (Parameter* p : model.parameters()) snapshot.model.push_back(safetensors::host_copy(p->name, p->value, pool));
+  for (const NamedTensor& t : state_tensors(model))  // parameters, then buffers (BatchNorm's running statistics)
+    snapshot.model.push_back(safetensors::host_copy(*t.name, *t.value, pool));
   snapshot.model_metadata = metadata;
   if (!pending_shards_) {
     for (const auto& e : optimizer_state.tensors) snapshot.optimizer.push_back(safetensors::host_copy(e.name, e.value, pool));
