@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/kernels.h"
+#include "core/ops.h"
 #include "tests/mpi/mpi_test_env.h"
 #include "ddp/distributed_data_parallel.h"
 #include "model/linear.h"
@@ -305,6 +306,82 @@ TEST(Broadcast, BuffersStartAsRankZerosCopy) {
   WithBuffer model(4, static_cast<float>(world().rank() + 1));
   DistributedDataParallel ddp(model, runtime());
   EXPECT_EQ(model.state().to_vector(), std::vector<float>(4, 1.f));
+}
+
+// Note [Buffer broadcast]: a resnet18 (width 2, 8x8 images) whose first BatchNorm's running mean
+// differs on every rank; every rank then runs the same batch.
+struct DivergedResnet {
+  std::unique_ptr<Sequential> model = build_model(ModelSpec{.kind = ModelKind::kResnet18, .width = 2}, {1, 8, 8}, 10,
+                                                  Device::cpu(), 3);
+  Tensor& running_mean() {
+    for (Buffer* b : model->buffers())
+      if (b->name == "bn1.running_mean") return b->value;
+    throw Error("no bn1.running_mean");
+  }
+  // running_mean = 10 (rank + 1) on every rank.
+  void diverge() { fill(running_mean(), 10.f * static_cast<float>(world().rank() + 1)); }
+  void forward(DistributedDataParallel& ddp) {
+    std::vector<float> x(4 * 64);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.1f * static_cast<float>(i));
+    ddp.forward(Tensor::from_vector(x, {4, 1, 8, 8}));
+  }
+  // After one training forward from running_mean r: 0.9 r + 0.1 * (the batch's mean), the same
+  // batch on every rank; so the value tells which rank's r the forward started from.
+  float started_from() { return running_mean().to_vector()[0]; }
+};
+
+float after_forward_from(float start) {
+  DivergedResnet fresh;  // the same seed: the same weights, so the same batch mean
+  fill(fresh.running_mean(), start);
+  std::vector<float> x(4 * 64);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.1f * static_cast<float>(i));
+  fresh.model->forward(Tensor::from_vector(x, {4, 1, 8, 8}));
+  return fresh.started_from();
+}
+
+TEST(BufferBroadcast, ADivergedRunningMeanIsReplacedByRankZerosBeforeTheNextForward) {
+  DivergedResnet r;
+  DistributedDataParallel ddp(*r.model, runtime());
+  r.diverge();
+  r.forward(ddp);
+  EXPECT_EQ(r.started_from(), after_forward_from(10.f)) << "rank " << world().rank();
+}
+
+TEST(BufferBroadcast, OffLeavesEachRankItsOwn) {
+  DivergedResnet r;
+  DistributedDataParallel ddp(*r.model, runtime(), DdpOptions{.broadcast_buffers = false});
+  r.diverge();
+  r.forward(ddp);
+  EXPECT_EQ(r.started_from(), after_forward_from(10.f * static_cast<float>(world().rank() + 1)));
+}
+
+// Under Join the source is the highest rank with data (PyTorch's _find_common_rank): rank 0 may
+// have run out and hold stale statistics. A joined rank takes part through join_forward().
+TEST(BufferBroadcast, UnderJoinTheSourceIsTheHighestRankWithData) {
+  DivergedResnet r;
+  DistributedDataParallel ddp(*r.model, runtime());
+  const int last = world().size() - 1;
+  r.diverge();
+  ddp.set_buffer_source(last);
+  r.forward(ddp);
+  EXPECT_EQ(r.started_from(), after_forward_from(10.f * static_cast<float>(last + 1)));
+}
+
+// A forward under no_sync() (a micro-batch that does not end its step) leaves the next forward
+// without a broadcast: once per step, at its first micro-batch, as PyTorch.
+TEST(BufferBroadcast, OncePerStepNotUnderNoSync) {
+  DivergedResnet r;
+  DistributedDataParallel ddp(*r.model, runtime());
+  {
+    auto guard = ddp.no_sync();
+    r.forward(ddp);  // the step's first micro-batch: broadcast
+  }
+  r.diverge();
+  r.forward(ddp);  // the step's last: none
+  EXPECT_EQ(r.started_from(), after_forward_from(10.f * static_cast<float>(world().rank() + 1)));
+  r.diverge();
+  r.forward(ddp);  // the next step's first: broadcast again
+  EXPECT_EQ(r.started_from(), after_forward_from(10.f));
 }
 
 class Compression : public ::testing::TestWithParam<std::string> {};

@@ -1,0 +1,130 @@
+// BatchNorm, global average pooling and BasicBlock: gradients against central differences
+// (tests/unit/model/gradcheck.h; BatchNorm is smooth, not piecewise linear, so h is smaller and
+// the tolerance wider), the running statistics' update and evaluation mode, resnet18's names.
+#include "gradcheck.h"
+
+#include <algorithm>
+#include <set>
+
+#include "core/ops.h"
+#include "model/batchnorm.h"
+#include "model/models.h"
+#include "model/resnet.h"
+
+namespace dtrain {
+namespace {
+
+using testing::expect_gradients_match;
+using testing::random_values;
+
+constexpr float kH = 2e-3f;
+constexpr double kTol = 3e-3;
+
+Tensor random_input(const Shape& shape, uint32_t seed) {
+  return Tensor::from_vector(random_values(static_cast<size_t>(shape_numel(shape)), seed), shape);
+}
+
+// A BatchNorm whose weight and bias are not 1 and 0 (so their gradients' terms all matter).
+void perturb_affine(BatchNorm& bn, uint32_t seed) {
+  for (Parameter* p : bn.parameters()) {
+    std::vector<float> v = random_values(static_cast<size_t>(p->value.numel()), seed++, 0.5f, 1.5f);
+    p->value.copy_from(Tensor::from_vector(v, p->value.shape()));
+  }
+}
+
+TEST(GradCheck, BatchNorm2d) {
+  BatchNorm bn(3, 2, Device::cpu());
+  perturb_affine(bn, 11);
+  expect_gradients_match(bn, random_input({4, 3, 3, 2}, 1), kH, kTol, kTol);
+}
+
+TEST(GradCheck, BatchNorm1d) {
+  BatchNorm bn(5, 1, Device::cpu());
+  perturb_affine(bn, 12);
+  expect_gradients_match(bn, random_input({6, 5}, 2), kH, kTol, kTol);
+}
+
+TEST(GradCheck, BatchNorm2dWithFusedRelu) {
+  BatchNorm bn(2, 2, Device::cpu());
+  perturb_affine(bn, 13);
+  bn.absorb_following_relu();
+  expect_gradients_match(bn, random_input({3, 2, 2, 3}, 3), kH, kTol, kTol);
+}
+
+TEST(GradCheck, GlobalAvgPool) {
+  GlobalAvgPool pool;
+  expect_gradients_match(pool, random_input({2, 3, 3, 4}, 4));
+}
+
+TEST(GradCheck, BasicBlockWithDownsample) {
+  InitRng rng(5);
+  BasicBlock block(2, 3, 2, Device::cpu(), rng);
+  expect_gradients_match(block, random_input({3, 2, 5, 5}, 6), kH, kTol, kTol);
+}
+
+TEST(GradCheck, BasicBlockIdentity) {
+  InitRng rng(6);
+  BasicBlock block(2, 2, 1, Device::cpu(), rng);
+  expect_gradients_match(block, random_input({3, 2, 4, 4}, 7), kH, kTol, kTol);
+}
+
+// PyTorch: running = 0.9 running + 0.1 batch, the variance unbiased; num_batches_tracked counts
+// training forwards; evaluation normalises with the running statistics and changes nothing.
+TEST(BatchNorm, RunningStatisticsAsPyTorch) {
+  BatchNorm bn(1, 1, Device::cpu());
+  const std::vector<float> x = {1.f, 2.f, 3.f, 6.f};  // mean 3, biased var 3.5, unbiased 14/3
+  Tensor in = Tensor::from_vector(x, {4, 1});
+  bn.forward(in);
+  std::vector<Buffer*> b = bn.buffers();
+  ASSERT_EQ(b.size(), 3u);
+  EXPECT_EQ(b[0]->name, "running_mean");
+  EXPECT_FLOAT_EQ(b[0]->value.to_vector()[0], 0.3f);
+  EXPECT_FLOAT_EQ(b[1]->value.to_vector()[0], 0.9f + 0.1f * 14.f / 3.f);
+  EXPECT_EQ(b[2]->name, "num_batches_tracked");
+  EXPECT_EQ(b[2]->value.dtype(), DType::kI64);
+  EXPECT_EQ(*b[2]->value.data_as<int64_t>(), 1);
+  bn.set_training(false);
+  const std::vector<float> y = bn.forward(in).to_vector();
+  const float rm = 0.3f, rv = 0.9f + 0.1f * 14.f / 3.f;
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], (x[i] - rm) / std::sqrt(rv + 1e-5f), 1e-6);
+  EXPECT_EQ(*b[2]->value.data_as<int64_t>(), 1);
+  EXPECT_FLOAT_EQ(b[0]->value.to_vector()[0], 0.3f);
+}
+
+TEST(BatchNorm, OneValuePerChannelInTrainingIsRefused) {
+  BatchNorm bn(2, 1, Device::cpu());
+  const std::vector<float> one_sample = {1.f, 2.f};
+  EXPECT_THROW(bn.forward(Tensor::from_vector(one_sample, {1, 2})), Error);
+}
+
+// torchvision's names and shapes, as ../shared/peers/torch_resnet_peer.py has them, and the plan
+// agrees with the built model.
+TEST(Resnet18, TorchvisionNamesAndThePlan) {
+  ModelSpec spec{.kind = ModelKind::kResnet18, .width = 4};
+  auto model = build_model(spec, {1, 28, 28}, 10, Device::cpu(), 0);
+  std::vector<std::string> names;
+  for (Parameter* p : model->parameters()) names.push_back(p->name);
+  for (Buffer* b : model->buffers()) names.push_back(b->name);
+  const std::set<std::string> got(names.begin(), names.end());
+  for (const char* want : {"conv1.weight", "bn1.weight", "bn1.running_mean", "bn1.num_batches_tracked",
+                           "layer1.0.conv1.weight", "layer1.1.bn2.running_var", "layer2.0.downsample.0.weight",
+                           "layer2.0.downsample.1.weight", "layer4.1.bn2.bias", "fc.weight", "fc.bias"})
+    EXPECT_TRUE(got.count(want)) << want;
+  EXPECT_FALSE(got.count("layer1.0.downsample.0.weight"));  // layer1 keeps the width and stride
+  EXPECT_FALSE(got.count("conv1.bias"));
+  EXPECT_EQ(model->parameters().size(), 62u);  // torchvision's resnet18 has 62 parameter tensors
+  EXPECT_EQ(model->buffers().size(), 60u);     // 20 BatchNorms x 3
+  std::vector<std::string> planned;
+  int64_t count = 0;
+  for (const LayerSize& l : plan_model(spec, {1, 28, 28}, 10)) {
+    count += l.parameters;
+    for (const ParameterShape& t : l.tensors) planned.push_back(t.name);
+  }
+  EXPECT_EQ(planned, std::vector<std::string>(names.begin(), names.begin() + 62));
+  int64_t built = 0;
+  for (Parameter* p : model->parameters()) built += p->value.numel();
+  EXPECT_EQ(count, built);
+}
+
+}  // namespace
+}  // namespace dtrain
