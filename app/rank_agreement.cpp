@@ -47,6 +47,7 @@ Settings shared_settings(const TrainConfig& c, int64_t train_samples, int64_t te
       {"--hidden", fmt::format("{}", fmt::join(c.model.hidden, ","))},
       {"--width", fmt::format("{}", c.model.width)},
       {"--broadcast-buffers", c.ddp.broadcast_buffers ? "on" : "off"},
+      {"--sync-bn", c.ddp.sync_batchnorm ? "on" : "off"},
       {"--dropout", fmt::format("{}", c.model.dropout)},
       {"--epochs", fmt::format("{}", c.epochs)},
       {"--batch-size", fmt::format("{}", c.batch_size)},

@@ -134,6 +134,7 @@ cxxopts::Options make_train_options() {
   o.add_options("Distributed")
     ("bucket-cap-mb", "Gradient bucket cap in MiB (the first bucket is 1 MiB), or auto: try caps over the first steps and keep the fastest", cxxopts::value<std::string>()->default_value("25"))
     ("find-unused-parameters", "Treat parameters without a gradient in a step as ready with zero gradient")
+    ("sync-bn", "BatchNorm statistics over all ranks' samples in training (PyTorch's SyncBatchNorm, on CPU too): np N x batch B normalises as np 1 x batch NB")
     ("broadcast-buffers", "on: rank 0's buffers (BatchNorm's running statistics) are broadcast before each step's forward, as PyTorch's DDP; off: each rank keeps its own", cxxopts::value<std::string>()->default_value("on"))
     ("comm-hook", "Gradient reduction: allreduce, bf16 or fp16 (compressed)", cxxopts::value<std::string>()->default_value("allreduce"))
     ("zero", "ZeRO: 0 off; 1 each rank keeps optimizer state for 1/N of the parameters and all-gathers its update; 2 also reduce-scatters the gradients during backward", cxxopts::value<int>()->default_value("0"))
@@ -293,6 +294,7 @@ void read_distributed(const cxxopts::ParseResult& r, TrainConfig& c) {
   const std::string buffers = r["broadcast-buffers"].as<std::string>();
   require(buffers == "on" || buffers == "off", fmt::format("--broadcast-buffers: expected on or off, got '{}'", buffers));
   c.ddp.broadcast_buffers = buffers == "on";
+  c.ddp.sync_batchnorm = r.count("sync-bn") > 0;
   c.ddp.comm_hook = parse_choice("--comm-hook", r["comm-hook"].as<std::string>(), parse_comm_hook_kind,
                                  "allreduce, bf16 or fp16");
   c.ddp.zero_stage = r["zero"].as<int>();
@@ -493,6 +495,9 @@ ParsedTrain parse_train_options(const std::vector<std::string>& args) {
   require(r.count("beta2") == 0 || c.optimizer.kind == OptimizerKind::kAdamW, "--beta2: only with --optimizer adamw");
   // Join shadows whole optimizer steps, and a checkpoint inside an uneven epoch has no single
   // sample position to resume from.
+  require(c.data.sampler != SamplerTail::kUneven || !c.ddp.sync_batchnorm,
+          "--sync-bn: not with --sampler uneven (a rank out of data runs no forward; the others would wait for it in "
+          "SyncBatchNorm's all-gather)");
   require(c.data.sampler != SamplerTail::kUneven || c.accumulate == 1,
           fmt::format("--sampler uneven: needs --accumulate 1, got {}", c.accumulate));
   require(c.data.sampler != SamplerTail::kUneven || c.checkpoints.every == 0,

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/ops.h"
 #include "core/stream.h"
+#include "ddp/sync_batchnorm.h"
 
 namespace dtrain {
 
@@ -115,10 +116,12 @@ DistributedDataParallel::DistributedDataParallel(Module& module, Communicator& g
   broadcast_buffers(0);
   if (options_.zero_stage > 0) reducer_->store().set_after_step([this] { reducer_->gather_updated_values(); });
   module_.set_grad_ready_hook([this](Parameter& p) { reducer_->mark_ready(p); });
+  if (options_.sync_batchnorm) convert_sync_batchnorm(module_, comm_, compute_);
 }
 
 DistributedDataParallel::~DistributedDataParallel() {
   module_.set_grad_ready_hook(nullptr);
+  if (options_.sync_batchnorm) module_.set_batch_stats_sync(nullptr);
   if (options_.zero_stage > 0) reducer_->store().set_after_step(nullptr);
 }
 

@@ -53,6 +53,9 @@ struct DdpOptions {
   // Note [Buffer broadcast]: the source rank's buffers (BatchNorm's running statistics) are
   // broadcast before each step's first training forward (PyTorch's broadcast_buffers=True).
   bool broadcast_buffers = true;
+  // Note [SyncBatchNorm] (model/batchnorm.h): the module's BatchNorms take their training
+  // statistics over every rank, through the gradient communicator (convert_sync_batchnorm).
+  bool sync_batchnorm = false;
 };
 
 // The last synced backward, in steady_now_ns(): backward from start to end, then the wait for

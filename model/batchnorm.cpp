@@ -11,7 +11,9 @@ namespace dtrain {
 namespace {
 
 // Rows of BatchNorm's per-channel scratch (stats_).
-enum StatRow { kMean, kInvstd, kAlpha, kShift, kGradMean, kK, kScale, kStatRows };
+// sum_dy and sum_dy_xmu are adjacent: SyncBatchNorm all-reduces them as one; the backward
+// coefficients then overwrite them (grad_mean, k).
+enum StatRow { kMean, kInvstd, kAlpha, kShift, kSumDy, kSumDyXmu, kScale, kCount, kStatRows };
 
 }  // namespace
 
@@ -47,14 +49,7 @@ Tensor BatchNorm::forward(const Tensor& input) {
   const int64_t c = channels_;
   trained_forward_ = training();
   if (trained_forward_) {
-    // PyTorch refuses this too: one value per channel has no variance.
-    DTRAIN_CHECK(batch_ * plane_ > 1, "{} in training needs more than one value per channel, got input {}",
-                 describe(), shape_str(input.shape()));
-    launch(dev, c,
-           kernels::BatchNormStats{s + kMean * c, s + kInvstd * c, s + kAlpha * c, s + kShift * c,
-                                   running_mean_.value.data(), running_var_.value.data(), input.data(),
-                                   weight_.value.data(), bias_.value.data(), batch_, c, plane_, options_.eps,
-                                   options_.momentum});
+    batch_statistics(input);
     launch(dev, 1, kernels::IncrementCounter{num_batches_tracked_.value.data_as<int64_t>()});
   } else {
     launch(dev, c,
@@ -67,6 +62,39 @@ Tensor BatchNorm::forward(const Tensor& input) {
   return output_;
 }
 
+void BatchNorm::batch_statistics(const Tensor& input) {
+  const Device dev = weight_.value.device();
+  float* s = stats_.data();
+  const int64_t c = channels_;
+  if (!sync_) {
+    // PyTorch refuses this too: one value per channel has no variance.
+    DTRAIN_CHECK(batch_ * plane_ > 1, "{} in training needs more than one value per channel, got input {}",
+                 describe(), shape_str(input.shape()));
+    launch(dev, c,
+           kernels::BatchNormStats{s + kMean * c, s + kInvstd * c, s + kAlpha * c, s + kShift * c,
+                                   running_mean_.value.data(), running_var_.value.data(), input.data(),
+                                   weight_.value.data(), bias_.value.data(), batch_, c, plane_, options_.eps,
+                                   options_.momentum});
+    return;
+  }
+  // Note [SyncBatchNorm]: this rank's [mean, invstd, count], every rank's, combined.
+  ensure_tensor(local_, {2 * c + 1}, dev);
+  ensure_tensor(gathered_, {sync_->ranks(), 2 * c + 1}, dev);
+  float* l = local_.data();
+  if (batch_ > 0)
+    launch(dev, c,
+           kernels::BatchNormStats{l, l + c, s + kAlpha * c, s + kShift * c, nullptr, nullptr, input.data(),
+                                   weight_.value.data(), bias_.value.data(), batch_, c, plane_, options_.eps,
+                                   options_.momentum});
+  launch(dev, 1, kernels::SetValue{l + 2 * c, static_cast<float>(batch_ * plane_)});
+  sync_->allgather(local_, gathered_);
+  launch(dev, c,
+         kernels::BatchNormCombineStats{s + kMean * c, s + kInvstd * c, s + kAlpha * c, s + kShift * c,
+                                        s + kCount * c, running_mean_.value.data(), running_var_.value.data(),
+                                        gathered_.data(), weight_.value.data(), bias_.value.data(), sync_->ranks(), c,
+                                        options_.eps, options_.momentum});
+}
+
 Tensor BatchNorm::backward(const Tensor& grad_output, bool need_input_grad) {
   DTRAIN_CHECK(trained_forward_, "{} backward after a forward in evaluation mode", describe());
   DTRAIN_CHECK(grad_output.numel() == output_.numel(), "{} backward got {}", describe(),
@@ -77,17 +105,26 @@ Tensor BatchNorm::backward(const Tensor& grad_output, bool need_input_grad) {
   const float* y = relu_ ? output_.data() : nullptr;
   const float weight_beta = take_grad_beta(weight_), bias_beta = take_grad_beta(bias_);
   launch(dev, c,
-         kernels::BatchNormBackwardReduce{weight_.grad.data(), bias_.grad.data(), s + kGradMean * c, s + kK * c,
-                                          s + kScale * c, grad_output.data(), y, input_.data(), s + kMean * c,
-                                          s + kInvstd * c, weight_.value.data(), batch_, c, plane_, weight_beta,
-                                          bias_beta});
+         kernels::BatchNormBackwardReduce{weight_.grad.data(), bias_.grad.data(), s + kSumDy * c, s + kSumDyXmu * c,
+                                          grad_output.data(), y, input_.data(), s + kMean * c, s + kInvstd * c, batch_,
+                                          c, plane_, weight_beta, bias_beta});
   grad_ready(weight_);
   grad_ready(bias_);
-  if (!need_input_grad) return {};
+  if (!need_input_grad) return {};  // SyncBatchNorm too: every rank skips alike (the same model)
+  if (sync_) {
+    Tensor sums = stats_.slice(kSumDy * c, {2 * c});
+    sync_->allreduce_sum(sums);
+  }
+  // grad_mean and k overwrite the sums they are computed from (per channel, in place).
+  launch(dev, c,
+         kernels::BatchNormBackwardCoefficients{s + kSumDy * c, s + kSumDyXmu * c, s + kScale * c, s + kSumDy * c,
+                                                s + kSumDyXmu * c, s + kInvstd * c, weight_.value.data(),
+                                                sync_ ? s + kCount * c : nullptr,
+                                                static_cast<double>(batch_ * plane_)});
   ensure_tensor(grad_input_, input_.shape(), dev);
   launch(dev, grad_input_.numel(),
          kernels::BatchNormBackwardInput{grad_input_.data(), grad_output.data(), y, input_.data(), s + kMean * c,
-                                         s + kGradMean * c, s + kK * c, s + kScale * c, c, plane_});
+                                         s + kSumDy * c, s + kSumDyXmu * c, s + kScale * c, c, plane_});
   return grad_input_;
 }
 

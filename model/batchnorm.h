@@ -4,9 +4,33 @@
 // model/norm_kernels.h.
 #pragma once
 
+#include <memory>
+
 #include "model/module.h"
 
 namespace dtrain {
+
+// Note [SyncBatchNorm]: PyTorch's SyncBatchNorm, on any device. In training, each rank computes
+// its batch's per-channel mean and inverse std, all-gathers [mean, invstd, count] from every
+// rank, and combines them (ranks with count 0 masked out; kernels::BatchNormCombineStats) into
+// the statistics of all ranks' samples, which normalise and update the running statistics (the
+// variance unbiased over the total count). Backward all-reduces the two per-channel sums
+// (sum dy, sum (x - mean) dy) before the input gradient; the weight and bias gradients stay this
+// rank's, which DDP then averages. So np N x batch B normalises as BatchNorm at np 1 x batch NB.
+// Two collectives per layer and step, on the communicator the implementation (ddp/
+// sync_batchnorm.h) holds, with its deadlines and flight recorder; every rank must run the same
+// training forwards (a rank that runs none, as Join's joined ranks, would leave the others
+// waiting: the CLI refuses --sync-bn with --sampler uneven).
+class BatchStatsSync {
+ public:
+  virtual ~BatchStatsSync() = default;
+  virtual int ranks() const = 0;
+  // Collective: every rank's `mine` (written by kernels on its device's compute stream) into
+  // `all`, rank r's at r * mine.numel(); on return the compute stream may read `all`.
+  virtual void allgather(const Tensor& mine, Tensor& all) = 0;
+  // Collective: `t` summed over the ranks, in place; the same ordering.
+  virtual void allreduce_sum(Tensor& t) = 0;
+};
 
 struct BatchNormOptions {
   float eps = 1e-5f;
@@ -24,8 +48,11 @@ class BatchNorm : public Module {
   std::vector<Buffer*> buffers() override { return {&running_mean_, &running_var_, &num_batches_tracked_}; }
   std::string describe() const override;
   bool absorb_following_relu() override { return relu_ = true; }
+  void set_batch_stats_sync(std::shared_ptr<BatchStatsSync> sync) override { sync_ = std::move(sync); }
 
  private:
+  // The training statistics: this rank's, or every rank's (Note [SyncBatchNorm]).
+  void batch_statistics(const Tensor& input);
   // [N, C, plane] of the input, checked against the layer's kind and channels.
   void check_input(const Tensor& input);
 
@@ -38,7 +65,9 @@ class BatchNorm : public Module {
   int64_t batch_ = 0, plane_ = 0;
   bool trained_forward_ = false;  // the last forward used the batch's statistics
   Tensor input_, output_, grad_input_;
-  Tensor stats_;  // [7, C]: mean, invstd, alpha, shift, grad_mean, k, scale (norm_kernels.h)
+  Tensor stats_;  // [8, C]: mean, invstd, alpha, shift, sum_dy, sum_dy_xmu, scale, count (norm_kernels.h)
+  std::shared_ptr<BatchStatsSync> sync_;
+  Tensor local_, gathered_;  // SyncBatchNorm: [mean (C), invstd (C), count], every rank's
 };
 
 // adaptive_avg_pool2d(x, 1) then flatten: [N, C, H, W] -> [N, C].

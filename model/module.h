@@ -30,6 +30,7 @@
 namespace dtrain {
 
 class FlatStore;
+class BatchStatsSync;
 
 struct Parameter {
   std::string name;  // "0.weight", as PyTorch's Sequential names them
@@ -94,6 +95,9 @@ class Module {
   // and describe() do not change. One pass over the activations and one over their gradient
   // fewer per fused pair; the floats equal the unfused forward's.
   virtual bool absorb_following_relu() { return false; }
+  // Note [SyncBatchNorm] (model/batchnorm.h): BatchNorm layers take their training statistics
+  // over every rank through `sync` (nullptr: this rank's batch only); containers pass it on.
+  virtual void set_batch_stats_sync(std::shared_ptr<BatchStatsSync> sync) { (void)sync; }
   virtual void fuse_into(Module& previous) { (void)previous; }
 
  protected:

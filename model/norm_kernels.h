@@ -97,21 +97,19 @@ struct BatchNormApply {
 };
 
 // One channel c of backward: with dy' = dy (masked where the fused ReLU's output y <= 0),
-// sum = sum(dy'), dotp = sum((x - mean) dy'); the parameter gradients dweight = dotp * invstd and
-// dbias = sum, written (grad_beta 0) or added (1); the input gradient's coefficients
-// dx = (dy' - grad_mean[c] - (x - mean) k[c]) * scale[c].
+// sum[c] = sum(dy'), dotp[c] = sum((x - mean) dy') (SyncBatchNorm all-reduces these two rows);
+// the parameter gradients dweight = dotp * invstd and dbias = sum, written (grad_beta 0) or
+// added (1), from this rank's sums (PyTorch's SyncBatchNorm too: DDP averages them).
 struct BatchNormBackwardReduce {
   float* grad_weight;  // [C]
   float* grad_bias;    // [C]
-  float* grad_mean;    // [C]: sum / n
-  float* k;            // [C]: dotp * invstd^2 / n
-  float* scale;        // [C]: invstd * weight
+  float* sum_dy;       // [C]
+  float* sum_dy_xmu;   // [C]: dotp
   const float* dy;     // [N, C, plane]
   const float* y;      // the forward's output when it applied a ReLU, else nullptr
   const float* x;
   const float* mean;
   const float* invstd;
-  const float* weight;
   int64_t batch, channels, plane;
   float weight_beta, bias_beta;
   DTRAIN_HD void operator()(int64_t c) const {
@@ -125,16 +123,95 @@ struct BatchNormBackwardReduce {
         dotp += (static_cast<double>(x[base + p]) - m) * g;
       }
     }
-    const double count = static_cast<double>(batch * plane);
-    const double is = invstd[c];
-    const float gw = static_cast<float>(dotp * is), gb = static_cast<float>(sum);
+    const float gw = static_cast<float>(dotp * static_cast<double>(invstd[c])), gb = static_cast<float>(sum);
     // Not beta * old: memory left stale by zero_grad may hold NaN (model/module.h).
     grad_weight[c] = weight_beta == 0.f ? gw : grad_weight[c] + gw;
     grad_bias[c] = bias_beta == 0.f ? gb : grad_bias[c] + gb;
-    grad_mean[c] = static_cast<float>(sum / count);
-    k[c] = static_cast<float>(dotp * is * is / count);
+    sum_dy[c] = static_cast<float>(sum);
+    sum_dy_xmu[c] = static_cast<float>(dotp);
+  }
+};
+
+// One channel c: the input gradient's coefficients from the sums over `count` values (this
+// rank's, or with SyncBatchNorm every rank's, count[c] from BatchNormCombineStats; nullptr:
+// local_count): dx = (dy' - grad_mean[c] - (x - mean) k[c]) * scale[c].
+struct BatchNormBackwardCoefficients {
+  float* grad_mean;  // [C]: sum_dy / n (may alias sum_dy)
+  float* k;          // [C]: sum_dy_xmu * invstd^2 / n (may alias sum_dy_xmu)
+  float* scale;      // [C]: invstd * weight
+  const float* sum_dy;
+  const float* sum_dy_xmu;
+  const float* invstd;
+  const float* weight;
+  const float* count;  // [C] or nullptr
+  double local_count;
+  DTRAIN_HD void operator()(int64_t c) const {
+    const double n = count ? static_cast<double>(count[c]) : local_count;
+    const double is = invstd[c];
+    const double s = sum_dy[c], d = sum_dy_xmu[c];
+    grad_mean[c] = static_cast<float>(s / n);
+    k[c] = static_cast<float>(d * is * is / n);
     scale[c] = static_cast<float>(is * weight[c]);
   }
+};
+
+// SyncBatchNorm (PyTorch's batch_norm_gather_stats_with_counts): one channel c from every rank's
+// [mean (C), invstd (C), count (1)] block of `gathered` (ranks with count 0 masked out): the
+// mean over all values, the biased variance from each rank's (1/invstd^2 - eps) and the spread
+// of the means, then what BatchNormStats writes from them, and count[c] = the total.
+struct BatchNormCombineStats {
+  float* mean;
+  float* invstd;
+  float* alpha;
+  float* shift;
+  float* count;
+  float* running_mean;
+  float* running_var;
+  const float* gathered;  // [ranks, 2C + 1]
+  const float* weight;
+  const float* bias;
+  int64_t ranks, channels;
+  float eps, momentum;
+  DTRAIN_HD void operator()(int64_t c) const {
+    const int64_t stride = 2 * channels + 1;
+    double n = 0.0, sum = 0.0;
+    for (int64_t r = 0; r < ranks; ++r) {
+      const float* g = gathered + r * stride;
+      const double nr = g[2 * channels];
+      if (nr <= 0.0) continue;
+      n += nr;
+      sum += nr * static_cast<double>(g[c]);
+    }
+    const double m = n > 0.0 ? sum / n : 0.0;
+    double squares = 0.0;  // n * (biased variance)
+    for (int64_t r = 0; r < ranks; ++r) {
+      const float* g = gathered + r * stride;
+      const double nr = g[2 * channels];
+      if (nr <= 0.0) continue;
+      const double is = g[channels + c];
+      const double d = static_cast<double>(g[c]) - m;
+      squares += nr * (1.0 / (is * is) - static_cast<double>(eps) + d * d);
+    }
+    const double var = n > 0.0 ? squares / n : 0.0;
+    const float isf = static_cast<float>(1.0 / sqrt(var + static_cast<double>(eps)));
+    const float mf = static_cast<float>(m);
+    mean[c] = mf;
+    invstd[c] = isf;
+    count[c] = static_cast<float>(n);
+    const float a = isf * weight[c];
+    alpha[c] = a;
+    shift[c] = bias[c] - mf * a;
+    const double mo = momentum;
+    const double unbiased = n > 1.0 ? squares / (n - 1.0) : var;
+    running_mean[c] = static_cast<float>(mo * m + (1.0 - mo) * running_mean[c]);
+    running_var[c] = static_cast<float>(mo * unbiased + (1.0 - mo) * running_var[c]);
+  }
+};
+
+struct SetValue {  // one thread: *out = value
+  float* out;
+  float value;
+  DTRAIN_HD void operator()(int64_t) const { *out = value; }
 };
 
 struct BatchNormBackwardInput {  // dx = (dy' - grad_mean[c] - (x - mean[c]) k[c]) * scale[c]

@@ -95,6 +95,10 @@ void BasicBlock::set_grad_ready_hook(GradReadyHook hook) {
   Module::set_grad_ready_hook(std::move(hook));
 }
 
+void BasicBlock::set_batch_stats_sync(std::shared_ptr<BatchStatsSync> sync) {
+  for (Module* m : children()) m->set_batch_stats_sync(sync);
+}
+
 std::string BasicBlock::describe() const {
   return fmt::format("BasicBlock({}, {}, stride={})", in_c_, out_c_, stride_);
 }

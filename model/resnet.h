@@ -32,6 +32,7 @@ class BasicBlock : public Module {
   void set_training(bool training) override;
   void set_amp(AmpMode mode) override;
   void set_grad_ready_hook(GradReadyHook hook) override;
+  void set_batch_stats_sync(std::shared_ptr<BatchStatsSync> sync) override;
   std::string describe() const override;
 
  private:

@@ -67,6 +67,10 @@ void Sequential::set_grad_ready_hook(GradReadyHook hook) {
   Module::set_grad_ready_hook(std::move(hook));
 }
 
+void Sequential::set_batch_stats_sync(std::shared_ptr<BatchStatsSync> sync) {
+  for (auto& layer : layers_) layer->set_batch_stats_sync(sync);
+}
+
 std::string Sequential::describe() const {
   std::string s = "Sequential(";
   for (size_t i = 0; i < layers_.size(); ++i) s += (i ? ", " : "") + layers_[i]->describe();

@@ -27,6 +27,7 @@ class Sequential : public Module {
   void set_training(bool training) override;
   void set_amp(AmpMode mode) override;
   void set_grad_ready_hook(GradReadyHook hook) override;
+  void set_batch_stats_sync(std::shared_ptr<BatchStatsSync> sync) override;
   std::string describe() const override;
   size_t size() const { return layers_.size(); }
 

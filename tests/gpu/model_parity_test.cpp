@@ -68,12 +68,37 @@ void expect_step_matches(const ModelSpec& spec, AmpMode amp, double tolerance, D
   for (size_t i = 0; i < cpu_params.size(); ++i)
     EXPECT_LT(max_rel_diff(cpu_params[i]->value, gpu_params[i]->value), tolerance)
         << model_kind_name(spec.kind) << " updated " << cpu_params[i]->name;
+  // BatchNorm's running statistics (model/norm_kernels.h) and its int64 counter.
+  auto cpu_buffers = cpu_model->buffers(), gpu_buffers = gpu_model->buffers();
+  ASSERT_EQ(cpu_buffers.size(), gpu_buffers.size());
+  for (size_t i = 0; i < cpu_buffers.size(); ++i) {
+    if (cpu_buffers[i]->value.dtype() == DType::kI64) {
+      EXPECT_EQ(*gpu_buffers[i]->value.to(Device::cpu()).data_as<int64_t>(), 1) << gpu_buffers[i]->name;
+      continue;
+    }
+    EXPECT_LT(max_rel_diff(cpu_buffers[i]->value, gpu_buffers[i]->value), tolerance)
+        << model_kind_name(spec.kind) << " buffer " << cpu_buffers[i]->name;
+  }
+  // Evaluation: the running statistics normalise.
+  cpu_model->set_training(false);
+  gpu_model->set_training(false);
+  EXPECT_LT(max_rel_diff(cpu_model->forward(cpu_batch.images), gpu_model->forward(gpu_batch.images)), tolerance)
+      << model_kind_name(spec.kind) << " logits in evaluation";
 }
 
 class GpuModelParity : public GpuTest {};
 
 TEST_F(GpuModelParity, MlpStepMatchesTheCpu) {
   expect_step_matches(ModelSpec{ModelKind::kMlp, {256}, 0.f}, AmpMode::kOff, 1e-5, gpu());
+}
+
+// BatchNorm (batch statistics, running statistics, the fused ReLU), BasicBlock's join, global
+// average pooling, convolutions without bias: a step within float32 summation-order error.
+TEST_F(GpuModelParity, Resnet18StepMatchesTheCpu) {
+  ModelSpec spec;
+  spec.kind = ModelKind::kResnet18;
+  spec.width = 4;
+  expect_step_matches(spec, AmpMode::kOff, 1e-4, gpu());
 }
 
 TEST_F(GpuModelParity, CnnStepMatchesTheCpu) {
