@@ -2,6 +2,7 @@
 // == one process x batch N*B), bitwise-identical replicas, overlap of all-reduce and backward,
 // no_sync accumulation, unused parameters, mismatched models, compressed hooks.
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <random>
@@ -125,14 +126,28 @@ TEST_P(Equivalence, NRanksBatchBEqualsOneProcessBatchNB) {
 INSTANTIATE_TEST_SUITE_P(OptimizersAndBuckets, Equivalence,
                          ::testing::Combine(::testing::Values("sgd", "adamw"), ::testing::Values(25.0, 0.002)));
 
-// Note [SyncBatchNorm]: a resnet18 (width 2, 8x8 images: its last stage normalises 1x1 planes of
-// B samples) at N ranks x batch B with --sync-bn trains as one process at batch NB: parameters
-// and running statistics within 1e-5 after 3 SGD steps. Plain BatchNorm does not (each rank
-// normalises its own B samples): the same run without sync is checked to differ, so the test
-// sees the property.
-double sync_bn_difference(bool sync) {
+// Largest |a - b| over the largest |b|: a tensor's error on the scale of its values.
+double tensor_rel(const Tensor& a, const Tensor& b) {
+  const std::vector<float> u = a.to_vector(), v = b.to_vector();
+  double worst = 0, scale = 1e-30;
+  for (size_t i = 0; i < u.size(); ++i) {
+    worst = std::max(worst, static_cast<double>(std::abs(u[i] - v[i])));
+    scale = std::max(scale, static_cast<double>(std::abs(v[i])));
+  }
+  return worst / scale;
+}
+
+struct SyncBnDifference {
+  double logits = 0;  // the first forward's, this rank's rows against the same rows at batch NB
+  double state = 0;   // after one SGD step: every parameter and running statistic, per tensor
+};
+
+// Note [SyncBatchNorm]: a resnet18 (width 2, 8x8 images: its last stage normalises 1x1 planes
+// of B samples) at N ranks x batch B, with or without SyncBatchNorm, against one process at batch
+// NB, from the same weights.
+SyncBnDifference sync_bn_difference(bool sync) {
   const int n = world().size(), rank = world().rank();
-  const int64_t B = 4, steps = 3;
+  const int64_t B = 4;
   ModelSpec spec;
   spec.kind = ModelKind::kResnet18;
   spec.width = 2;
@@ -144,35 +159,52 @@ double sync_bn_difference(bool sync) {
   auto opt = make_opt("sgd", *model);
   auto ref_opt = make_opt("sgd", *reference);
   CrossEntropyLoss loss, ref_loss;
-  for (int64_t step = 0; step < steps; ++step) {
-    GlobalBatch g = make_global_batch(n * B, static_cast<uint32_t>(300 + step));
-    auto [x, y] = rows_of(g, rank * B, B);
-    opt->zero_grad();
-    loss.forward(ddp.forward(x), y);
-    ddp.backward(loss.backward());
-    opt->step();
-    auto [gx, gy] = rows_of(g, 0, n * B);
-    ref_opt->zero_grad();
-    ref_loss.forward(reference->forward(gx), gy);
-    reference->backward(ref_loss.backward(), false);
-    ref_opt->step();
-  }
+  GlobalBatch g = make_global_batch(n * B, 300);
+  auto [x, y] = rows_of(g, rank * B, B);
+  auto [gx, gy] = rows_of(g, 0, n * B);
+  opt->zero_grad();
+  ref_opt->zero_grad();
+  SyncBnDifference d;
+  const Tensor logits = ddp.forward(x);
+  const Tensor ref_logits = reference->forward(gx);
+  d.logits = tensor_rel(logits, ref_logits.slice(rank * B * 10, {B, 10}));
+  loss.forward(logits, y);
+  ddp.backward(loss.backward());
+  opt->step();
+  ref_loss.forward(ref_logits, gy);
+  reference->backward(ref_loss.backward(), false);
+  ref_opt->step();
   EXPECT_TRUE(replicas_bitwise_equal(*model));
-  std::vector<float> got = flat(*model), want = flat(*reference);
-  for (const auto* m : {model.get(), reference.get()})
-    for (Buffer* b : const_cast<Sequential*>(m)->buffers())
-      if (b->value.dtype() == DType::kF32)
-        for (float v : b->value.to_vector()) (m == model.get() ? got : want).push_back(v);
+  std::vector<Tensor*> got, want;
+  for (Parameter* p : model->parameters()) got.push_back(&p->value);
+  for (Parameter* p : reference->parameters()) want.push_back(&p->value);
+  for (Buffer* b : model->buffers())
+    if (b->value.dtype() == DType::kF32) got.push_back(&b->value);
+  for (Buffer* b : reference->buffers())
+    if (b->value.dtype() == DType::kF32) want.push_back(&b->value);
   EXPECT_EQ(got.size(), want.size());
-  double max_rel = 0;
-  for (size_t i = 0; i < got.size(); ++i)
-    max_rel = std::max(max_rel, std::abs(got[i] - want[i]) / std::max(1e-3, static_cast<double>(std::abs(want[i]))));
-  return max_rel;
+  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i)
+    d.state = std::max(d.state, tensor_rel(*got[i], *want[i]));
+  return d;
 }
 
+// The 1e-5 holds for what BatchNorm computes (the normalised outputs: the logits, and the
+// running statistics); a step's parameters differ by up to 1.2e-5 of a tensor's largest value,
+// in the BatchNorm biases, whose gradients are channel sums that cancel (float32 rounding of the
+// terms, summed in another order at batch NB). Later steps grow that as any float32 run does
+// (measured: 2.5e-5 after 2 steps, 9.5e-5 after 3). Plain BatchNorm is far off (each rank
+// normalises its own B samples; measured 9.3 after one step): the test sees the property.
 TEST(SyncBatchNorm, NRanksBatchBEqualsOneProcessBatchNB) {
-  EXPECT_LT(sync_bn_difference(true), 1e-5);
-  EXPECT_GT(sync_bn_difference(false), 1e-3);  // without sync the statistics are each rank's own
+  const SyncBnDifference synced = sync_bn_difference(true);
+  EXPECT_LT(synced.logits, 1e-5);
+  EXPECT_LT(synced.state, 3e-5);
+  const SyncBnDifference plain = sync_bn_difference(false);
+  EXPECT_GT(plain.logits, 1e-2);
+  EXPECT_GT(plain.state, 1e-1);
+  if (world().rank() == 0)
+    std::printf("SyncBatchNorm np %d x 4 vs 1 x %d: logits %.2e, state after a step %.2e (plain BatchNorm: %.2e, "
+                "%.2e)\n",
+                world().size(), 4 * world().size(), synced.logits, synced.state, plain.logits, plain.state);
 }
 
 TEST(Overlap, ABucketAllReduceStartsBeforeBackwardEnds) {
