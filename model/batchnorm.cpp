@@ -57,8 +57,14 @@ Tensor BatchNorm::forward(const Tensor& input) {
                                               running_var_.value.data(), weight_.value.data(), bias_.value.data(),
                                               options_.eps});
   }
-  launch(dev, output_.numel(),
-         kernels::BatchNormApply{output_.data(), input.data(), s + kAlpha * c, s + kShift * c, c, plane_, relu_});
+  // One thread per element on the GPU; per plane on the CPU (the same floats, a vectorised loop).
+  if (dev.is_cpu())
+    launch(dev, batch_ * c,
+           kernels::BatchNormApplyPlanes{output_.data(), input.data(), s + kAlpha * c, s + kShift * c, c, plane_,
+                                         relu_});
+  else
+    launch(dev, output_.numel(),
+           kernels::BatchNormApply{output_.data(), input.data(), s + kAlpha * c, s + kShift * c, c, plane_, relu_});
   return output_;
 }
 
@@ -122,9 +128,15 @@ Tensor BatchNorm::backward(const Tensor& grad_output, bool need_input_grad) {
                                                 sync_ ? s + kCount * c : nullptr,
                                                 static_cast<double>(batch_ * plane_)});
   ensure_tensor(grad_input_, input_.shape(), dev);
-  launch(dev, grad_input_.numel(),
-         kernels::BatchNormBackwardInput{grad_input_.data(), grad_output.data(), y, input_.data(), s + kMean * c,
-                                         s + kSumDy * c, s + kSumDyXmu * c, s + kScale * c, c, plane_});
+  if (dev.is_cpu())
+    launch(dev, batch_ * c,
+           kernels::BatchNormBackwardInputPlanes{grad_input_.data(), grad_output.data(), y, input_.data(),
+                                                 s + kMean * c, s + kSumDy * c, s + kSumDyXmu * c, s + kScale * c, c,
+                                                 plane_});
+  else
+    launch(dev, grad_input_.numel(),
+           kernels::BatchNormBackwardInput{grad_input_.data(), grad_output.data(), y, input_.data(), s + kMean * c,
+                                           s + kSumDy * c, s + kSumDyXmu * c, s + kScale * c, c, plane_});
   return grad_input_;
 }
 

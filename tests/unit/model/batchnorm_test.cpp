@@ -9,6 +9,7 @@
 #include "core/ops.h"
 #include "model/batchnorm.h"
 #include "model/models.h"
+#include "model/norm_kernels.h"
 #include "model/resnet.h"
 
 namespace dtrain {
@@ -124,6 +125,35 @@ TEST(Resnet18, TorchvisionNamesAndThePlan) {
   int64_t built = 0;
   for (Parameter* p : model->parameters()) built += p->value.numel();
   EXPECT_EQ(count, built);
+}
+
+}  // namespace
+}  // namespace dtrain
+
+namespace dtrain {
+namespace {
+
+// The CPU's per-plane loops compute the GPU's per-element floats, bitwise.
+TEST(BatchNormKernels, PlanesEqualElementsBitwise) {
+  const int64_t n = 3, c = 4, plane = 7, count = n * c * plane;
+  const std::vector<float> x = testing::random_values(count, 1), dy = testing::random_values(count, 2);
+  const std::vector<float> per_c = testing::random_values(c, 3), per_c2 = testing::random_values(c, 4);
+  for (bool relu : {false, true}) {
+    std::vector<float> a(count), b(count);
+    launch(Device::cpu(), count, kernels::BatchNormApply{a.data(), x.data(), per_c.data(), per_c2.data(), c, plane, relu});
+    launch(Device::cpu(), n * c,
+           kernels::BatchNormApplyPlanes{b.data(), x.data(), per_c.data(), per_c2.data(), c, plane, relu});
+    EXPECT_EQ(a, b) << "apply, relu " << relu;
+    const float* y = relu ? a.data() : nullptr;
+    std::vector<float> da(count), db(count);
+    launch(Device::cpu(), count,
+           kernels::BatchNormBackwardInput{da.data(), dy.data(), y, x.data(), per_c.data(), per_c2.data(),
+                                           per_c.data(), per_c2.data(), c, plane});
+    launch(Device::cpu(), n * c,
+           kernels::BatchNormBackwardInputPlanes{db.data(), dy.data(), y, x.data(), per_c.data(), per_c2.data(),
+                                                 per_c.data(), per_c2.data(), c, plane});
+    EXPECT_EQ(da, db) << "backward input, relu " << relu;
+  }
 }
 
 }  // namespace
