@@ -10,10 +10,12 @@
 # cores of this machine allow, the ceiling for any 2-rank scaling efficiency measured here.
 # Both programs multiply with the same OpenBLAS; --coretype exports OPENBLAS_CORETYPE=NAME to
 # both (e.g. SkylakeX for AVX-512 kernels), otherwise each runs with the environment as it is.
-# --model gpt: the GPT language model against torch_gpt_peer.py instead (bench/vs_peer_gpt.sh).
+# --model gpt: the GPT language model against torch_gpt_peer.py instead (bench/vs_peer_gpt.sh);
+# --model resnet18: the ResNet against torch_resnet_peer.py (bench/vs_peer_resnet.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for arg in "$@"; do [ "$arg" = gpt ] && exec bash bench/vs_peer_gpt.sh "$@"; done
+for arg in "$@"; do [ "$arg" = resnet18 ] && exec bash bench/vs_peer_resnet.sh "$@"; done
 epochs=1; repeat=3; model=mlp
 while [ $# -gt 0 ]; do
   case "$1" in
