@@ -9,11 +9,19 @@
 # With ZERO (1 or 2) every job runs with --zero ZERO and AdamW, and the optimizer state is compared
 # shard file by shard file (optimizer-rank<r>-of-NP.safetensors); the autotuned scenario is left
 # out (--zero refuses --bucket-cap-mb auto).
-#   resume_bitwise_test.sh PATH/TO/dtrain NP [ZERO]
+# With resnet18 in place of ZERO, the job is a --model resnet18 --width 4 (mid-epoch only): the
+# BatchNorm buffers (running statistics, num_batches_tracked) resume with the parameters.
+#   resume_bitwise_test.sh PATH/TO/dtrain NP [ZERO|resnet18]
 set -uo pipefail
 DTRAIN=${1:?usage: resume_bitwise_test.sh PATH/TO/dtrain NP [ZERO]}
 NP=${2:?usage: resume_bitwise_test.sh PATH/TO/dtrain NP [ZERO]}
 ZERO=${3:-0}
+MODEL_ARGS=(--dropout 0.1)
+if [ "$ZERO" = resnet18 ]; then
+  ZERO=0
+  MODEL_ARGS=(--model resnet18 --width 4)
+  RESNET=1
+fi
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
@@ -22,7 +30,7 @@ source "$(dirname "$0")/lib.sh"
 scenario() {
   local name=$1 min_step=$2
   shift 2
-  local args=(train "${COMMON[@]}" --batch-size 16 --dropout 0.1 "$@")
+  local args=(train "${COMMON[@]}" --batch-size 16 "${MODEL_ARGS[@]}" "$@")
   [ "$ZERO" -gt 0 ] && args+=(--zero "$ZERO" --optimizer adamw --hidden 256,128 --bucket-cap-mb 0.25)
   local ref="$WORK/$name-ref" run="$WORK/$name-run"
   if ! dtrain_at "$NP" "$ref.log" "${args[@]}" --checkpoint-dir "$ref"; then
@@ -69,6 +77,10 @@ scenario() {
 }
 
 limit=$((1200 * NP))  # 75 steps of 16 per rank and epoch
+if [ -n "${RESNET:-}" ]; then
+  scenario resnet18-mid-epoch 10 --train-limit $((480 * NP)) --epochs 3 --checkpoint-every 10
+  finish
+fi
 scenario mid-epoch 10 --train-limit "$limit" --epochs 2 --checkpoint-every 10
 scenario epoch-boundary 1 --train-limit "$limit" --epochs 3
 # Two distinct bucket plans for 784-512-512-10 (a 1 MiB first bucket, or one bucket): step 1, then
