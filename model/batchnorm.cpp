@@ -76,8 +76,8 @@ void BatchNorm::batch_statistics(const Tensor& input) {
     // PyTorch refuses this too: one value per channel has no variance.
     DTRAIN_CHECK(batch_ * plane_ > 1, "{} in training needs more than one value per channel, got input {}",
                  describe(), shape_str(input.shape()));
-    launch(dev, c,
-           kernels::BatchNormStats{s + kMean * c, s + kInvstd * c, s + kAlpha * c, s + kShift * c,
+    launch_rows(dev, c,
+                kernels::BatchNormStats{s + kMean * c, s + kInvstd * c, s + kAlpha * c, s + kShift * c,
                                    running_mean_.value.data(), running_var_.value.data(), input.data(),
                                    weight_.value.data(), bias_.value.data(), batch_, c, plane_, options_.eps,
                                    options_.momentum});
@@ -88,8 +88,8 @@ void BatchNorm::batch_statistics(const Tensor& input) {
   ensure_tensor(gathered_, {sync_->ranks(), 2 * c + 1}, dev);
   float* l = local_.data();
   if (batch_ > 0)
-    launch(dev, c,
-           kernels::BatchNormStats{l, l + c, s + kAlpha * c, s + kShift * c, nullptr, nullptr, input.data(),
+    launch_rows(dev, c,
+                kernels::BatchNormStats{l, l + c, s + kAlpha * c, s + kShift * c, nullptr, nullptr, input.data(),
                                    weight_.value.data(), bias_.value.data(), batch_, c, plane_, options_.eps,
                                    options_.momentum});
   launch(dev, 1, kernels::SetValue{l + 2 * c, static_cast<float>(batch_ * plane_)});
@@ -110,8 +110,8 @@ Tensor BatchNorm::backward(const Tensor& grad_output, bool need_input_grad) {
   const int64_t c = channels_;
   const float* y = relu_ ? output_.data() : nullptr;
   const float weight_beta = take_grad_beta(weight_), bias_beta = take_grad_beta(bias_);
-  launch(dev, c,
-         kernels::BatchNormBackwardReduce{weight_.grad.data(), bias_.grad.data(), s + kSumDy * c, s + kSumDyXmu * c,
+  launch_rows(dev, c,
+              kernels::BatchNormBackwardReduce{weight_.grad.data(), bias_.grad.data(), s + kSumDy * c, s + kSumDyXmu * c,
                                           grad_output.data(), y, input_.data(), s + kMean * c, s + kInvstd * c, batch_,
                                           c, plane_, weight_beta, bias_beta});
   grad_ready(weight_);

@@ -36,8 +36,25 @@ DTRAIN_HD inline double sum4(int64_t n, F&& f) {
   return (s0 + s1) + (s2 + s3);
 }
 
-// One channel c: the batch's mean and 1/sqrt(var + eps), the affine transform folded into
-// alpha[c] and shift[c], and (running_mean != nullptr) the running statistics updated.
+// The sum of f(n, p) over a channel's batch x plane values, in a row kernel (Note [Row launches]
+// in core/launch.h: a channel is a row): on the CPU's one lane every plane by sum4, in double;
+// on a GPU warp each lane its share of every plane in double, the lanes' partial sums then
+// combined (in float, each already summed in double).
+template <class Lanes, class F>
+DTRAIN_HD inline double channel_sum(const Lanes& lanes, int64_t batch, int64_t plane, const F& f) {
+  double s = 0.0;
+  if (lanes.count() == 1) {
+    for (int64_t n = 0; n < batch; ++n) s += sum4(plane, [&](int64_t p) { return f(n, p); });
+    return s;
+  }
+  for (int64_t n = 0; n < batch; ++n)
+    for (int64_t p = lanes.lane(); p < plane; p += lanes.count()) s += f(n, p);
+  return static_cast<double>(lanes.sum(static_cast<float>(s)));
+}
+
+// One channel c (a row kernel: launch_rows over the channels): the batch's mean and
+// 1/sqrt(var + eps), the affine transform folded into alpha[c] and shift[c], and
+// (running_mean != nullptr) the running statistics updated.
 struct BatchNormStats {
   float* mean;          // [C]
   float* invstd;        // [C]
@@ -50,22 +67,16 @@ struct BatchNormStats {
   const float* bias;    // [C]
   int64_t batch, channels, plane;
   float eps, momentum;
-  DTRAIN_HD void operator()(int64_t c) const {
-    double sum = 0.0;
-    for (int64_t n = 0; n < batch; ++n) {
-      const float* xc = x + (n * channels + c) * plane;
-      sum += sum4(plane, [&](int64_t p) { return static_cast<double>(xc[p]); });
-    }
+  template <class Lanes>
+  DTRAIN_HD void operator()(const Lanes& lanes, int64_t c) const {
+    auto at = [&](int64_t n, int64_t p) { return static_cast<double>(x[(n * channels + c) * plane + p]); };
     const double count = static_cast<double>(batch * plane);
-    const double m = sum / count;
-    double squares = 0.0;
-    for (int64_t n = 0; n < batch; ++n) {
-      const float* xc = x + (n * channels + c) * plane;
-      squares += sum4(plane, [&](int64_t p) {
-        const double d = static_cast<double>(xc[p]) - m;
-        return d * d;
-      });
-    }
+    const double m = channel_sum(lanes, batch, plane, at) / count;
+    const double squares = channel_sum(lanes, batch, plane, [&](int64_t n, int64_t p) {
+      const double d = at(n, p) - m;
+      return d * d;
+    });
+    if (lanes.lane() != 0) return;
     const float is = static_cast<float>(1.0 / sqrt(squares / count + static_cast<double>(eps)));
     const float mf = static_cast<float>(m);
     mean[c] = mf;
@@ -138,11 +149,11 @@ struct BatchNormApplyPlanes {
   }
 };
 
-// One channel c of backward: with dy' = dy (masked where the fused ReLU's output y <= 0),
+// One channel c of backward (a row kernel): with dy' = dy (masked where the fused ReLU's output y <= 0),
 // sum[c] = sum(dy'), dotp[c] = sum((x - mean) dy') (SyncBatchNorm all-reduces these two rows);
 // the parameter gradients dweight = dotp * invstd and dbias = sum, written (grad_beta 0) or
 // added (1), from this rank's sums (PyTorch's SyncBatchNorm too: DDP averages them).
-struct BatchNormBackwardReduce {
+struct BatchNormBackwardReduce {  // a row kernel over the channels
   float* grad_weight;  // [C]
   float* grad_bias;    // [C]
   float* sum_dy;       // [C]
@@ -154,18 +165,18 @@ struct BatchNormBackwardReduce {
   const float* invstd;
   int64_t batch, channels, plane;
   float weight_beta, bias_beta;
-  DTRAIN_HD void operator()(int64_t c) const {
+  template <class Lanes>
+  DTRAIN_HD void operator()(const Lanes& lanes, int64_t c) const {
     const double m = mean[c];
-    double sum = 0.0, dotp = 0.0;
-    for (int64_t n = 0; n < batch; ++n) {
-      const int64_t base = (n * channels + c) * plane;
-      const float* dyp = dy + base;
-      const float* xp = x + base;
-      const float* yp = y ? y + base : nullptr;
-      auto g = [&](int64_t p) { return (yp && !(yp[p] > 0.f)) ? 0.f : dyp[p]; };
-      sum += sum4(plane, [&](int64_t p) { return static_cast<double>(g(p)); });
-      dotp += sum4(plane, [&](int64_t p) { return (static_cast<double>(xp[p]) - m) * g(p); });
-    }
+    auto g = [&](int64_t n, int64_t p) {
+      const int64_t i = (n * channels + c) * plane + p;
+      return static_cast<double>((y && !(y[i] > 0.f)) ? 0.f : dy[i]);
+    };
+    const double sum = channel_sum(lanes, batch, plane, g);
+    const double dotp = channel_sum(lanes, batch, plane, [&](int64_t n, int64_t p) {
+      return (static_cast<double>(x[(n * channels + c) * plane + p]) - m) * g(n, p);
+    });
+    if (lanes.lane() != 0) return;
     const float gw = static_cast<float>(dotp * static_cast<double>(invstd[c])), gb = static_cast<float>(sum);
     // Not beta * old: memory left stale by zero_grad may hold NaN (model/module.h).
     grad_weight[c] = weight_beta == 0.f ? gw : grad_weight[c] + gw;

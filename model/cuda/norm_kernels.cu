@@ -2,10 +2,10 @@
 #include "core/cuda/launch.cuh"
 #include "model/norm_kernels.h"
 
-DTRAIN_REGISTER_KERNEL(dtrain::kernels::BatchNormStats)
+DTRAIN_REGISTER_ROW_KERNEL(dtrain::kernels::BatchNormStats)
 DTRAIN_REGISTER_KERNEL(dtrain::kernels::BatchNormEvalCoefficients)
 DTRAIN_REGISTER_KERNEL(dtrain::kernels::BatchNormApply)
-DTRAIN_REGISTER_KERNEL(dtrain::kernels::BatchNormBackwardReduce)
+DTRAIN_REGISTER_ROW_KERNEL(dtrain::kernels::BatchNormBackwardReduce)
 DTRAIN_REGISTER_KERNEL(dtrain::kernels::BatchNormBackwardInput)
 DTRAIN_REGISTER_KERNEL(dtrain::kernels::IncrementCounter)
 DTRAIN_REGISTER_KERNEL(dtrain::kernels::GlobalAvgPoolForward)
