@@ -64,7 +64,7 @@ Tensor BatchNorm::forward(const Tensor& input) {
                                          relu_});
   else
     launch(dev, output_.numel(),
-           kernels::BatchNormApply{output_.data(), input.data(), s + kAlpha * c, s + kShift * c, c, plane_, relu_});
+           kernels::BatchNormApply{{output_.data(), input.data(), s + kAlpha * c, s + kShift * c, c, plane_, relu_}});
   return output_;
 }
 
@@ -135,8 +135,8 @@ Tensor BatchNorm::backward(const Tensor& grad_output, bool need_input_grad) {
                                                  plane_});
   else
     launch(dev, grad_input_.numel(),
-           kernels::BatchNormBackwardInput{grad_input_.data(), grad_output.data(), y, input_.data(), s + kMean * c,
-                                           s + kSumDy * c, s + kSumDyXmu * c, s + kScale * c, c, plane_});
+           kernels::BatchNormBackwardInput{{grad_input_.data(), grad_output.data(), y, input_.data(), s + kMean * c,
+                                            s + kSumDy * c, s + kSumDyXmu * c, s + kScale * c, c, plane_}});
   return grad_input_;
 }
 

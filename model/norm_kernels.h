@@ -109,23 +109,9 @@ struct BatchNormEvalCoefficients {
   }
 };
 
-// y = x * alpha[c] + shift[c], then max(., 0) when relu (Note [Fused ReLU] in model/module.h).
-struct BatchNormApply {
-  float* y;
-  const float* x;
-  const float* alpha;
-  const float* shift;
-  int64_t channels, plane;
-  bool relu;
-  DTRAIN_HD void operator()(int64_t i) const {
-    const int64_t c = (i / plane) % channels;
-    const float v = x[i] * alpha[c] + shift[c];
-    y[i] = relu ? (v > 0.f ? v : 0.f) : v;
-  }
-};
-
-// The same arithmetic one (n, c) plane per thread: the CPU's path (no division per element, an
-// inner loop the compiler vectorises), bitwise BatchNormApply's.
+// y = x * alpha[c] + shift[c], then max(., 0) when relu (Note [Fused ReLU] in model/module.h),
+// one (n, c) plane per thread: the CPU's path (no division per element, an inner loop the
+// compiler vectorises). BatchNormApply computes the same floats one element per thread (the GPU's).
 struct BatchNormApplyPlanes {
   float* y;
   const float* x;
@@ -146,6 +132,15 @@ struct BatchNormApplyPlanes {
     } else {
       for (int64_t p = 0; p < plane; ++p) yr[p] = xr[p] * a + s;
     }
+  }
+};
+
+struct BatchNormApply {
+  BatchNormApplyPlanes a;
+  DTRAIN_HD void operator()(int64_t i) const {
+    const int64_t c = (i / a.plane) % a.channels;
+    const float v = a.x[i] * a.alpha[c] + a.shift[c];
+    a.y[i] = a.relu ? (v > 0.f ? v : 0.f) : v;
   }
 };
 
@@ -268,24 +263,8 @@ struct SetValue {  // one thread: *out = value
   DTRAIN_HD void operator()(int64_t) const { *out = value; }
 };
 
-struct BatchNormBackwardInput {  // dx = (dy' - grad_mean[c] - (x - mean[c]) k[c]) * scale[c]
-  float* dx;
-  const float* dy;
-  const float* y;  // nullptr: no fused ReLU
-  const float* x;
-  const float* mean;
-  const float* grad_mean;
-  const float* k;
-  const float* scale;
-  int64_t channels, plane;
-  DTRAIN_HD void operator()(int64_t i) const {
-    const int64_t c = (i / plane) % channels;
-    const float g = (y && !(y[i] > 0.f)) ? 0.f : dy[i];
-    dx[i] = (g - grad_mean[c] - (x[i] - mean[c]) * k[c]) * scale[c];
-  }
-};
-
-// One (n, c) plane per thread (the CPU's path), bitwise BatchNormBackwardInput's.
+// dx = (dy' - grad_mean[c] - (x - mean[c]) k[c]) * scale[c], one (n, c) plane per thread (the
+// CPU's path); BatchNormBackwardInput the same floats one element per thread (the GPU's).
 struct BatchNormBackwardInputPlanes {
   float* dx;
   const float* dy;
@@ -309,6 +288,15 @@ struct BatchNormBackwardInputPlanes {
       for (int64_t p = 0; p < plane; ++p)
         dx[base + p] = (dy[base + p] - gm - (x[base + p] - m) * kc) * sc;
     }
+  }
+};
+
+struct BatchNormBackwardInput {
+  BatchNormBackwardInputPlanes a;
+  DTRAIN_HD void operator()(int64_t i) const {
+    const int64_t c = (i / a.plane) % a.channels;
+    const float g = (a.y && !(a.y[i] > 0.f)) ? 0.f : a.dy[i];
+    a.dx[i] = (g - a.grad_mean[c] - (a.x[i] - a.mean[c]) * a.k[c]) * a.scale[c];
   }
 };
 

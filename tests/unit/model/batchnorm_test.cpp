@@ -140,15 +140,15 @@ TEST(BatchNormKernels, PlanesEqualElementsBitwise) {
   const std::vector<float> per_c = testing::random_values(c, 3), per_c2 = testing::random_values(c, 4);
   for (bool relu : {false, true}) {
     std::vector<float> a(count), b(count);
-    launch(Device::cpu(), count, kernels::BatchNormApply{a.data(), x.data(), per_c.data(), per_c2.data(), c, plane, relu});
+    launch(Device::cpu(), count, kernels::BatchNormApply{{a.data(), x.data(), per_c.data(), per_c2.data(), c, plane, relu}});
     launch(Device::cpu(), n * c,
            kernels::BatchNormApplyPlanes{b.data(), x.data(), per_c.data(), per_c2.data(), c, plane, relu});
     EXPECT_EQ(a, b) << "apply, relu " << relu;
     const float* y = relu ? a.data() : nullptr;
     std::vector<float> da(count), db(count);
     launch(Device::cpu(), count,
-           kernels::BatchNormBackwardInput{da.data(), dy.data(), y, x.data(), per_c.data(), per_c2.data(),
-                                           per_c.data(), per_c2.data(), c, plane});
+           kernels::BatchNormBackwardInput{{da.data(), dy.data(), y, x.data(), per_c.data(), per_c2.data(),
+                                            per_c.data(), per_c2.data(), c, plane}});
     launch(Device::cpu(), n * c,
            kernels::BatchNormBackwardInputPlanes{db.data(), dy.data(), y, x.data(), per_c.data(), per_c2.data(),
                                                  per_c.data(), per_c2.data(), c, plane});
