@@ -215,6 +215,9 @@ void read_model(const cxxopts::ParseResult& r, TrainConfig& c) {
   require(c.model.width >= 1 && c.model.width <= kMaxResnetWidth,
           fmt::format("--width: must be in [1, {}], got {}", kMaxResnetWidth, c.model.width));
   require(r.count("width") == 0 || c.model.kind == ModelKind::kResnet18, "--width: only with --model resnet18");
+  for (const char* flag : {"hidden", "dropout"})
+    require(r.count(flag) == 0 || c.model.kind != ModelKind::kResnet18,
+            fmt::format("--{}: not with --model resnet18 (its layers are torchvision's; --width sets its size)", flag));
   c.model.hidden = parse_widths(r["hidden"].as<std::string>());
   c.model.dropout = float_flag(r, "dropout");
   require(c.model.dropout >= 0.f && c.model.dropout < 1.f,

@@ -72,7 +72,8 @@ TEST(TrainOptions, DeviceTimingOnlyWhenTraceOrMetricsAskForIt) {
 TEST(TrainOptions, WrongFlagsAndValuesAreOneLineUsageErrors) {
   EXPECT_EQ(usage_error_of({"--data", "/tmp", "--batch-size", "0"}), "--batch-size: must be at least 1, got 0");
   EXPECT_EQ(usage_error_of({"--data", "/tmp", "--lr", "-0.1"}), "--lr: must be positive, got -0.1");
-  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--model", "resnet"}), "--model: expected mlp, cnn or gpt, got 'resnet'");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--model", "resnet"}),
+            "--model: expected mlp, cnn, resnet18 or gpt, got 'resnet'");
   EXPECT_EQ(usage_error_of({"--data", "/nonexistent/dir"}),
             "--data: no such directory '/nonexistent/dir' (Debian: apt-get install dataset-fashion-mnist)");
   EXPECT_EQ(usage_error_of({"--data", "/tmp", "--hidden", "256,x"}),
@@ -314,7 +315,18 @@ TEST(TrainOptions, GptWrongValuesAndMisplacedFlagsAreOneLineUsageErrors) {
   EXPECT_EQ(usage_error_of({"--data", "/tmp", "--data-format", "llmc"}),
             "--data-format llmc: token shards train --model gpt");
   EXPECT_EQ(usage_error_of({"--data", "/tmp", "--beta2", "0.95"}), "--beta2: only with --optimizer adamw");
-  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--model", "rnn"}), "--model: expected mlp, cnn or gpt, got 'rnn'");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--model", "rnn"}),
+            "--model: expected mlp, cnn, resnet18 or gpt, got 'rnn'");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--width", "8"}), "--width: only with --model resnet18");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--model", "resnet18", "--width", "0"}),
+            "--width: must be in [1, 4096], got 0");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--model", "resnet18", "--dropout", "0.1"}),
+            "--dropout: not with --model resnet18 (its layers are torchvision's; --width sets its size)");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--broadcast-buffers", "yes"}),
+            "--broadcast-buffers: expected on or off, got 'yes'");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--sync-bn", "--sampler", "uneven"}),
+            "--sync-bn: not with --sampler uneven (a rank out of data runs no forward; the others would wait for it "
+            "in SyncBatchNorm's all-gather)");
 }
 
 // --data-format auto detects what --data holds: token shards with an image model, or IDX files
