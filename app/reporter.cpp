@@ -51,7 +51,9 @@ void Reporter::start(Runtime& rt, const std::string& model, const TrainConfig& c
   dataset_size_ = train_size;
   epochs_ = c.epochs;
   summary_model_ = model_kind_name(c.model.kind);
-  summary_hidden_ = fmt::format("{}", fmt::join(c.model.hidden, ","));
+  // The model's size: the MLP's hidden widths, resnet18's base width ("width 16").
+  summary_hidden_ = c.model.kind == ModelKind::kResnet18 ? fmt::format("width {}", c.model.width)
+                                                          : fmt::format("{}", fmt::join(c.model.hidden, ","));
   summary_hook_ = comm_hook_name(c.ddp.comm_hook);
   summary_batch_ = c.batch_size;
   run_start_ = Clock::now();
