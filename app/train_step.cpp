@@ -70,11 +70,10 @@ bool GradPoison::hits(int64_t step) const {
 }
 
 void GradPoison::poison(const std::vector<Parameter*>& params) {
-  for (Parameter* p : params) {
-    if (p->grad_is_zero) continue;
-    launch(p->grad.device(), 1, kernels::Fill{p->grad.data(), std::numeric_limits<float>::infinity()});
-    return;
-  }
+  // The first gradient this rank steps with (under ZeRO-2's ring, its owned ones).
+  const std::vector<GradSpan> spans = written_grads(params);
+  if (!spans.empty())
+    launch(params.front()->value.device(), 1, kernels::Fill{spans.front().data, std::numeric_limits<float>::infinity()});
 }
 
 StepGate::StepGate(const TrainConfig& c, Runtime& runtime, std::vector<Parameter*> params)

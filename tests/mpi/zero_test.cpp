@@ -2,6 +2,7 @@
 // parameters after every step are bitwise those of plain DDP, for SGD with momentum and AdamW,
 // with accumulation (no_sync), with the bucket rebuild after step 1 and with a rank that has
 // joined (uneven inputs); and each rank holds optimizer state for its chunks only.
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -44,6 +45,7 @@ struct Trainee {
     DdpOptions o;
     o.first_bucket_bytes = o.bucket_cap_bytes = 1024;  // several buckets, parameters cut by chunks
     o.zero_stage = zero;
+    o.keep_full_gradients = s.accumulate > 1;  // no_sync (Note [ZeRO-2 gradient ring])
     ddp = std::make_unique<DistributedDataParallel>(*model, testing::test_runtime(), o);
     OptimizerSpec spec;
     spec.kind = s.kind;
@@ -85,6 +87,7 @@ TEST(Zero, StagesOneAndTwoGiveThePlainDdpBitsEveryStep) {
     settings.push_back({kind, 3, false, -1});
     settings.push_back({kind, 1, true, -1});
     settings.push_back({kind, 2, true, 1});
+    settings.push_back({kind, 1, true, 1});  // ZeRO-2's ring through a rebuild and Join
   }
   for (const Setting& s : settings) {
     Trainee plain(s, 0), z1(s, 1), z2(s, 2);
@@ -99,11 +102,27 @@ TEST(Zero, StagesOneAndTwoGiveThePlainDdpBitsEveryStep) {
                                       << " rank " << world().rank();
     }
     EXPECT_TRUE(same_on_all_ranks(z2.bytes())) << s.str();
+    EXPECT_EQ(z2.opt->store().grads_lent(), s.accumulate == 1) << "the gradient ring is used without no_sync: " << s.str();
     if (s.late) {
       EXPECT_NE(z1.ddp->bucket_layout().ready_order, reverse_parameter_order(z1.model->parameters().size()))
           << "the buckets were not rebuilt";
     }
   }
+}
+
+// Note [ZeRO-2 gradient ring]: a rank holds its chunks of the reduced gradient and the ring's
+// bucket buffers, not the whole gradient.
+TEST(Zero, StageTwoHoldsItsChunksOfTheGradientAndARing) {
+  const Setting s{OptimizerKind::kSgd, 1, false, -1};
+  Trainee plain(s, 0), z2(s, 2);
+  for (int n = 0; n < 2; ++n) plain.step(s, n), z2.step(s, n);
+  const std::vector<GradBucket>& buckets = z2.ddp->reducer().buckets();
+  int64_t largest = 0, chunks = 0;
+  for (const GradBucket& b : buckets) largest = std::max(largest, b.buffer.numel()), chunks += b.shard_elements;
+  const size_t want = static_cast<size_t>(chunks + 2 * largest) * sizeof(float);
+  EXPECT_EQ(z2.opt->store().grad_bytes(), want) << "its chunks and two bucket buffers";
+  EXPECT_FALSE(z2.opt->store().grads().defined()) << "no flat gradient";
+  EXPECT_LT(static_cast<int64_t>(chunks), static_cast<int64_t>(plain.opt->store().grad_bytes() / sizeof(float)) * 2 / 3);
 }
 
 TEST(Zero, EachRankKeepsStateForItsChunksOnly) {
