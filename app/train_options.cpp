@@ -458,9 +458,6 @@ void check_zero(const TrainConfig& c) {
           fmt::format("--zero 2: reduce-scatters float32 gradients; --comm-hook {} compresses all-reduces only (use "
                       "--zero 1 or --comm-hook allreduce)",
                       comm_hook_name(c.ddp.comm_hook)));
-  require(z < 2 || c.clip_grad_norm == 0.f,
-          "--zero 2: --clip-grad-norm needs the whole reduced gradient on every rank, which ZeRO-2 does not keep "
-          "(use --zero 1)");
 }
 
 }  // namespace

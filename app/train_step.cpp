@@ -39,6 +39,13 @@ Tensor forward_backward(Module& model, DistributedDataParallel* ddp, CrossEntrop
   return loss;
 }
 
+std::function<float(float)> host_sum_over_ranks(Communicator& comm) {
+  return [&comm](float x) {
+    if (comm.size() > 1) comm.allreduce(&x, 1, DType::kF32, ReduceOp::kSum);
+    return x;
+  };
+}
+
 GradPoison::GradPoison(const char* spec, int rank) {
   if (!spec || !*spec) return;
   const std::string text = spec;

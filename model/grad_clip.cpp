@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/ops.h"
+#include "model/flat_store.h"
 #include "model/grad_clip_kernels.h"
 #include "model/kernels.h"
 
@@ -13,9 +14,15 @@ int64_t grad_norm_chunks(int64_t n) {
   return std::max<int64_t>(1, (n + kElementsPerChunk - 1) / kElementsPerChunk);
 }
 
-GradNormClipper::GradNormClipper(std::vector<Parameter*> params) : params_(std::move(params)) {
+GradNormClipper::GradNormClipper(std::vector<Parameter*> params, std::function<float(float)> sum_over_ranks)
+    : params_(std::move(params)), sum_over_ranks_(std::move(sum_over_ranks)) {
   DTRAIN_CHECK(!params_.empty(), "gradient clipping needs parameters");
   const Device device = params_[0]->value.device();
+  result_ = Tensor::zeros({2}, device);
+  if (params_[0]->store && params_[0]->store->grads_lent()) {
+    DTRAIN_CHECK(sum_over_ranks_, "clipping sharded gradients needs the sum over ranks");
+    return;  // sized at each clip: a bucket rebuild re-cuts the owned gradients
+  }
   int64_t total = 0;
   for (const Parameter* p : params_) {
     first_partial_.push_back(total);
@@ -24,10 +31,28 @@ GradNormClipper::GradNormClipper(std::vector<Parameter*> params) : params_(std::
   }
   partials_ = Tensor::zeros({total}, device);
   group_sums_ = Tensor::zeros({(total + kernels::kNormGroup - 1) / kernels::kNormGroup}, device);
-  result_ = Tensor::zeros({2}, device);
+}
+
+void GradNormClipper::clip_owned(float max_norm) {
+  const Device device = result_.device();
+  Tensor& g = params_[0]->store->owned_grads();
+  const int64_t chunks = grad_norm_chunks(g.numel());
+  const int64_t groups = (chunks + kernels::kNormGroup - 1) / kernels::kNormGroup;
+  DTRAIN_CHECK(groups <= kernels::kNormGroup, "{} gradient elements per rank: too many to clip", g.numel());
+  ensure_tensor(partials_, {chunks}, device);
+  ensure_tensor(group_sums_, {groups + 1}, device);
+  launch(device, chunks, kernels::SumSquaresStrided{partials_.data(), g.data(), g.numel(), chunks});
+  launch(device, groups, kernels::SumGroups{group_sums_.data(), partials_.data(), partials_.numel()});
+  // This rank's sum of squares, in the last element (groups <= kNormGroup: one group of groups).
+  launch(device, 1, kernels::SumGroups{group_sums_.data() + groups, group_sums_.data(), groups});
+  const float total = sum_over_ranks_(group_sums_.slice(groups, {1}).to_vector()[0]);
+  group_sums_.slice(groups, {1}).copy_from(Tensor::from_vector(std::vector<float>{total}, {1}, device));
+  launch(device, 1, kernels::GlobalNormAndClipCoefficient{result_.data(), group_sums_.data() + groups, 1, max_norm});
+  if (max_norm > 0.f) launch(device, g.numel(), kernels::ScaleByDeviceScalar{g.data(), result_.data() + 1});
 }
 
 void GradNormClipper::clip(float max_norm) {
+  if (params_[0]->store && params_[0]->store->grads_lent()) return clip_owned(max_norm);
   const Device device = result_.device();
   fill(partials_, 0.f);  // absent gradients contribute nothing
   for (size_t i = 0; i < params_.size(); ++i) {

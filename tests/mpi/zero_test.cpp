@@ -4,7 +4,9 @@
 // joined (uneven inputs); and each rank holds optimizer state for its chunks only.
 #include <algorithm>
 #include <cstring>
+#include <cmath>
 #include <memory>
+#include <optional>
 #include <random>
 
 #include <fmt/format.h>
@@ -12,6 +14,7 @@
 
 #include "comm/exchange.h"
 #include "ddp/distributed_data_parallel.h"
+#include "model/grad_clip.h"
 #include "model/loss.h"
 #include "model/optimizer.h"
 #include "tests/mpi/late_last_layer.h"
@@ -54,6 +57,8 @@ struct Trainee {
     spec.decay_matrices_only = s.kind == OptimizerKind::kAdamW;
     opt = make_optimizer(spec, model->parameters());
   }
+  std::optional<GradNormClipper> clipper;
+  float max_norm = 0.f;
   void step(const Setting& s, int n) {
     opt->zero_grad();
     if (s.join_rank == world().rank() && n >= 2) {
@@ -70,6 +75,7 @@ struct Trainee {
         }
       }
     }
+    if (clipper) clipper->clip(max_norm);
     opt->step();
   }
   std::string bytes() {
@@ -123,6 +129,34 @@ TEST(Zero, StageTwoHoldsItsChunksOfTheGradientAndARing) {
   EXPECT_EQ(z2.opt->store().grad_bytes(), want) << "its chunks and two bucket buffers";
   EXPECT_FALSE(z2.opt->store().grads().defined()) << "no flat gradient";
   EXPECT_LT(static_cast<int64_t>(chunks), static_cast<int64_t>(plain.opt->store().grad_bytes() / sizeof(float)) * 2 / 3);
+}
+
+// --clip-grad-norm under ZeRO-2: each rank's chunks' sum of squares, added over the ranks; the
+// same norm on every rank, within rounding of plain DDP's whole-gradient norm, and so the same
+// parameters within 1e-6.
+TEST(Zero, StageTwoClipsByTheGlobalNormOfTheShards) {
+  const Setting s{OptimizerKind::kSgd, 1, true, -1};
+  Trainee plain(s, 0), z2(s, 2);
+  plain.max_norm = z2.max_norm = 0.05f;  // below the norms of these steps: every step is clipped
+  plain.clipper.emplace(plain.model->parameters());
+  z2.clipper.emplace(z2.model->parameters(), [](float x) {
+    world().allreduce(&x, 1, DType::kF32, ReduceOp::kSum);
+    return x;
+  });
+  for (int n = 0; n < 4; ++n) {
+    plain.step(s, n);
+    z2.step(s, n);
+    const float want = plain.clipper->last_norm(), got = z2.clipper->last_norm();
+    EXPECT_GT(want, plain.max_norm) << "step " << n + 1 << " was not clipped";
+    EXPECT_NEAR(got, want, 1e-6 * want) << "step " << n + 1;
+    EXPECT_TRUE(same_on_all_ranks(std::string(reinterpret_cast<const char*>(&got), sizeof got))) << "step " << n + 1;
+    std::vector<Parameter*> a = plain.model->parameters(), b = z2.model->parameters();
+    for (size_t i = 0; i < a.size(); ++i) {
+      const std::vector<float> x = a[i]->value.to_vector(), y = b[i]->value.to_vector();
+      for (size_t k = 0; k < x.size(); ++k)
+        ASSERT_NEAR(y[k], x[k], 1e-6 * std::max(1.f, std::abs(x[k]))) << a[i]->name << " step " << n + 1;
+    }
+  }
 }
 
 TEST(Zero, EachRankKeepsStateForItsChunksOnly) {
