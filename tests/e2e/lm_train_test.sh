@@ -5,11 +5,14 @@
 # uninterrupted run; resumed at another world size it continues from the saved slot position,
 # every training slot read once (DTRAIN_TEST_SAMPLE_LOG), shuffled too; a malformed shard is one line and exit
 # 65 (data); a bad GPT flag is one line and exit 2 (usage); --class-weights weigh token ids.
-#   lm_train_test.sh PATH/TO/dtrain NP [NP_RESUMED]
+# With ZERO (1 or 2) every run uses --zero ZERO (with --clip-grad-norm: under ZeRO-2 the norm of
+# the shards) and the resume compares every optimizer shard file.
+#   lm_train_test.sh PATH/TO/dtrain NP [NP_RESUMED [ZERO]]
 set -uo pipefail
-DTRAIN=${1:?usage: lm_train_test.sh PATH/TO/dtrain NP [NP_RESUMED]}
-NP=${2:?usage: lm_train_test.sh PATH/TO/dtrain NP [NP_RESUMED]}
+DTRAIN=${1:?usage: lm_train_test.sh PATH/TO/dtrain NP [NP_RESUMED [ZERO]]}
+NP=${2:?usage: lm_train_test.sh PATH/TO/dtrain NP [NP_RESUMED [ZERO]]}
 NP2=${3:-$NP}
+ZERO=${4:-0}
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
@@ -38,6 +41,7 @@ PY
 GPT=(train --model gpt --threads 1 --layers 1 --heads 2 --embd 16 --context 16 --batch-size 4
      --lr 3e-3 --warmup-steps 2 --lr-schedule cosine --weight-decay 0.1 --beta2 0.95 --clip-grad-norm 1
      --eval-batches 4 --shuffle off --log-interval 5)
+[ "$ZERO" -gt 0 ] && GPT+=(--zero "$ZERO" --bucket-cap-mb 0.002)  # several buckets of a tiny model
 
 # 1. Trains: the loss falls, the log is llm.c's, the JSON line carries the contract's fields.
 if dtrain_at "$NP" "$WORK/train.log" "${GPT[@]}" --data "$SHARDS" --steps 30 --eval-every 10 --json --metrics "$WORK/m.jsonl"; then
@@ -72,7 +76,14 @@ if dtrain_at "$NP" "$WORK/ref.log" "${GPT[@]}" --data "$SHARDS" --steps 20 --che
     check "the resumed run says where it resumed" grep -q "^resume: from $run/step-10 (step 10, $((10 * NP)) slots consumed)" "$WORK/run.log"
     if [ "$NP2" = "$NP" ]; then
       check "resume at np $NP: final model.safetensors bitwise identical (cmp)" cmp "$ref/step-20/model.safetensors" "$run/step-20/model.safetensors"
-      check "resume at np $NP: optimizer state bitwise identical (cmp)" cmp "$ref/step-20/optimizer.safetensors" "$run/step-20/optimizer.safetensors"
+      if [ "$ZERO" -gt 0 ]; then
+        for ((r = 0; r < NP; r++)); do
+          f="optimizer-rank$r-of-$NP.safetensors"
+          check "resume at np $NP, --zero $ZERO: $f bitwise identical (cmp)" cmp "$ref/step-20/$f" "$run/step-20/$f"
+        done
+      else
+        check "resume at np $NP: optimizer state bitwise identical (cmp)" cmp "$ref/step-20/optimizer.safetensors" "$run/step-20/optimizer.safetensors"
+      fi
     else
       check "resume at np $NP2 from np $NP: the world-size note" grep -q "^resume: saved at world size $NP, running at $NP2: continuing from slot $((10 * NP))" "$WORK/run.log"
       # Slots read: the first run's steps 1-10, then the resumed run's steps 11-20: each once, none skipped.
