@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/host_allocator.h"
 
 namespace dtrain {
 
@@ -123,6 +124,8 @@ void Reducer::apply_layout(const BucketLayout& layout) {
     }
     buckets_.push_back(std::move(b));
   }
+  // The model's own gradient buffers, just dropped, would stay in the host allocator's cache.
+  if (ring_ && store_->device().is_cpu()) HostAllocator::instance().release_cached();
   flat_ = flat;
   layout_ = layout;
   hook_->buckets_changed();
