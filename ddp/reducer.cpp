@@ -145,10 +145,10 @@ Tensor Reducer::recut_owned_grads(const std::vector<std::vector<size_t>>& plan, 
   std::vector<size_t> new_bucket(params_.size());
   for (size_t k = 0; k < plan.size(); ++k)
     for (size_t p : plan[k]) new_bucket[p] = k;
-  order_after(compute_, comm_);
   for (const GradBucket& b : buckets_) {
     const int64_t per_rank = b.shard_elements;
-    Tensor whole = Tensor::zeros({per_rank * comm_.size()}, store_->device());
+    Tensor whole = Tensor::empty({per_rank * comm_.size()}, store_->device());  // the all-gather fills it
+    order_after(compute_, comm_);  // the optimizer may have written the owned gradients (clipping, unscaling)
     comm_.allgather_async(owned_grads_.data() + chunk_at_[b.index], whole.data(), per_rank, DType::kF32)->wait();
     // The old bucket's parameters: copy the part of each that a new chunk of this rank holds.
     for (size_t p : b.params) {
