@@ -46,6 +46,7 @@ Reducer::Reducer(std::vector<Parameter*> params, Communicator& comm, std::unique
   if (!ring_)
     storage_ = comm_.allocate_reduce_buffer(total + pad * static_cast<int64_t>(params_.size()), DType::kF32, device);
   store_ = FlatStore::of(params_, /*lay_out_now=*/false);  // apply_layout lays it out
+  store_->set_grads_sharded(options_.zero_stage == 2 && comm_.size() > 1);
   if (ring_) {
     store_->lend_grads(Tensor(), 0);
     for (size_t i = 0; i < params_.size(); ++i)

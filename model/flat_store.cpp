@@ -120,6 +120,14 @@ void FlatStore::lend_grads(Tensor owned_grads, size_t lent_bytes) {
   lent_bytes_ = lent_bytes;
 }
 
+std::vector<GradSpan> FlatStore::owned_grad_spans() {
+  if (grads_lent_) return {{owned_grads_.data(), owned_grads_.numel()}};
+  std::vector<GradSpan> spans;
+  for (const FlatRange& r : owned_)
+    if (r.size() > 0) spans.push_back({grads_.data() + r.begin, r.size()});
+  return spans;
+}
+
 int FlatStore::add_listener(Listener listener) {
   listeners_.emplace_back(next_listener_, std::move(listener));
   return next_listener_++;

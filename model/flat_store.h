@@ -32,6 +32,12 @@
 
 namespace dtrain {
 
+// A run of n gradient floats on the store's device.
+struct GradSpan {
+  float* data;
+  int64_t n;
+};
+
 struct FlatRange {
   int64_t begin = 0, end = 0;
   int64_t size() const { return end - begin; }
@@ -77,6 +83,12 @@ class FlatStore {
   float* grad_at(int64_t flat, int64_t compact) {
     return grads_lent_ ? owned_grads_.data() + compact : grads_.data() + flat;
   }
+  // ZeRO-2 (ddp/zero_plan.h): only the owned ranges hold reduced gradients (the rest of a flat
+  // gradient is this rank's own, or scratch). Set by DDP; lend_grads implies it.
+  void set_grads_sharded(bool sharded) { grads_sharded_ = sharded; }
+  bool grads_sharded() const { return grads_sharded_ || grads_lent_; }
+  // The reduced gradients this rank steps with when sharded: the owned ones.
+  std::vector<GradSpan> owned_grad_spans();
   // Gradient bytes this process holds: the flat gradient, or the owned ones and the lent memory.
   size_t grad_bytes() const { return grads_lent_ ? owned_grads_.nbytes() + lent_bytes_ : grads_.nbytes(); }
 
@@ -110,6 +122,7 @@ class FlatStore {
   Tensor values_, grads_;
   std::vector<FlatRange> owned_;
   bool grads_lent_ = false;
+  bool grads_sharded_ = false;
   Tensor owned_grads_;
   size_t lent_bytes_ = 0;
   std::vector<std::pair<int, Listener>> listeners_;

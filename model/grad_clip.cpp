@@ -19,7 +19,7 @@ GradNormClipper::GradNormClipper(std::vector<Parameter*> params, std::function<f
   DTRAIN_CHECK(!params_.empty(), "gradient clipping needs parameters");
   const Device device = params_[0]->value.device();
   result_ = Tensor::zeros({2}, device);
-  if (params_[0]->store && params_[0]->store->grads_lent()) {
+  if (params_[0]->store && params_[0]->store->grads_sharded()) {
     DTRAIN_CHECK(sum_over_ranks_, "clipping sharded gradients needs the sum over ranks");
     return;  // sized at each clip: a bucket rebuild re-cuts the owned gradients
   }
@@ -35,24 +35,32 @@ GradNormClipper::GradNormClipper(std::vector<Parameter*> params, std::function<f
 
 void GradNormClipper::clip_owned(float max_norm) {
   const Device device = result_.device();
-  Tensor& g = params_[0]->store->owned_grads();
-  const int64_t chunks = grad_norm_chunks(g.numel());
+  const std::vector<GradSpan> spans = params_[0]->store->owned_grad_spans();
+  int64_t chunks = 0;
+  for (const GradSpan& s : spans) chunks += grad_norm_chunks(s.n);
   const int64_t groups = (chunks + kernels::kNormGroup - 1) / kernels::kNormGroup;
-  DTRAIN_CHECK(groups <= kernels::kNormGroup, "{} gradient elements per rank: too many to clip", g.numel());
-  ensure_tensor(partials_, {chunks}, device);
+  DTRAIN_CHECK(groups <= kernels::kNormGroup, "{} gradient chunks per rank: too many to clip", chunks);
+  ensure_tensor(partials_, {std::max<int64_t>(chunks, 1)}, device);
   ensure_tensor(group_sums_, {groups + 1}, device);
-  launch(device, chunks, kernels::SumSquaresStrided{partials_.data(), g.data(), g.numel(), chunks});
+  fill(partials_, 0.f);  // (a rank that owns nothing)
+  int64_t at = 0;
+  for (const GradSpan& s : spans) {
+    const int64_t c = grad_norm_chunks(s.n);
+    launch(device, c, kernels::SumSquaresStrided{partials_.data() + at, s.data, s.n, c});
+    at += c;
+  }
   launch(device, groups, kernels::SumGroups{group_sums_.data(), partials_.data(), partials_.numel()});
   // This rank's sum of squares, in the last element (groups <= kNormGroup: one group of groups).
   launch(device, 1, kernels::SumGroups{group_sums_.data() + groups, group_sums_.data(), groups});
   const float total = sum_over_ranks_(group_sums_.slice(groups, {1}).to_vector()[0]);
   group_sums_.slice(groups, {1}).copy_from(Tensor::from_vector(std::vector<float>{total}, {1}, device));
   launch(device, 1, kernels::GlobalNormAndClipCoefficient{result_.data(), group_sums_.data() + groups, 1, max_norm});
-  if (max_norm > 0.f) launch(device, g.numel(), kernels::ScaleByDeviceScalar{g.data(), result_.data() + 1});
+  if (max_norm > 0.f)
+    for (const GradSpan& s : spans) launch(device, s.n, kernels::ScaleByDeviceScalar{s.data, result_.data() + 1});
 }
 
 void GradNormClipper::clip(float max_norm) {
-  if (params_[0]->store && params_[0]->store->grads_lent()) return clip_owned(max_norm);
+  if (params_[0]->store && params_[0]->store->grads_sharded()) return clip_owned(max_norm);
   const Device device = result_.device();
   fill(partials_, 0.f);  // absent gradients contribute nothing
   for (size_t i = 0; i < params_.size(); ++i) {

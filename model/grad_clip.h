@@ -4,8 +4,8 @@
 // added in groups of 1024, a one-thread total of the groups, a scale that reads the coefficient
 // from device memory): no host round trip per step.
 // Run it after the gradient all-reduce, so every rank holds the same gradients, computes the
-// same bits and takes the same decision. No MPI here. Under ZeRO-2's ring (Note [ZeRO-2
-// gradient ring] in ddp/reducer.h) a rank holds only its chunks of the reduced gradient: the
+// same bits and takes the same decision. No MPI here. Under ZeRO-2 (FlatStore::grads_sharded;
+// Note [ZeRO-2 gradient ring] in ddp/reducer.h) a rank holds only its chunks of the reduced gradient: the
 // norm is then its chunks' sum of squares added over the ranks by `sum_over_ranks` (one
 // all-reduce of a scalar, through the host), so every rank takes the same decision; within
 // rounding of the whole-gradient norm (another order of sums), not bitwise.
@@ -23,7 +23,7 @@ namespace dtrain {
 class GradNormClipper {
  public:
   // `sum_over_ranks`: a rank's sum of squares -> every rank's added (collective); needed only
-  // when the gradients are sharded (FlatStore::grads_lent).
+  // when the gradients are sharded (FlatStore::grads_sharded).
   explicit GradNormClipper(std::vector<Parameter*> params, std::function<float(float)> sum_over_ranks = nullptr);
   // Computes the global norm of the gradients written since zero_grad() (an absent gradient
   // counts as none, as PyTorch's None); with max_norm > 0 scales them by the coefficient.

@@ -31,14 +31,11 @@ GradScalerState next_scaler_state(const GradScalerState& s, bool found_inf, cons
 }
 
 std::vector<GradSpan> written_grads(const std::vector<Parameter*>& params) {
+  // ZeRO-2: the reduced gradients this rank steps with are its owned ones (under the ring,
+  // Note [ZeRO-2 gradient ring] in ddp/reducer.h, the parameters' views point at lent buffers).
+  if (!params.empty() && params.front()->store && params.front()->store->grads_sharded())
+    return params.front()->store->owned_grad_spans();
   std::vector<GradSpan> spans;
-  // ZeRO-2's ring (Note [ZeRO-2 gradient ring] in ddp/reducer.h): the reduced gradients this
-  // rank steps with are its owned ones; the parameters' views point at lent buffers.
-  if (!params.empty() && params.front()->store && params.front()->store->grads_lent()) {
-    Tensor& owned = params.front()->store->owned_grads();
-    spans.push_back({owned.data(), owned.numel()});
-    return spans;
-  }
   spans.reserve(params.size());
   for (Parameter* p : params)
     if (!p->grad_is_zero) spans.push_back({p->grad.data(), p->grad.numel()});

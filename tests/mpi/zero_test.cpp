@@ -135,7 +135,8 @@ TEST(Zero, StageTwoHoldsItsChunksOfTheGradientAndARing) {
 // same norm on every rank, within rounding of plain DDP's whole-gradient norm, and so the same
 // parameters within 1e-6.
 TEST(Zero, StageTwoClipsByTheGlobalNormOfTheShards) {
-  const Setting s{OptimizerKind::kSgd, 1, true, -1};
+  // The ring (accumulate 1) and the whole local gradient (accumulate 2: only the chunks reduced).
+  for (const Setting& s : {Setting{OptimizerKind::kSgd, 1, true, -1}, Setting{OptimizerKind::kSgd, 2, true, -1}}) {
   Trainee plain(s, 0), z2(s, 2);
   plain.max_norm = z2.max_norm = 0.05f;  // below the norms of these steps: every step is clipped
   plain.clipper.emplace(plain.model->parameters());
@@ -154,8 +155,9 @@ TEST(Zero, StageTwoClipsByTheGlobalNormOfTheShards) {
     for (size_t i = 0; i < a.size(); ++i) {
       const std::vector<float> x = a[i]->value.to_vector(), y = b[i]->value.to_vector();
       for (size_t k = 0; k < x.size(); ++k)
-        ASSERT_NEAR(y[k], x[k], 1e-6 * std::max(1.f, std::abs(x[k]))) << a[i]->name << " step " << n + 1;
+        ASSERT_NEAR(y[k], x[k], 1e-6 * std::max(1.f, std::abs(x[k]))) << a[i]->name << " step " << n + 1 << " " << s.str();
     }
+  }
   }
 }
 
