@@ -59,23 +59,72 @@ void GradNormClipper::clip_owned(float max_norm) {
     for (const GradSpan& s : spans) launch(device, s.n, kernels::ScaleByDeviceScalar{s.data, result_.data() + 1});
 }
 
+bool GradNormClipper::flat_path() const {
+  const FlatStore* store = params_[0]->store.get();
+  if (!store || store->grads_sharded() || store->params() != params_) return false;
+  const Tensor& grads = const_cast<FlatStore*>(store)->grads();
+  if (!grads.defined()) return false;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i]->grad_is_zero || params_[i]->grad.data() != grads.data() + store->offset(i)) return false;
+  return true;
+}
+
+void GradNormClipper::upload_spans() {
+  const FlatStore& store = *params_[0]->store;
+  if (span_table_version_ == store.version()) return;
+  const size_t n = params_.size();
+  std::vector<int64_t> table(3 * n + 1);
+  for (size_t i = 0; i < n; ++i) {
+    table[i] = store.offset(i);
+    table[n + i] = params_[i]->grad.numel();
+    table[2 * n + i] = first_partial_[i];  // the per-parameter path's chunks: the same bits
+  }
+  table[3 * n] = partials_.numel();
+  Tensor host = Tensor::empty({static_cast<int64_t>(table.size() * sizeof(int64_t))}, Device::cpu(), DType::kU8);
+  std::copy(table.begin(), table.end(), host.data_as<int64_t>());
+  span_table_ = host.to(result_.device());
+  span_table_version_ = store.version();
+}
+
 void GradNormClipper::clip(float max_norm) {
   if (params_[0]->store && params_[0]->store->grads_sharded()) return clip_owned(max_norm);
   const Device device = result_.device();
-  fill(partials_, 0.f);  // absent gradients contribute nothing
-  for (size_t i = 0; i < params_.size(); ++i) {
-    Parameter& p = *params_[i];
-    if (p.grad_is_zero) continue;
-    launch(device, chunks_[i],
-           kernels::SumSquaresStrided{partials_.data() + first_partial_[i], p.grad.data(), p.grad.numel(), chunks_[i]});
+  const bool flat = flat_path();
+  if (flat) {
+    upload_spans();
+    const int64_t* t = span_table_.data_as<int64_t>();
+    const int64_t n = static_cast<int64_t>(params_.size());
+    launch(device, partials_.numel(),
+           kernels::SumSquaresSpans{partials_.data(), params_[0]->store->grads().data(), t, t + n, t + 2 * n, n});
+    ++launches_;
+  } else {
+    fill(partials_, 0.f);  // absent gradients contribute nothing
+    for (size_t i = 0; i < params_.size(); ++i) {
+      Parameter& p = *params_[i];
+      if (p.grad_is_zero) continue;
+      launch(device, chunks_[i],
+             kernels::SumSquaresStrided{partials_.data() + first_partial_[i], p.grad.data(), p.grad.numel(), chunks_[i]});
+      ++launches_;
+    }
   }
   launch(device, group_sums_.numel(), kernels::SumGroups{group_sums_.data(), partials_.data(), partials_.numel()});
   launch(device, 1,
          kernels::GlobalNormAndClipCoefficient{result_.data(), group_sums_.data(), group_sums_.numel(), max_norm});
+  launches_ += 2;
   if (max_norm <= 0.f) return;
-  // Scaled even when the coefficient is 1 (x * 1 is x, bit for bit): the host never looks.
+  // Scaled even when the coefficient is 1 (x * 1 is x, bit for bit): the host never looks. The
+  // flat gradient's gaps are zeros, and the coefficient is in [0, 1]: they stay zero.
+  if (flat) {
+    Tensor& grads = params_[0]->store->grads();
+    launch(device, params_[0]->store->size(), kernels::ScaleByDeviceScalar{grads.data(), result_.data() + 1});
+    ++launches_;
+    return;
+  }
   for (Parameter* p : params_)
-    if (!p->grad_is_zero) launch(device, p->grad.numel(), kernels::ScaleByDeviceScalar{p->grad.data(), result_.data() + 1});
+    if (!p->grad_is_zero) {
+      launch(device, p->grad.numel(), kernels::ScaleByDeviceScalar{p->grad.data(), result_.data() + 1});
+      ++launches_;
+    }
 }
 
 float GradNormClipper::last_norm() const { return result_.to_vector()[0]; }

@@ -36,6 +36,11 @@ class GradNormClipper {
 
  private:
   void clip_owned(float max_norm);  // the sharded case
+  // Every parameter written and each a view of the store's flat gradient: one launch for the
+  // sums of squares, one for the scaling (the gaps between parameters are zeros).
+  bool flat_path() const;
+  void upload_spans();  // span_table_ for the store's layout
+
 
   std::vector<Parameter*> params_;
   std::function<float(float)> sum_over_ranks_;
@@ -44,6 +49,13 @@ class GradNormClipper {
   Tensor partials_;
   Tensor group_sums_;  // [ceil(partials / kernels::kNormGroup)]
   Tensor result_;
+  Tensor span_table_;  // int64 offset[P], count[P], first[P + 1] on the device, as U8 bytes
+  int64_t span_table_version_ = -1;
+  int64_t launches_ = 0;
+
+ public:
+  // Kernel launches of all clip() calls so far (for tests).
+  int64_t launches() const { return launches_; }
 };
 
 // Chunks of a gradient of n elements: about 1024 elements each (enough threads for a GPU; their
