@@ -287,7 +287,7 @@ void Reducer::mark_all_ready() {
 void Reducer::zero_and_mark_all_ready() {
   // Bucket by bucket, so each launches before the next borrows (Note [ZeRO-2 gradient ring]).
   for (size_t k = 0; k < buckets_.size(); ++k)
-    for (size_t p : std::vector<size_t>(buckets_[k].params)) {
+    for (size_t p : buckets_[k].params) {
       take_grad_beta(*params_[p]);  // (borrows the slot)
       params_[p]->grad.zero_();
       params_[p]->grad_is_zero = false;  // the all-reduce fills it: the optimizer must step with it
