@@ -2,7 +2,8 @@
 // index space, and the ranges of it this process's optimizer updates.
 //
 // Note [Flat store]: parameter i's value is values()[offset(i), offset(i) + numel) and its
-// gradient is grads() at the same offset; an optimizer keeps its state (momentum, exp_avg, ...)
+// gradient is grads() at the same offset (not under ZeRO-2's ring, where the store keeps only
+// the owned gradients: lend_grads); an optimizer keeps its state (momentum, exp_avg, ...)
 // in the same index space, so one step over a flat range [a, b) is one kernel launch over
 // aligned arrays instead of one per parameter. Elements between parameters (alignment gaps,
 // ZeRO's padding) are zero in values and grads and stay zero under every update rule, so a
