@@ -15,8 +15,9 @@ std::string memory_line(Optimizer& optimizer, int zero_stage, int ranks) {
                         ranks,
                         zero_stage == 2 ? (store.grads_lent() ? "; gradients: this rank's 1/N reduced, and a ring "
                                                                 "of bucket buffers lent during backward"
-                                                              : "; gradients reduce-scattered, but --accumulate keeps "
-                                                                "the whole local gradient buffer")
+                                                              : "; gradients reduce-scattered, the whole local gradient "
+                                                                "kept (--accumulate needs it, or it is smaller than the "
+                                                                "ring of two buckets)")
                                         : "");
   return fmt::format("memory per rank: parameters {}, gradients {}, optimizer state {} ({})",
                      format_bytes(static_cast<double>(store.values().nbytes())),

@@ -223,7 +223,8 @@ void read_optimisation(const cxxopts::ParseResult& r, TrainConfig& c) {
   require(c.batch_size <= kMaxBatchSize,
           fmt::format("--batch-size: must be at most {}, got {}", kMaxBatchSize, c.batch_size));
   require(c.accumulate >= 1, fmt::format("--accumulate: must be at least 1, got {}", c.accumulate));
-  c.ddp.keep_full_gradients = c.accumulate > 1;  // no_sync sums micro-batches locally (Note [ZeRO-2 gradient ring])
+  // no_sync sums micro-batches locally (Note [ZeRO-2 gradient ring])
+  c.ddp.gradient_ring = c.accumulate > 1 ? GradientRing::kWhole : GradientRing::kAuto;
   OptimizerSpec& o = c.optimizer;
   o.kind = parse_choice("--optimizer", r["optimizer"].as<std::string>(), parse_optimizer_kind, "sgd or adamw");
   o.lr = float_flag(r, "lr");

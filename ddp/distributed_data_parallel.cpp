@@ -102,7 +102,7 @@ DistributedDataParallel::DistributedDataParallel(Module& module, Communicator& g
   DTRAIN_CHECK(options_.zero_stage < 2 || options_.comm_hook == CommHookKind::kAllreduce,
                "ZeRO-2 with the {} compression hook", comm_hook_name(options_.comm_hook));
   ReducerOptions ro{options_.first_bucket_bytes, options_.bucket_cap_bytes, options_.find_unused_parameters,
-                    options_.zero_stage, options_.keep_full_gradients};
+                    options_.zero_stage, options_.gradient_ring};
   reducer_ = std::make_unique<Reducer>(module_.parameters(), comm_, make_comm_hook(options_.comm_hook), ro, compute);
   // Rank 0's parameters: one broadcast of the flat store (the gaps between parameters are zero
   // on every rank), one per buffer.

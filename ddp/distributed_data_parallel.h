@@ -50,9 +50,9 @@ struct DdpOptions {
   // gradients during backward. Not with bucket_cap_auto (the chunks would move with optimizer
   // state in them) nor, at 2, a compression hook.
   int zero_stage = 0;
-  // ZeRO-2 with no_sync (gradient accumulation): keep the whole local gradient instead of the
-  // ring of bucket buffers (Note [ZeRO-2 gradient ring] in ddp/reducer.h).
-  bool keep_full_gradients = false;
+  // ZeRO-2: the ring of bucket buffers or the whole local gradient (Note [ZeRO-2 gradient ring]
+  // in ddp/reducer.h); kWhole with no_sync (gradient accumulation).
+  GradientRing gradient_ring = GradientRing::kAuto;
 };
 
 // The last synced backward, in steady_now_ns(): backward from start to end, then the wait for

@@ -15,6 +15,12 @@ namespace dtrain {
 namespace {
 constexpr int64_t kBucketAlignFloats = 16;  // 64 bytes: a cache line, and what vector loads like
 constexpr size_t kRingSlots = 2;            // Note [ZeRO-2 gradient ring]: one written, one reduced
+
+std::vector<int64_t> numel_of(const std::vector<Parameter*>& params) {
+  std::vector<int64_t> numel(params.size());
+  for (size_t p = 0; p < params.size(); ++p) numel[p] = params[p]->value.numel();
+  return numel;
+}
 }  // namespace
 
 Reducer::Reducer(std::vector<Parameter*> params, Communicator& comm, std::unique_ptr<CommHook> hook,
@@ -42,7 +48,15 @@ Reducer::Reducer(std::vector<Parameter*> params, Communicator& comm, std::unique
   // allocates the storage (on one node, MPI's comes from a shared window its all-reduce reads),
   // with room to start every bucket on a 64-byte boundary, padded for ZeRO, whatever the layout.
   const int64_t pad = kBucketAlignFloats + (options_.zero_stage > 0 ? comm_.size() : 0);
-  ring_ = options_.zero_stage == 2 && comm_.size() > 1 && !options_.keep_full_gradients;
+  ring_ = options_.zero_stage == 2 && comm_.size() > 1 && options_.gradient_ring != GradientRing::kWhole;
+  if (ring_ && options_.gradient_ring == GradientRing::kAuto) {
+    // Note [ZeRO-2 gradient ring]: only where the slots and the owned chunks hold less.
+    const FlatLayout flat = lay_out_buckets(plan_for({reverse_parameter_order(params_.size()),
+                                                      options_.first_bucket_bytes, options_.bucket_cap_bytes}),
+                                            numel_of(params_), comm_.size());
+    const int64_t largest = *std::max_element(flat.bucket_size.begin(), flat.bucket_size.end());
+    ring_ = static_cast<int64_t>(kRingSlots) * largest + flat.total / comm_.size() < total;
+  }
   if (!ring_)
     storage_ = comm_.allocate_reduce_buffer(total + pad * static_cast<int64_t>(params_.size()), DType::kF32, device);
   store_ = FlatStore::of(params_, /*lay_out_now=*/false);  // apply_layout lays it out
@@ -79,8 +93,7 @@ void Reducer::apply_layout(const BucketLayout& layout) {
           ->wait();
   }
   const std::vector<std::vector<size_t>> plan = plan_for(layout);
-  std::vector<int64_t> numel(params_.size());
-  for (size_t p = 0; p < params_.size(); ++p) numel[p] = params_[p]->value.numel();
+  const std::vector<int64_t> numel = numel_of(params_);
   const int world = options_.zero_stage > 0 ? comm_.size() : 1;
   const int rank = options_.zero_stage > 0 ? comm_.rank() : 0;
   const FlatLayout flat = lay_out_buckets(plan, numel, world);
@@ -239,7 +252,7 @@ void Reducer::abort_backward() noexcept {
 
 void Reducer::prepare_for_backward(bool sync) {
   if (ring_ && !sync)
-    throw Error("no_sync under ZeRO-2 accumulates the whole local gradient: build DDP with keep_full_gradients "
+    throw Error("no_sync under ZeRO-2 accumulates the whole local gradient: build DDP with GradientRing::kWhole "
                 "(the trainer does for --accumulate > 1)");
   sync_ = sync;
   in_backward_ = true;

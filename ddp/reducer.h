@@ -46,9 +46,12 @@
 // not the communicator's shared window: which slot a bucket gets may differ between ranks (a
 // joined rank's shadow backward), and the shared-memory reduce-scatter reads the peers' copies at
 // this rank's offset only for buffers inside its window. The sums are the same either way
-// (bitwise DDP's, Note [ZeRO shards]). Not with no_sync (ReducerOptions::keep_full_gradients):
-// accumulation adds the micro-batches locally before one reduction, which needs the whole local
-// gradient (DeepSpeed reduces every micro-batch instead, which is not DDP's order of sums).
+// (bitwise DDP's, Note [ZeRO shards]). Not with no_sync (GradientRing::kWhole): accumulation
+// adds the micro-batches locally before one reduction, which needs the whole local gradient
+// (DeepSpeed reduces every micro-batch instead, which is not DDP's order of sums). Nor, unless
+// asked (kRing), where the two slots and the owned chunks would hold more than the whole local
+// gradient: a bucket holds at least one whole parameter, so a small model in few buckets keeps
+// its whole gradient (as before the ring; decided once, from the first layout).
 // A rebuild re-cuts owned_grads_ one old bucket at a time (an all-gather into a bucket-sized
 // buffer): no rank ever holds the whole gradient.
 #pragma once
@@ -69,6 +72,11 @@
 
 namespace dtrain {
 
+// ZeRO-2's gradients (Note [ZeRO-2 gradient ring]): kAuto lends the ring where it holds less
+// than the whole local gradient; kWhole keeps the whole local gradient (no_sync accumulation
+// needs it); kRing always lends it (tests).
+enum class GradientRing { kAuto, kWhole, kRing };
+
 struct ReducerOptions {
   size_t first_bucket_bytes = kDefaultFirstBucketBytes;
   size_t bucket_cap_bytes = kDefaultBucketCapBytes;
@@ -76,9 +84,7 @@ struct ReducerOptions {
   // 0: all-reduce every bucket; 1: the same, and this rank's optimizer owns its chunks; 2: the
   // buckets are reduce-scattered into the chunks (Note [ZeRO shards] in ddp/zero_plan.h).
   int zero_stage = 0;
-  // ZeRO-2 only: keep the whole local gradient (no_sync accumulation needs it) instead of the
-  // ring of Note [ZeRO-2 gradient ring].
-  bool keep_full_gradients = false;
+  GradientRing gradient_ring = GradientRing::kAuto;  // ZeRO-2 only
 };
 
 // When one bucket's all-reduce was launched (from a hook or finalize), started and finished on

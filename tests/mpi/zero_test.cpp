@@ -48,7 +48,8 @@ struct Trainee {
     DdpOptions o;
     o.first_bucket_bytes = o.bucket_cap_bytes = 1024;  // several buckets, parameters cut by chunks
     o.zero_stage = zero;
-    o.keep_full_gradients = s.accumulate > 1;  // no_sync (Note [ZeRO-2 gradient ring])
+    // no_sync needs the whole gradient; else the ring even where it holds more (Note [ZeRO-2 gradient ring])
+    o.gradient_ring = s.accumulate > 1 ? GradientRing::kWhole : GradientRing::kRing;
     ddp = std::make_unique<DistributedDataParallel>(*model, testing::test_runtime(), o);
     OptimizerSpec spec;
     spec.kind = s.kind;
