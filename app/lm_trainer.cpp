@@ -114,7 +114,7 @@ LmTrainer::LmTrainer(Runtime& runtime, const TrainConfig& c)
     ddp_.emplace(*model_, runtime, ddp);
   }
   optimizer_ = make_optimizer(c.optimizer, model_->parameters());
-  if (c.clip_grad_norm > 0.f) clipper_.emplace(model_->parameters());
+  if (c.clip_grad_norm > 0.f) clipper_.emplace(model_->parameters(), host_sum_over_ranks(runtime.control()));
   gate_.emplace(c, runtime, model_->parameters());
   reporter_.watch_loss_scale(gate_->state());
   control_.emplace(runtime, c, *model_, *optimizer_, reporter_, gpt_architecture_metadata(gpt_spec(lm_, data_.vocab())),

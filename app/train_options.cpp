@@ -234,6 +234,8 @@ void read_optimisation(const cxxopts::ParseResult& r, TrainConfig& c) {
   require(c.batch_size <= kMaxBatchSize,
           fmt::format("--batch-size: must be at most {}, got {}", kMaxBatchSize, c.batch_size));
   require(c.accumulate >= 1, fmt::format("--accumulate: must be at least 1, got {}", c.accumulate));
+  // no_sync sums micro-batches locally (Note [ZeRO-2 gradient ring])
+  c.ddp.gradient_ring = c.accumulate > 1 ? GradientRing::kWhole : GradientRing::kAuto;
   OptimizerSpec& o = c.optimizer;
   o.kind = parse_choice("--optimizer", r["optimizer"].as<std::string>(), parse_optimizer_kind, "sgd or adamw");
   o.lr = float_flag(r, "lr");
@@ -472,9 +474,6 @@ void check_zero(const TrainConfig& c) {
           fmt::format("--zero 2: reduce-scatters float32 gradients; --comm-hook {} compresses all-reduces only (use "
                       "--zero 1 or --comm-hook allreduce)",
                       comm_hook_name(c.ddp.comm_hook)));
-  require(z < 2 || c.clip_grad_norm == 0.f,
-          "--zero 2: --clip-grad-norm needs the whole reduced gradient on every rank, which ZeRO-2 does not keep "
-          "(use --zero 1)");
 }
 
 }  // namespace

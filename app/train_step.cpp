@@ -44,6 +44,13 @@ Tensor forward_backward(Module& model, DistributedDataParallel* ddp, CrossEntrop
   return loss;
 }
 
+std::function<float(float)> host_sum_over_ranks(Communicator& comm) {
+  return [&comm](float x) {
+    if (comm.size() > 1) comm.allreduce(&x, 1, DType::kF32, ReduceOp::kSum);
+    return x;
+  };
+}
+
 GradPoison::GradPoison(const char* spec, int rank) {
   if (!spec || !*spec) return;
   const std::string text = spec;
@@ -75,11 +82,10 @@ bool GradPoison::hits(int64_t step) const {
 }
 
 void GradPoison::poison(const std::vector<Parameter*>& params) {
-  for (Parameter* p : params) {
-    if (p->grad_is_zero) continue;
-    launch(p->grad.device(), 1, kernels::Fill{p->grad.data(), std::numeric_limits<float>::infinity()});
-    return;
-  }
+  // The first gradient this rank steps with (under ZeRO-2's ring, its owned ones).
+  const std::vector<GradSpan> spans = written_grads(params);
+  if (!spans.empty())
+    launch(params.front()->value.device(), 1, kernels::Fill{spans.front().data, std::numeric_limits<float>::infinity()});
 }
 
 StepGate::StepGate(const TrainConfig& c, Runtime& runtime, std::vector<Parameter*> params)

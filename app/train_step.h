@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,6 +32,10 @@ struct MicroStep {
 // Returns the micro-batch's loss (a one-element device tensor). `ddp` is null on one rank.
 Tensor forward_backward(Module& model, DistributedDataParallel* ddp, CrossEntropyLoss& loss_fn, Tracer& tracer,
                         const Tensor& input, const Tensor& targets, const MicroStep& micro);
+
+// Adds a float over the ranks of `comm` on the host (collective): what --clip-grad-norm needs
+// under ZeRO-2, where each rank holds its chunks of the gradient (model/grad_clip.h).
+std::function<float(float)> host_sum_over_ranks(Communicator& comm);
 
 // Steps whose gradients the test hook DTRAIN_TEST_POISON_GRADS makes infinite after the
 // all-reduce, as an fp16 overflow would: "3,7@1" poisons step 3 on every rank and step 7 on rank

@@ -148,7 +148,7 @@ Trainer::Trainer(Runtime& runtime, const TrainConfig& c)
   }
   if (runtime.size() > 1 && c.data.sampler == SamplerTail::kUneven) join_.emplace(runtime.control());
   optimizer_ = make_optimizer(c.optimizer, model_->parameters());
-  if (c.clip_grad_norm > 0.f) clipper_.emplace(model_->parameters());
+  if (c.clip_grad_norm > 0.f) clipper_.emplace(model_->parameters(), host_sum_over_ranks(runtime.control()));
   gate_.emplace(c, runtime, model_->parameters());
   reporter_.watch_loss_scale(gate_->state());
   control_.emplace(

@@ -12,15 +12,16 @@ namespace {
 
 // ZeRO-2's reduction: each rank gets the sum of its chunk, in place (Note [ZeRO shards] in
 // ddp/zero_plan.h), ordered after the producer as allreduce_after orders an all-reduce.
-WorkHandle reduce_scatter_after(Stream& producer, Communicator& comm, float* buf, int64_t per_rank) {
+WorkHandle reduce_scatter_after(Stream& producer, Communicator& comm, float* buf, int64_t per_rank, float* out) {
   order_after(producer, comm);
-  return comm.reduce_scatter_async(buf, buf + comm.rank() * per_rank, per_rank, DType::kF32, ReduceOp::kSum);
+  return comm.reduce_scatter_async(buf, out ? out : buf + comm.rank() * per_rank, per_rank, DType::kF32, ReduceOp::kSum);
 }
 
 class AllreduceHook final : public CommHook {
  public:
   WorkHandle run(GradBucket& bucket, Communicator& comm, Stream& producer) override {
-    if (bucket.shard_elements > 0) return reduce_scatter_after(producer, comm, bucket.buffer.data(), bucket.shard_elements);
+    if (bucket.shard_elements > 0)
+      return reduce_scatter_after(producer, comm, bucket.buffer.data(), bucket.shard_elements, bucket.shard_out);
     return allreduce_after(producer, comm, bucket.buffer.raw(), bucket.buffer.numel(), DType::kF32, ReduceOp::kSum);
   }
   std::string name() const override { return "allreduce"; }

@@ -24,8 +24,8 @@ class CommHook {
   virtual ~CommHook() = default;
   // Starts the reduction of `bucket.buffer` (pre-divided, see the Note), which `producer` (the
   // compute stream) wrote; after the returned work's wait() the buffer holds the average over
-  // ranks (ZeRO-2, bucket.shard_elements > 0: this rank's chunk holds the sum over ranks of its
-  // chunk). Every collective is ordered after `producer` here (Note [Ordering a collective after
+  // ranks (ZeRO-2, bucket.shard_elements > 0: this rank's chunk, or bucket.shard_out when set, holds the sum
+  // over ranks of its chunk). Every collective is ordered after `producer` here (Note [Ordering a collective after
   // its producer] in comm/communicator.h): allreduce_after, or its reduce-scatter twin.
   virtual WorkHandle run(GradBucket& bucket, Communicator& comm, Stream& producer) = 0;
   virtual std::string name() const = 0;

@@ -104,7 +104,7 @@ DistributedDataParallel::DistributedDataParallel(Module& module, Communicator& g
   DTRAIN_CHECK(options_.zero_stage < 2 || options_.comm_hook == CommHookKind::kAllreduce,
                "ZeRO-2 with the {} compression hook", comm_hook_name(options_.comm_hook));
   ReducerOptions ro{options_.first_bucket_bytes, options_.bucket_cap_bytes, options_.find_unused_parameters,
-                    options_.zero_stage};
+                    options_.zero_stage, options_.gradient_ring};
   reducer_ = std::make_unique<Reducer>(module_.parameters(), comm_, make_comm_hook(options_.comm_hook), ro, compute);
   // Rank 0's parameters: one broadcast of the flat store (the gaps between parameters are zero
   // on every rank), one per buffer.
@@ -182,11 +182,7 @@ void DistributedDataParallel::join_backward() {
   DTRAIN_CHECK(sync_, "join_backward inside no_sync: a joined rank has nothing to accumulate");
   const int64_t start = steady_now_ns();
   reducer_->prepare_for_backward(true);
-  for (Parameter* p : module_.parameters()) {
-    p->grad.zero_();  // a view into its bucket
-    p->grad_is_zero = false;  // the all-reduce fills it: the optimizer must step with it
-  }
-  reducer_->mark_all_ready();
+  reducer_->zero_and_mark_all_ready();
   reducer_->finalize_backward();
   if (tuner_) compute_.synchronize();
   timing_ = {start, start, steady_now_ns(), reducer_->last_timings()};

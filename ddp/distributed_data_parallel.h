@@ -56,6 +56,9 @@ struct DdpOptions {
   // Note [SyncBatchNorm] (model/batchnorm.h): the module's BatchNorms take their training
   // statistics over every rank, through the gradient communicator (convert_sync_batchnorm).
   bool sync_batchnorm = false;
+  // ZeRO-2: the ring of bucket buffers or the whole local gradient (Note [ZeRO-2 gradient ring]
+  // in ddp/reducer.h); kWhole with no_sync (gradient accumulation).
+  GradientRing gradient_ring = GradientRing::kAuto;
 };
 
 // The last synced backward, in steady_now_ns(): backward from start to end, then the wait for

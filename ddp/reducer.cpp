@@ -2,16 +2,25 @@
 
 #include "comm/flight_recorder.h"
 
+#include <algorithm>
 #include <utility>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/host_allocator.h"
 
 namespace dtrain {
 
 namespace {
 constexpr int64_t kBucketAlignFloats = 16;  // 64 bytes: a cache line, and what vector loads like
+constexpr size_t kRingSlots = 2;            // Note [ZeRO-2 gradient ring]: one written, one reduced
+
+std::vector<int64_t> numel_of(const std::vector<Parameter*>& params) {
+  std::vector<int64_t> numel(params.size());
+  for (size_t p = 0; p < params.size(); ++p) numel[p] = params[p]->value.numel();
+  return numel;
+}
 }  // namespace
 
 Reducer::Reducer(std::vector<Parameter*> params, Communicator& comm, std::unique_ptr<CommHook> hook,
@@ -39,8 +48,26 @@ Reducer::Reducer(std::vector<Parameter*> params, Communicator& comm, std::unique
   // allocates the storage (on one node, MPI's comes from a shared window its all-reduce reads),
   // with room to start every bucket on a 64-byte boundary, padded for ZeRO, whatever the layout.
   const int64_t pad = kBucketAlignFloats + (options_.zero_stage > 0 ? comm_.size() : 0);
-  storage_ = comm_.allocate_reduce_buffer(total + pad * static_cast<int64_t>(params_.size()), DType::kF32, device);
+  ring_ = options_.zero_stage == 2 && comm_.size() > 1 && options_.gradient_ring != GradientRing::kWhole;
+  if (ring_ && options_.gradient_ring == GradientRing::kAuto) {
+    // Note [ZeRO-2 gradient ring]: only where the slots and the owned chunks hold less.
+    const FlatLayout flat = lay_out_buckets(plan_for({reverse_parameter_order(params_.size()),
+                                                      options_.first_bucket_bytes, options_.bucket_cap_bytes}),
+                                            numel_of(params_), comm_.size());
+    const int64_t largest = *std::max_element(flat.bucket_size.begin(), flat.bucket_size.end());
+    ring_ = static_cast<int64_t>(kRingSlots) * largest + flat.total / comm_.size() < total;
+  }
+  if (!ring_)
+    storage_ = comm_.allocate_reduce_buffer(total + pad * static_cast<int64_t>(params_.size()), DType::kF32, device);
   store_ = FlatStore::of(params_, /*lay_out_now=*/false);  // apply_layout lays it out
+  store_->set_grads_sharded(options_.zero_stage == 2 && comm_.size() > 1);
+  if (ring_) {
+    store_->lend_grads(Tensor(), 0);
+    for (size_t i = 0; i < params_.size(); ++i)
+      params_[i]->before_grad_write = [this, i](Parameter&) {
+        if (in_backward_) borrow_slot(bucket_of_[i]);
+      };
+  }
   apply_layout({reverse_parameter_order(params_.size()), options_.first_bucket_bytes, options_.bucket_cap_bytes});
 }
 
@@ -58,7 +85,7 @@ void Reducer::apply_layout(const BucketLayout& layout) {
   // Every gradient keeps its value (a rebuild comes between a backward and its optimizer step):
   // the store moves them, the values and the optimizer state (Note [Flat store]). Under ZeRO-2
   // only this rank's chunks hold reduced gradients: gather the others' first.
-  if (options_.zero_stage == 2 && !buckets_.empty()) {
+  if (options_.zero_stage == 2 && !ring_ && !buckets_.empty()) {
     order_after(compute_, comm_);
     for (GradBucket& b : buckets_)
       comm_.allgather_async(b.buffer.data() + comm_.rank() * b.shard_elements, b.buffer.data(), b.shard_elements,
@@ -66,17 +93,33 @@ void Reducer::apply_layout(const BucketLayout& layout) {
           ->wait();
   }
   const std::vector<std::vector<size_t>> plan = plan_for(layout);
-  std::vector<int64_t> numel(params_.size());
-  for (size_t p = 0; p < params_.size(); ++p) numel[p] = params_[p]->value.numel();
+  const std::vector<int64_t> numel = numel_of(params_);
   const int world = options_.zero_stage > 0 ? comm_.size() : 1;
   const int rank = options_.zero_stage > 0 ? comm_.rank() : 0;
   const FlatLayout flat = lay_out_buckets(plan, numel, world);
-  chunks_ = zero_chunks(flat, plan, numel, world, rank);
+  std::vector<ZeroChunk> chunks = zero_chunks(flat, plan, numel, world, rank);
   std::vector<FlatRange> owned;
-  if (options_.zero_stage > 0)
-    for (const ZeroChunk& c : chunks_)
-      if (c.range.size() > 0) owned.push_back(c.range);
+  std::vector<int64_t> chunk_at;
+  int64_t owned_size = 0;
+  for (const ZeroChunk& c : chunks) {
+    chunk_at.push_back(owned_size);
+    owned_size += c.range.size();
+    if (options_.zero_stage > 0 && c.range.size() > 0) owned.push_back(c.range);
+  }
   if (owned.empty()) owned.push_back({0, 0});  // owns nothing (never with N <= elements of a bucket)
+  if (ring_) {
+    Tensor owned_grads = recut_owned_grads(plan, chunks, chunk_at, owned_size);  // before the old layout is gone
+    const int64_t largest = *std::max_element(flat.bucket_size.begin(), flat.bucket_size.end());
+    slot_floats_ = std::max<int64_t>(largest, 1);
+    slots_.clear();
+    for (size_t s = 0; s < kRingSlots; ++s) slots_.push_back(Tensor::zeros({slot_floats_}, store_->device()));
+    slot_holder_.assign(slots_.size(), -1);
+    slot_of_.assign(plan.size(), -1);
+    owned_grads_ = owned_grads;
+    store_->lend_grads(owned_grads_, static_cast<size_t>(slot_floats_) * sizeof(float) * kRingSlots);
+  }
+  chunks_ = std::move(chunks);
+  chunk_at_ = std::move(chunk_at);
   store_->lay_out(flat.param_offset, flat.total, storage_, options_.zero_stage > 0 ? owned : std::vector<FlatRange>{});
   param_offset_ = flat.param_offset;
   buckets_.clear();
@@ -84,16 +127,100 @@ void Reducer::apply_layout(const BucketLayout& layout) {
     GradBucket b;
     b.index = k;
     b.params = plan[k];
-    b.buffer = storage_.slice(flat.bucket_begin[k], {flat.bucket_size[k]});
+    // Under the ring a placeholder until the bucket borrows its slot.
+    b.buffer = ring_ ? slots_[0].slice(0, {flat.bucket_size[k]}) : storage_.slice(flat.bucket_begin[k], {flat.bucket_size[k]});
     if (options_.zero_stage == 2) b.shard_elements = flat.bucket_size[k] / comm_.size();
-    for (size_t p : b.params) bucket_of_[p] = k;
+    if (ring_) b.shard_out = owned_grads_.data() + chunk_at_[k];
+    for (size_t p : b.params) {
+      bucket_of_[p] = k;
+      // Until borrowed, the gradients alias slot 0 (the model's own gradient buffers are freed).
+      if (ring_) params_[p]->grad = slots_[0].slice(flat.param_offset[p] - flat.bucket_begin[k], params_[p]->value.shape());
+    }
     buckets_.push_back(std::move(b));
   }
+  // The model's own gradient buffers, just dropped, would stay in the host allocator's cache.
+  if (ring_ && store_->device().is_cpu()) HostAllocator::instance().release_cached();
+  flat_ = flat;
   layout_ = layout;
   hook_->buckets_changed();
 }
 
-Reducer::~Reducer() { abort_backward(); }
+Reducer::~Reducer() {
+  abort_backward();
+  if (ring_)
+    for (Parameter* p : params_) p->before_grad_write = nullptr;
+}
+
+Tensor Reducer::recut_owned_grads(const std::vector<std::vector<size_t>>& plan, const std::vector<ZeroChunk>& chunks,
+                                  const std::vector<int64_t>& chunk_at, int64_t size) {
+  Tensor fresh = Tensor::zeros({std::max<int64_t>(size, 1)}, store_->device());
+  if (buckets_.empty()) return fresh;  // the first layout: no gradients yet
+  // Which new bucket holds each parameter.
+  std::vector<size_t> new_bucket(params_.size());
+  for (size_t k = 0; k < plan.size(); ++k)
+    for (size_t p : plan[k]) new_bucket[p] = k;
+  for (const GradBucket& b : buckets_) {
+    const int64_t per_rank = b.shard_elements;
+    Tensor whole = Tensor::empty({per_rank * comm_.size()}, store_->device());  // the all-gather fills it
+    order_after(compute_, comm_);  // the optimizer may have written the owned gradients (clipping, unscaling)
+    comm_.allgather_async(owned_grads_.data() + chunk_at_[b.index], whole.data(), per_rank, DType::kF32)->wait();
+    // The old bucket's parameters: copy the part of each that a new chunk of this rank holds.
+    for (size_t p : b.params) {
+      const ZeroChunk& c = chunks[new_bucket[p]];
+      for (const ZeroPiece& piece : c.pieces) {
+        if (piece.param != p) continue;
+        const int64_t from = flat_.param_offset[p] - flat_.bucket_begin[b.index] + piece.param_offset;
+        const int64_t to = chunk_at[new_bucket[p]] + (piece.flat_offset - c.range.begin);
+        fresh.slice(to, {piece.count}).copy_from(whole.slice(from, {piece.count}));
+      }
+    }
+  }
+  return fresh;
+}
+
+void Reducer::borrow_slot(size_t k) {
+  if (!sync_ || slot_of_[k] >= 0) return;
+  int slot = -1;
+  for (size_t s = 0; s < slots_.size() && slot < 0; ++s)
+    if (slot_holder_[s] < 0) slot = static_cast<int>(s);
+  if (slot < 0) {
+    // The oldest launched bucket holding a slot gives it back once its reduce-scatter is done.
+    for (size_t s = 0; s < slots_.size(); ++s) {
+      const int h = slot_holder_[s];
+      if (static_cast<size_t>(h) < next_to_launch_ && (slot < 0 || h < slot_holder_[static_cast<size_t>(slot)]))
+        slot = static_cast<int>(s);
+    }
+    if (slot >= 0) {
+      const size_t h = static_cast<size_t>(slot_holder_[static_cast<size_t>(slot)]);
+      buckets_[h].work->wait();  // finalize_backward waits again (a no-op) and records its times
+      slot_of_[h] = -1;
+    }
+  }
+  if (slot < 0) {  // every slot held by a bucket not yet launched: one more
+    slots_.push_back(Tensor::zeros({slot_floats_}, store_->device()));
+    slot_holder_.push_back(-1);
+    slot = static_cast<int>(slots_.size() - 1);
+    store_->lend_grads(owned_grads_, static_cast<size_t>(slot_floats_) * sizeof(float) * slots_.size());
+  }
+  const size_t s = static_cast<size_t>(slot);
+  slot_holder_[s] = static_cast<int>(k);
+  slot_of_[k] = slot;
+  GradBucket& b = buckets_[k];
+  const int64_t begin = flat_.bucket_begin[k], size = flat_.bucket_size[k];
+  b.buffer = slots_[s].slice(0, {size});
+  int64_t used = 0;
+  for (size_t p : b.params) {
+    params_[p]->grad = slots_[s].slice(flat_.param_offset[p] - begin, params_[p]->value.shape());
+    used += params_[p]->value.numel();
+  }
+  // The padding is reduced with the bucket: zero, not the previous bucket's gradients.
+  if (used < size) b.buffer.slice(used, {size - used}).zero_();
+}
+
+void Reducer::return_slots() {
+  std::fill(slot_holder_.begin(), slot_holder_.end(), -1);
+  std::fill(slot_of_.begin(), slot_of_.end(), -1);
+}
 
 void Reducer::gather_updated_values() {
   if (options_.zero_stage == 0 || comm_.size() == 1) return;
@@ -120,9 +247,13 @@ void Reducer::abort_backward() noexcept {
     }
     b.work = nullptr;
   }
+  return_slots();
 }
 
 void Reducer::prepare_for_backward(bool sync) {
+  if (ring_ && !sync)
+    throw Error("no_sync under ZeRO-2 accumulates the whole local gradient: build DDP with GradientRing::kWhole "
+                "(the trainer does for --accumulate > 1)");
   sync_ = sync;
   in_backward_ = true;
   std::fill(ready_.begin(), ready_.end(), false);
@@ -147,6 +278,10 @@ void Reducer::mark_ready(Parameter& param) {
   used_since_sync_[i] = true;
   if (!sync_) return;
   ready_order_.push_back(i);
+  if (ring_ && slot_of_[bucket_of_[i]] < 0)
+    throw Error(fmt::format("parameter '{}' marked its gradient ready without writing it through take_grad_beta, "
+                            "which ZeRO-2 needs to lend it memory (model/module.h)",
+                            param.name));
   GradBucket& b = buckets_[bucket_of_[i]];
   if (--b.pending == 0) launch_ready_buckets();
 }
@@ -160,6 +295,18 @@ void Reducer::mark_all_ready() {
   for (Parameter* p : params_) mark_ready(*p);
   // Parameter order, not an observation: a joined rank has no order to rebuild buckets from.
   ready_order_.clear();
+}
+
+void Reducer::zero_and_mark_all_ready() {
+  // Bucket by bucket, so each launches before the next borrows (Note [ZeRO-2 gradient ring]).
+  for (size_t k = 0; k < buckets_.size(); ++k)
+    for (size_t p : buckets_[k].params) {
+      take_grad_beta(*params_[p]);  // (borrows the slot)
+      params_[p]->grad.zero_();
+      params_[p]->grad_is_zero = false;  // the all-reduce fills it: the optimizer must step with it
+      mark_ready(*params_[p]);
+    }
+  ready_order_.clear();  // not an observation: a joined rank has no order to rebuild buckets from
 }
 
 void Reducer::launch_ready_buckets() {
@@ -187,6 +334,7 @@ void Reducer::finalize_backward() {
       continue;
     }
     // Unused in this step: its gradient is zero, unless no_sync steps accumulated one.
+    if (ring_) borrow_slot(bucket_of_[i]);
     if (!used_since_sync_[i] || params_[i]->grad_is_zero) {
       params_[i]->grad.zero_();
       params_[i]->grad_is_zero = false;
@@ -219,6 +367,7 @@ void Reducer::finalize_backward() {
     timings_.push_back({b.index, b.buffer.nbytes(), b.launched_ns, start, end, work->device_timed() ? work : nullptr});
   }
   std::fill(used_since_sync_.begin(), used_since_sync_.end(), false);
+  return_slots();
   ++stats_.synced_backwards;
 }
 

@@ -28,6 +28,32 @@
 // multiple of the world size and the store's owned ranges are this rank's chunks; under ZeRO-2
 // a rebuild first all-gathers the reduced chunks, since a new chunk covers elements another rank
 // reduced.
+//
+// Note [ZeRO-2 gradient ring]: DeepSpeed's stage 2 keeps only the rank's shard of the reduced
+// gradient, so a rank holds 4Psi/N bytes of gradients plus a few bucket buffers, not 4Psi. Here:
+// the flat store keeps no flat gradient (FlatStore::lend_grads); the reduced chunks live back to
+// back in `owned_grads_` (the optimizer state's index space). During backward a bucket borrows a
+// slot of a ring of bucket-sized buffers the moment one of its parameters is about to be written
+// (Parameter::before_grad_write, called by take_grad_beta), and every parameter of the bucket is
+// pointed at its place in that slot, so backward still writes straight into the buffer the
+// collective sends. The bucket's reduce-scatter delivers this rank's chunk into owned_grads_
+// (out of place); its slot is free again once that collective is waited for. A bucket that finds
+// no free slot waits for the oldest launched bucket holding one (launched buckets complete:
+// every rank launches in the same order), and when every slot is held by a bucket not yet
+// launched (a gradient written long before its bucket is ready: GPT's tied embedding, written by
+// the head at the start of backward and ready at its end) the ring grows by one slot, kept for
+// the next steps. Two slots: one being written, one being reduced. The slots are ordinary memory,
+// not the communicator's shared window: which slot a bucket gets may differ between ranks (a
+// joined rank's shadow backward), and the shared-memory reduce-scatter reads the peers' copies at
+// this rank's offset only for buffers inside its window. The sums are the same either way
+// (bitwise DDP's, Note [ZeRO shards]). Not with no_sync (GradientRing::kWhole): accumulation
+// adds the micro-batches locally before one reduction, which needs the whole local gradient
+// (DeepSpeed reduces every micro-batch instead, which is not DDP's order of sums). Nor, unless
+// asked (kRing), where the two slots and the owned chunks would hold more than the whole local
+// gradient: a bucket holds at least one whole parameter, so a small model in few buckets keeps
+// its whole gradient (as before the ring; decided once, from the first layout).
+// A rebuild re-cuts owned_grads_ one old bucket at a time (an all-gather into a bucket-sized
+// buffer): no rank ever holds the whole gradient.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +72,11 @@
 
 namespace dtrain {
 
+// ZeRO-2's gradients (Note [ZeRO-2 gradient ring]): kAuto lends the ring where it holds less
+// than the whole local gradient; kWhole keeps the whole local gradient (no_sync accumulation
+// needs it); kRing always lends it (tests).
+enum class GradientRing { kAuto, kWhole, kRing };
+
 struct ReducerOptions {
   size_t first_bucket_bytes = kDefaultFirstBucketBytes;
   size_t bucket_cap_bytes = kDefaultBucketCapBytes;
@@ -53,6 +84,7 @@ struct ReducerOptions {
   // 0: all-reduce every bucket; 1: the same, and this rank's optimizer owns its chunks; 2: the
   // buckets are reduce-scattered into the chunks (Note [ZeRO shards] in ddp/zero_plan.h).
   int zero_stage = 0;
+  GradientRing gradient_ring = GradientRing::kAuto;  // ZeRO-2 only
 };
 
 // When one bucket's all-reduce was launched (from a hook or finalize), started and finished on
@@ -81,7 +113,9 @@ class Reducer {
 
   void prepare_for_backward(bool sync);  // sync == false inside no_sync: gradients only accumulate
   void mark_ready(Parameter& param);     // the gradient-ready hook
-  void mark_all_ready();                 // every parameter, in parameter order (Join's shadow backward)
+  void mark_all_ready();                 // every parameter, in parameter order
+  // Join's shadow backward: every gradient zeroed and marked ready, bucket by bucket.
+  void zero_and_mark_all_ready();
   void finalize_backward();              // after backward: launch the rest, wait, averaged grads
   // After a failed backward: waits for every launched all-reduce (errors ignored: the caller
   // is already failing) so none writes into freed buffers, and resets for the next backward.
@@ -115,6 +149,13 @@ class Reducer {
  private:
   void launch_ready_buckets();  // Note [Launch order]
   void launch(GradBucket& bucket);
+  // Note [ZeRO-2 gradient ring]: bucket k borrows a slot and its parameters' gradients point
+  // into it (no-op when it holds one, or outside a synced backward).
+  void borrow_slot(size_t k);
+  void return_slots();
+  // The reduced gradients of the layout before `flat`, re-cut into `flat`'s chunks.
+  Tensor recut_owned_grads(const std::vector<std::vector<size_t>>& plan, const std::vector<ZeroChunk>& chunks,
+                           const std::vector<int64_t>& chunk_at, int64_t size);
 
   std::vector<Parameter*> params_;
   Communicator& comm_;
@@ -125,6 +166,15 @@ class Reducer {
   Tensor storage_;                           // every bucket's buffer is a slice of it
   std::shared_ptr<FlatStore> store_;
   std::vector<ZeroChunk> chunks_;
+  // Note [ZeRO-2 gradient ring]
+  bool ring_ = false;
+  FlatLayout flat_;
+  std::vector<int64_t> chunk_at_;   // per bucket: where its chunk starts in owned_grads_
+  Tensor owned_grads_;
+  std::vector<Tensor> slots_;       // each of slot_floats_ elements
+  int64_t slot_floats_ = 0;
+  std::vector<int> slot_holder_;    // per slot: the bucket that borrowed it, -1: free
+  std::vector<int> slot_of_;        // per bucket: its slot in this backward, -1: none
   BucketLayout layout_;
   std::vector<GradBucket> buckets_;
   std::unordered_map<const Parameter*, size_t> index_of_;

@@ -76,10 +76,10 @@ Tensor Conv2d::backward(const Tensor& grad_output, bool need_input_grad) {
   const int64_t ncols = batch * plane;
   DTRAIN_CHECK(grad_output.numel() == output_.numel(), "Conv2d backward got {}", shape_str(grad_output.shape()));
   // out_cols_ held forward's GEMM result, no longer needed: it now takes dY in the columns layout.
+  const float beta_b = has_bias_ ? take_grad_beta(bias_) : 0.f;  // before reading bias_.grad (module.h)
   if (dev.is_cpu()) {
     cpu::nchw_to_columns(grad_output.data(), relu_ ? output_.data() : nullptr, batch, out_c_, plane,
-                         out_cols_.data(), has_bias_ ? bias_.grad.data() : nullptr,
-                         has_bias_ ? take_grad_beta(bias_) : 0.f);
+                         out_cols_.data(), has_bias_ ? bias_.grad.data() : nullptr, beta_b);
   } else {
     const float* dy = grad_output.data();
     if (relu_) {
@@ -90,17 +90,18 @@ Tensor Conv2d::backward(const Tensor& grad_output, bool need_input_grad) {
     launch(dev, out_cols_.numel(), kernels::NchwToColumns{out_cols_.data(), dy, batch, out_c_, plane});
     // db = dY' 1 as a GEMM (a parallel reduction on the GPU); beta 0 overwrites after zero_grad.
     if (has_bias_)
-      gemm(dev, false, false, out_c_, 1, ncols, 1.f, out_cols_.data(), ones(ones_, ncols, dev),
-           take_grad_beta(bias_), bias_.grad.data());
+      gemm(dev, false, false, out_c_, 1, ncols, 1.f, out_cols_.data(), ones(ones_, ncols, dev), beta_b,
+           bias_.grad.data());
   }
   if (has_bias_) grad_ready(bias_);
   const bool half = half_ != DType::kF32;
   if (half) pack_half(half_, out_cols_, dy_half_);
+  const float beta_w = take_grad_beta(weight_);
   if (half)
     gemm_half(dev, half_, false, true, out_c_, rows, ncols, 1.f, dy_half_.data_as<uint16_t>(),
-              cols_half_.data_as<uint16_t>(), take_grad_beta(weight_), weight_.grad.data());
+              cols_half_.data_as<uint16_t>(), beta_w, weight_.grad.data());
   else
-    gemm(dev, false, true, out_c_, rows, ncols, 1.f, out_cols_.data(), cols_.data(), take_grad_beta(weight_),
+    gemm(dev, false, true, out_c_, rows, ncols, 1.f, out_cols_.data(), cols_.data(), beta_w,
          weight_.grad.data());  // dW (+)= dY' cols^T
   grad_ready(weight_);
   if (!need_input_grad) return {};

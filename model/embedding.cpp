@@ -41,8 +41,9 @@ Tensor TokenEmbedding::backward(const Tensor& grad_output, bool) {
   DTRAIN_CHECK(grad_output.numel() == positions * channels_, "TokenEmbedding backward got {}",
                shape_str(grad_output.shape()));
   // wpe first (reverse parameter order); wte last: Note [Tied embedding gradient].
+  const float beta_wpe = take_grad_beta(wpe_);  // before reading wpe_.grad (module.h)
   launch(dev, context_ * channels_,
-         kernels::PositionBackward{wpe_.grad.data(), grad_output.data(), batch, seq, channels_, take_grad_beta(wpe_)});
+         kernels::PositionBackward{wpe_.grad.data(), grad_output.data(), batch, seq, channels_, beta_wpe});
   grad_ready(wpe_);
   // The positions sorted by (token, position), then where each token's run begins: Note [Token buckets].
   ensure_tensor(buckets_, {vocab_ + 1 + 2 * positions}, dev, DType::kI32);
@@ -56,8 +57,9 @@ Tensor TokenEmbedding::backward(const Tensor& grad_output, bool) {
     std::swap(order, scratch);
   }
   launch(dev, vocab_ + 1, kernels::TokenOffsets{offsets, order, tokens, positions, vocab_});
+  const float beta_wte = take_grad_beta(wte_);
   launch(dev, vocab_ * channels_,
-         kernels::EmbeddingBackward{wte_.grad.data(), grad_output.data(), offsets, order, channels_, take_grad_beta(wte_)});
+         kernels::EmbeddingBackward{wte_.grad.data(), grad_output.data(), offsets, order, channels_, beta_wte});
   grad_ready(wte_);
   return {};
 }
@@ -135,16 +137,17 @@ Tensor TiedLmHead::backward(const Tensor& dlogits) {
   const int64_t ld = row_stride(vocab, dev);
   ensure_tensor(grad_input_, {rows, channels}, dev);
   // No grad_ready(wte) here: Note [Tied embedding gradient].
+  const float beta = take_grad_beta(wte_);  // before reading wte_.grad (module.h)
   if (ld == vocab) {
     if (half_ != DType::kF32) {
       pack_half(half_, dlogits, grad_half_);
       const uint16_t* dy = grad_half_.data_as<uint16_t>();
       gemm_half(dev, half_, true, false, vocab, channels, rows, 1.f, dy, input_half_.data_as<uint16_t>(),
-                take_grad_beta(wte_), wte_.grad.data());
+                beta, wte_.grad.data());
       gemm_half(dev, half_, false, false, rows, channels, vocab, 1.f, dy, weight_half_.data_as<uint16_t>(), 0.f,
                 grad_input_.data());
     } else {
-      gemm(dev, true, false, vocab, channels, rows, 1.f, dlogits.data(), input_.data(), take_grad_beta(wte_),
+      gemm(dev, true, false, vocab, channels, rows, 1.f, dlogits.data(), input_.data(), beta,
            wte_.grad.data());
       gemm(dev, false, false, rows, channels, vocab, 1.f, dlogits.data(), w.data(), 0.f, grad_input_.data());
     }
@@ -167,7 +170,7 @@ Tensor TiedLmHead::backward(const Tensor& dlogits) {
     gemm(dev, false, false, rows, channels, ld, 1.f, padded_.data(), weight_padded_.data(), 0.f, grad_input_.data());
   }
   launch(dev, vocab * channels,
-         kernels::AccumulateInto{wte_.grad.data(), weight_grad_padded_.data(), take_grad_beta(wte_)});
+         kernels::AccumulateInto{wte_.grad.data(), weight_grad_padded_.data(), beta});
   return grad_input_;
 }
 

@@ -67,16 +67,19 @@ void FlatStore::lay_out(std::vector<int64_t> offsets, int64_t size, Tensor grad_
     DTRAIN_CHECK(offsets[i] >= 0 && offsets[i] + params_[i]->value.numel() <= size, "parameter {} at {} outside {} elements",
                  params_[i]->name, offsets[i], size);
   if (owned.empty()) owned = {{0, size}};
+  if (grads_lent_) grad_storage = Tensor();  // no flat gradient: nothing moves
   // Values: a new buffer (zero between parameters), each value copied in. Gradients: through a
   // copy of the old ones, since the new place may be the same buffer.
   Tensor values = Tensor::zeros({size}, device_);
   // Only a gradient buffer that is reused needs the copy (a peak of one more buffer otherwise).
   Tensor old_grads;
-  if (grads_.defined() && grad_storage.defined() && grad_storage.shares_storage(grads_)) {
+  if (!grads_lent_ && grads_.defined() && grad_storage.defined() && grad_storage.shares_storage(grads_)) {
     old_grads = Tensor::empty(grads_.shape(), device_);
     old_grads.copy_from(grads_);
   }
-  if (grad_storage.defined()) {
+  if (grads_lent_) {
+    // The owner of the lent gradients moves them (ddp/reducer.h).
+  } else if (grad_storage.defined()) {
     DTRAIN_CHECK(grad_storage.numel() >= size && grad_storage.dtype() == DType::kF32, "gradient storage of {} elements for {}",
                  grad_storage.numel(), size);
     grad_storage.zero_();
@@ -87,12 +90,13 @@ void FlatStore::lay_out(std::vector<int64_t> offsets, int64_t size, Tensor grad_
     Parameter& p = *params_[i];
     Tensor value = values.slice(offsets[i], p.value.shape());
     value.copy_from(p.value);
+    p.value = value;
+    if (grads_lent_) continue;
     Tensor grad = grad_storage.slice(offsets[i], p.value.shape());
     if (old_grads.defined())
       grad.copy_from(old_grads.slice(offsets_[i], p.value.shape()));
     else if (p.grad.defined())
       grad.copy_from(p.grad);
-    p.value = value;
     p.grad = grad;
   }
   Relayout change{std::exchange(offsets_, std::move(offsets)), std::exchange(owned_, std::move(owned))};
@@ -107,6 +111,21 @@ void FlatStore::lay_out(std::vector<int64_t> offsets, int64_t size, Tensor grad_
   if (device_.is_cpu()) HostAllocator::instance().release_cached();
   if (!change.old_offsets.empty())
     for (auto& [id, listener] : listeners_) listener(change);
+}
+
+void FlatStore::lend_grads(Tensor owned_grads, size_t lent_bytes) {
+  grads_lent_ = true;
+  grads_ = Tensor();
+  owned_grads_ = std::move(owned_grads);
+  lent_bytes_ = lent_bytes;
+}
+
+std::vector<GradSpan> FlatStore::owned_grad_spans() {
+  if (grads_lent_) return {{owned_grads_.data(), owned_grads_.numel()}};
+  std::vector<GradSpan> spans;
+  for (const FlatRange& r : owned_)
+    if (r.size() > 0) spans.push_back({grads_.data() + r.begin, r.size()});
+  return spans;
 }
 
 int FlatStore::add_listener(Listener listener) {

@@ -2,7 +2,8 @@
 // index space, and the ranges of it this process's optimizer updates.
 //
 // Note [Flat store]: parameter i's value is values()[offset(i), offset(i) + numel) and its
-// gradient is grads() at the same offset; an optimizer keeps its state (momentum, exp_avg, ...)
+// gradient is grads() at the same offset (not under ZeRO-2's ring, where the store keeps only
+// the owned gradients: lend_grads); an optimizer keeps its state (momentum, exp_avg, ...)
 // in the same index space, so one step over a flat range [a, b) is one kernel launch over
 // aligned arrays instead of one per parameter. Elements between parameters (alignment gaps,
 // ZeRO's padding) are zero in values and grads and stay zero under every update rule, so a
@@ -31,6 +32,12 @@
 #include "model/module.h"
 
 namespace dtrain {
+
+// A run of n gradient floats on the store's device.
+struct GradSpan {
+  float* data;
+  int64_t n;
+};
 
 struct FlatRange {
   int64_t begin = 0, end = 0;
@@ -64,6 +71,28 @@ class FlatStore {
   // The ranges this process's optimizer updates, ascending and disjoint; [0, size) unless set.
   const std::vector<FlatRange>& owned() const { return owned_; }
 
+  // ZeRO-2's gradient ring (Note [ZeRO-2 gradient ring] in ddp/reducer.h): the store keeps no
+  // flat gradient (grads() is undefined and lay_out leaves every p.grad alone: their owner lends
+  // them memory during backward); the gradients the optimizer reads are those of the owned
+  // ranges, back to back in `owned_grads` (the optimizer state's index space). `lent_bytes`:
+  // the memory lent during backward, for the memory report. Call before lay_out.
+  void lend_grads(Tensor owned_grads, size_t lent_bytes);
+  bool grads_lent() const { return grads_lent_; }
+  Tensor& owned_grads() { return owned_grads_; }
+  // The gradient of flat element `flat`, which is element `compact` of the owned ranges back to
+  // back: where the optimizer reads it.
+  float* grad_at(int64_t flat, int64_t compact) {
+    return grads_lent_ ? owned_grads_.data() + compact : grads_.data() + flat;
+  }
+  // ZeRO-2 (ddp/zero_plan.h): only the owned ranges hold reduced gradients (the rest of a flat
+  // gradient is this rank's own, or scratch). Set by DDP; lend_grads implies it.
+  void set_grads_sharded(bool sharded) { grads_sharded_ = sharded; }
+  bool grads_sharded() const { return grads_sharded_ || grads_lent_; }
+  // The reduced gradients this rank steps with when sharded: the owned ones.
+  std::vector<GradSpan> owned_grad_spans();
+  // Gradient bytes this process holds: the flat gradient, or the owned ones and the lent memory.
+  size_t grad_bytes() const { return grads_lent_ ? owned_grads_.nbytes() + lent_bytes_ : grads_.nbytes(); }
+
   // Parameter i moves to offsets[i] of a space of `size` elements (no two overlap); gradients
   // move into `grad_storage` (zeroed here, at least `size` elements; may be the buffer they are
   // in now) or, undefined, a buffer of the store's own. Values and gradients keep their
@@ -93,6 +122,10 @@ class FlatStore {
   int64_t size_ = 0;
   Tensor values_, grads_;
   std::vector<FlatRange> owned_;
+  bool grads_lent_ = false;
+  bool grads_sharded_ = false;
+  Tensor owned_grads_;
+  size_t lent_bytes_ = 0;
   std::vector<std::pair<int, Listener>> listeners_;
   int next_listener_ = 0;
   std::function<void()> after_step_;

@@ -23,6 +23,31 @@ struct SumSquaresStrided {
   }
 };
 
+// SumSquaresStrided over many spans of one buffer in one launch: one thread per chunk c of all
+// spans together (span s has the chunks [first[s], first[s+1]), found by binary search), summing
+// what SumSquaresStrided would for that span's chunk, in the same order: the same bits as one
+// launch per span. The flat store's gradient with one span per parameter: one launch per clip.
+struct SumSquaresSpans {
+  float* partial;         // [first[spans]]
+  const float* base;
+  const int64_t* offset;  // [spans]: span s starts at base + offset[s]
+  const int64_t* count;   // [spans]: its floats
+  const int64_t* first;   // [spans + 1]: its first chunk, ascending
+  int64_t spans;
+  DTRAIN_HD void operator()(int64_t c) const {
+    int64_t lo = 0, hi = spans - 1;
+    while (lo < hi) {
+      const int64_t mid = (lo + hi + 1) / 2;
+      if (first[mid] <= c) lo = mid; else hi = mid - 1;
+    }
+    const int64_t chunks = first[lo + 1] - first[lo], n = count[lo];
+    const float* g = base + offset[lo];
+    float s = 0.f;
+    for (int64_t i = c - first[lo]; i < n; i += chunks) s += g[i] * g[i];
+    partial[c] = s;
+  }
+};
+
 // Partials per group of the second stage: the total of a GPT-2 small's ~121k chunk sums is 119
 // group sums in parallel, then 119 serial adds, instead of 121k serial adds on one GPU thread.
 inline constexpr int64_t kNormGroup = 1024;

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/ops.h"
+#include "model/flat_store.h"
 #include "model/grad_clip.h"
 #include "model/grad_clip_kernels.h"
 #include "model/grad_scaler_kernels.h"
@@ -30,6 +31,10 @@ GradScalerState next_scaler_state(const GradScalerState& s, bool found_inf, cons
 }
 
 std::vector<GradSpan> written_grads(const std::vector<Parameter*>& params) {
+  // ZeRO-2: the reduced gradients this rank steps with are its owned ones (under the ring,
+  // Note [ZeRO-2 gradient ring] in ddp/reducer.h, the parameters' views point at lent buffers).
+  if (!params.empty() && params.front()->store && params.front()->store->grads_sharded())
+    return params.front()->store->owned_grad_spans();
   std::vector<GradSpan> spans;
   spans.reserve(params.size());
   for (Parameter* p : params)

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "model/flat_store.h"
 #include "model/module.h"
 
 namespace dtrain {
@@ -45,14 +46,9 @@ struct GradScalerState {
 // that is finite, tracker 0), and the skipped-step count. Pure.
 GradScalerState next_scaler_state(const GradScalerState& s, bool found_inf, const GradScalerSettings& settings);
 
-// A gradient (or one rank's slice of the flat gradient) to unscale: n floats on the scaler's device.
-struct GradSpan {
-  float* data;
-  int64_t n;
-};
-
 // The gradients written since zero_grad() (an absent one, grad_is_zero, is skipped as PyTorch
-// skips a None gradient).
+// skips a None gradient); under ZeRO-2 the owned ones (FlatStore::grads_sharded), the only
+// reduced ones. A GradSpan (model/flat_store.h) is n floats on the scaler's device.
 std::vector<GradSpan> written_grads(const std::vector<Parameter*>& params);
 
 class GradScaler {

@@ -64,16 +64,15 @@ Tensor Linear::pre_activation_grad(const Tensor& grad_output) {
   const int64_t batch = input_.dim(0);
   if (relu_) ensure_tensor(masked_, {batch, out_}, dev);
   Tensor dz = relu_ ? masked_ : grad_output;
+  const float beta = has_bias_ ? take_grad_beta(bias_) : 0.f;  // before reading bias_.grad (module.h)
   if (dev.is_cpu()) {
     if (relu_ || has_bias_)
       cpu::relu_backward_bias(grad_output.data(), relu_ ? output_.data() : nullptr, batch, out_,
-                              relu_ ? masked_.data() : nullptr, has_bias_ ? bias_.grad.data() : nullptr,
-                              has_bias_ ? take_grad_beta(bias_) : 0.f);
+                              relu_ ? masked_.data() : nullptr, has_bias_ ? bias_.grad.data() : nullptr, beta);
   } else {
     if (relu_) launch(dev, masked_.numel(), kernels::ReluBackward{masked_.data(), grad_output.data(), output_.data()});
     if (has_bias_)
-      gemm(dev, false, false, 1, out_, batch, 1.f, ones(ones_, batch, dev), dz.data(), take_grad_beta(bias_),
-           bias_.grad.data());
+      gemm(dev, false, false, 1, out_, batch, 1.f, ones(ones_, batch, dev), dz.data(), beta, bias_.grad.data());
   }
   if (has_bias_) grad_ready(bias_);
   return dz;
@@ -86,11 +85,12 @@ Tensor Linear::backward(const Tensor& grad_output, bool need_input_grad) {
   // Bias first, then weight: reverse parameter order, and each hook fires before the
   // input-gradient GEMM so its all-reduce overlaps that GEMM.
   const Tensor dz = pre_activation_grad(grad_output);
+  const float beta = take_grad_beta(weight_);  // before reading weight_.grad (module.h)
   if (half_ != DType::kF32) {  // dW = dZ^T X against forward's packed input; dX = dZ W against its packed weight
     pack_half(half_, dz, grad_output_half_);
     const uint16_t* dy = grad_output_half_.data_as<uint16_t>();
     gemm_half(dev, half_, true, false, out_, in_, batch, 1.f, dy, input_half_.data_as<uint16_t>(),
-              take_grad_beta(weight_), weight_.grad.data());
+              beta, weight_.grad.data());
     grad_ready(weight_);
     if (!need_input_grad) return {};
     ensure_tensor(grad_input_, {batch, in_}, dev);
@@ -98,8 +98,7 @@ Tensor Linear::backward(const Tensor& grad_output, bool need_input_grad) {
               grad_input_.data());
     return grad_input_;
   }
-  gemm(dev, true, false, out_, in_, batch, 1.f, dz.data(), input_.data(), take_grad_beta(weight_),
-       weight_.grad.data());
+  gemm(dev, true, false, out_, in_, batch, 1.f, dz.data(), input_.data(), beta, weight_.grad.data());
   grad_ready(weight_);
   if (!need_input_grad) return {};
   ensure_tensor(grad_input_, {batch, in_}, dev);

@@ -44,10 +44,16 @@ struct Parameter {
   // The flat store value and grad are views into (Note [Flat store] in model/flat_store.h), once
   // an optimizer or DDP made one; shared by every parameter of it.
   std::shared_ptr<FlatStore> store = nullptr;
+  // Called before every write of `grad` (take_grad_beta): under ZeRO-2 DDP lends gradient memory
+  // bucket by bucket during backward and points `grad` at it here (Note [ZeRO-2 gradient ring]
+  // in ddp/reducer.h). Unset: `grad` stays where it is.
+  std::function<void(Parameter&)> before_grad_write = nullptr;
 };
 
-// The beta for writing p's gradient (0: overwrite, 1: accumulate); marks it written.
+// The beta for writing p's gradient (0: overwrite, 1: accumulate); marks it written. Call it
+// before reading p.grad's address: the call may move p.grad (before_grad_write).
 inline float take_grad_beta(Parameter& p) {
+  if (p.before_grad_write) p.before_grad_write(p);
   const float beta = p.grad_is_zero ? 0.f : 1.f;
   p.grad_is_zero = false;
   return beta;

@@ -278,7 +278,7 @@ void Sgd::update(const FlatRun& run, int64_t state_offset, int64_t n) {
   const bool first = !stepped_[i];
   const bool decay = decays(i, opt_.decay_matrices_only);
   launch(store_->device(), n,
-         kernels::SgdUpdate{store_->values().data() + run.range.begin, store_->grads().data() + run.range.begin, buf, lr_,
+         kernels::SgdUpdate{store_->values().data() + run.range.begin, store_->grad_at(run.range.begin, state_offset), buf, lr_,
                             decay ? opt_.weight_decay : 0.f, first ? 0.f : opt_.momentum, first ? 1.f : 1.f - opt_.dampening,
                             opt_.nesterov ? 1.f : 0.f, opt_.nesterov ? opt_.momentum : 1.f});
 }
@@ -310,7 +310,7 @@ void AdamW::update(const FlatRun& run, int64_t state_offset, int64_t n) {
   const double bias_correction1 = 1 - std::pow(beta1, t), bias_correction2 = 1 - std::pow(beta2, t);
   const double weight_decay = decays(i, opt_.decay_matrices_only) ? decimal_as_written(opt_.weight_decay) : 0.0;
   launch(store_->device(), n,
-         kernels::AdamWUpdate{store_->values().data() + run.range.begin, store_->grads().data() + run.range.begin,
+         kernels::AdamWUpdate{store_->values().data() + run.range.begin, store_->grad_at(run.range.begin, state_offset),
                               m_.data() + state_offset, v_.data() + state_offset, static_cast<float>(1 - lr * weight_decay),
                               opt_.beta1, opt_.beta2, static_cast<float>(1 - beta1), static_cast<float>(1 - beta2),
                               static_cast<float>(std::sqrt(bias_correction2)), opt_.eps,

@@ -3,5 +3,6 @@
 #include "model/grad_clip_kernels.h"
 
 DTRAIN_REGISTER_KERNEL(dtrain::kernels::SumSquaresStrided)
+DTRAIN_REGISTER_KERNEL(dtrain::kernels::SumSquaresSpans)
 DTRAIN_REGISTER_KERNEL(dtrain::kernels::SumGroups)
 DTRAIN_REGISTER_KERNEL(dtrain::kernels::GlobalNormAndClipCoefficient)

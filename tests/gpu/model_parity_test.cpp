@@ -5,10 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "model/amp.h"
+#include "model/flat_store.h"
+#include "model/grad_clip.h"
 #include "model/grad_scaler.h"
 #include "model/loss.h"
 #include "model/models.h"
@@ -160,6 +163,32 @@ TEST_F(GpuModelParity, GradScalerUnscaleMatchesTheCpu) {
     EXPECT_EQ(gpu_scaler.read_found_inf() > 0.f, poisoned);
     EXPECT_EQ(dev.to_vector(), cpu.to_vector()) << "x * 2^-16 is exact on both";
   }
+}
+
+// --clip-grad-norm over a flat store (one SumSquaresSpans launch for every parameter) on the
+// GPU: the CPU's norm and clipped gradients within float32 summation-order error.
+TEST_F(GpuModelParity, FlatStoreGradClipMatchesTheCpu) {
+  std::mt19937 gen(11);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<std::unique_ptr<Parameter>> cpu_owned, gpu_owned;
+  std::vector<Parameter*> cpu_params, gpu_params;
+  for (int64_t n : {3, 1024, 70001, 1, 4096}) {
+    std::vector<float> g(static_cast<size_t>(n));
+    for (float& v : g) v = normal(gen);
+    cpu_owned.push_back(std::make_unique<Parameter>(Parameter{"p", Tensor::zeros({n}), Tensor::from_vector(g, {n})}));
+    gpu_owned.push_back(std::make_unique<Parameter>(
+        Parameter{"p", Tensor::zeros({n}, gpu()), Tensor::from_vector(g, {n}).to(gpu())}));
+    cpu_params.push_back(cpu_owned.back().get());
+    gpu_params.push_back(gpu_owned.back().get());
+  }
+  std::shared_ptr<FlatStore> cpu_store = FlatStore::of(cpu_params), gpu_store = FlatStore::of(gpu_params);
+  GradNormClipper cpu_clip(cpu_params), gpu_clip(gpu_params);
+  cpu_clip.clip(1.f);
+  gpu_clip.clip(1.f);
+  EXPECT_EQ(gpu_clip.launches(), 4) << "one launch for the sums of squares, one for the scaling";
+  EXPECT_NEAR(gpu_clip.last_norm(), cpu_clip.last_norm(), 1e-5 * cpu_clip.last_norm());
+  for (size_t i = 0; i < cpu_params.size(); ++i)
+    EXPECT_LT(max_rel_diff(cpu_params[i]->grad, gpu_params[i]->grad), 1e-5) << "clipped gradient " << i;
 }
 
 }  // namespace

@@ -325,6 +325,39 @@ TEST(UnusedParameters, WithFlagTheyAreReadyWithZeroGradient) {
   EXPECT_TRUE(gradients_bitwise_equal(model));
 }
 
+// Under ZeRO-2's gradient ring (Note [ZeRO-2 gradient ring] in ddp/reducer.h) a bucket with only
+// an unused parameter borrows its buffer in finalize_backward: the steps are plain DDP's bits.
+TEST(UnusedParameters, ZeroTwoRingStepsLikePlainDdp) {
+  std::string after[2];
+  for (int zero : {0, 2}) {
+    WithUnusedParameter model;
+    DdpOptions options;
+    options.find_unused_parameters = true;
+    options.zero_stage = zero;
+    options.gradient_ring = GradientRing::kRing;  // (the whole gradient is smaller here)
+    options.first_bucket_bytes = options.bucket_cap_bytes = 16;  // a bucket per parameter: the unused one alone
+    DistributedDataParallel ddp(model, runtime(), options);
+    SgdOptions so;
+    so.lr = 0.1f;
+    so.momentum = 0.9f;
+    Sgd opt(model.parameters(), so);
+    for (uint32_t step = 0; step < 3; ++step) {
+      opt.zero_grad();
+      auto [x, y] = rows_of(make_global_batch(2 * world().size(), 10 + step), 2 * world().rank(), 2);
+      CrossEntropyLoss loss;
+      loss.forward(ddp.forward(x), y);
+      ddp.backward(loss.backward());
+      opt.step();
+    }
+    if (zero == 2) {
+      EXPECT_TRUE(opt.store().grads_lent()) << "the ring is in use";
+    }
+    for (Parameter* p : model.parameters())
+      after[zero / 2].append(reinterpret_cast<const char*>(p->value.data()), p->value.nbytes());
+  }
+  EXPECT_TRUE(after[0] == after[1]) << "--zero 2 with an unused parameter differs from plain DDP";
+}
+
 // Wrapping `model` must fail on every rank: rank 1, the one that differs, names the difference
 // (`rank1_message`); the others say how many ranks differ.
 void expect_model_check_fails(Module& model, const std::string& rank1_message) {

@@ -2,8 +2,11 @@
 // parameters after every step are bitwise those of plain DDP, for SGD with momentum and AdamW,
 // with accumulation (no_sync), with the bucket rebuild after step 1 and with a rank that has
 // joined (uneven inputs); and each rank holds optimizer state for its chunks only.
+#include <algorithm>
 #include <cstring>
+#include <cmath>
 #include <memory>
+#include <optional>
 #include <random>
 
 #include <fmt/format.h>
@@ -11,6 +14,7 @@
 
 #include "comm/exchange.h"
 #include "ddp/distributed_data_parallel.h"
+#include "model/grad_clip.h"
 #include "model/loss.h"
 #include "model/optimizer.h"
 #include "tests/mpi/late_last_layer.h"
@@ -44,6 +48,8 @@ struct Trainee {
     DdpOptions o;
     o.first_bucket_bytes = o.bucket_cap_bytes = 1024;  // several buckets, parameters cut by chunks
     o.zero_stage = zero;
+    // no_sync needs the whole gradient; else the ring even where it holds more (Note [ZeRO-2 gradient ring])
+    o.gradient_ring = s.accumulate > 1 ? GradientRing::kWhole : GradientRing::kRing;
     ddp = std::make_unique<DistributedDataParallel>(*model, testing::test_runtime(), o);
     OptimizerSpec spec;
     spec.kind = s.kind;
@@ -52,6 +58,8 @@ struct Trainee {
     spec.decay_matrices_only = s.kind == OptimizerKind::kAdamW;
     opt = make_optimizer(spec, model->parameters());
   }
+  std::optional<GradNormClipper> clipper;
+  float max_norm = 0.f;
   void step(const Setting& s, int n) {
     opt->zero_grad();
     if (s.join_rank == world().rank() && n >= 2) {
@@ -68,6 +76,7 @@ struct Trainee {
         }
       }
     }
+    if (clipper) clipper->clip(max_norm);
     opt->step();
   }
   std::string bytes() {
@@ -85,6 +94,7 @@ TEST(Zero, StagesOneAndTwoGiveThePlainDdpBitsEveryStep) {
     settings.push_back({kind, 3, false, -1});
     settings.push_back({kind, 1, true, -1});
     settings.push_back({kind, 2, true, 1});
+    settings.push_back({kind, 1, true, 1});  // ZeRO-2's ring through a rebuild and Join
   }
   for (const Setting& s : settings) {
     Trainee plain(s, 0), z1(s, 1), z2(s, 2);
@@ -99,10 +109,56 @@ TEST(Zero, StagesOneAndTwoGiveThePlainDdpBitsEveryStep) {
                                       << " rank " << world().rank();
     }
     EXPECT_TRUE(same_on_all_ranks(z2.bytes())) << s.str();
+    EXPECT_EQ(z2.opt->store().grads_lent(), s.accumulate == 1) << "the gradient ring is used without no_sync: " << s.str();
     if (s.late) {
       EXPECT_NE(z1.ddp->bucket_layout().ready_order, reverse_parameter_order(z1.model->parameters().size()))
           << "the buckets were not rebuilt";
     }
+  }
+}
+
+// Note [ZeRO-2 gradient ring]: a rank holds its chunks of the reduced gradient and the ring's
+// bucket buffers, not the whole gradient.
+TEST(Zero, StageTwoHoldsItsChunksOfTheGradientAndARing) {
+  const Setting s{OptimizerKind::kSgd, 1, false, -1};
+  Trainee plain(s, 0), z2(s, 2);
+  for (int n = 0; n < 2; ++n) plain.step(s, n), z2.step(s, n);
+  const std::vector<GradBucket>& buckets = z2.ddp->reducer().buckets();
+  int64_t largest = 0, chunks = 0;
+  for (const GradBucket& b : buckets) largest = std::max(largest, b.buffer.numel()), chunks += b.shard_elements;
+  const size_t want = static_cast<size_t>(chunks + 2 * largest) * sizeof(float);
+  EXPECT_EQ(z2.opt->store().grad_bytes(), want) << "its chunks and two bucket buffers";
+  EXPECT_FALSE(z2.opt->store().grads().defined()) << "no flat gradient";
+  EXPECT_LT(static_cast<int64_t>(chunks), static_cast<int64_t>(plain.opt->store().grad_bytes() / sizeof(float)) * 2 / 3);
+}
+
+// --clip-grad-norm under ZeRO-2: each rank's chunks' sum of squares, added over the ranks; the
+// same norm on every rank, within rounding of plain DDP's whole-gradient norm, and so the same
+// parameters within 1e-6.
+TEST(Zero, StageTwoClipsByTheGlobalNormOfTheShards) {
+  // The ring (accumulate 1) and the whole local gradient (accumulate 2: only the chunks reduced).
+  for (const Setting& s : {Setting{OptimizerKind::kSgd, 1, true, -1}, Setting{OptimizerKind::kSgd, 2, true, -1}}) {
+  Trainee plain(s, 0), z2(s, 2);
+  plain.max_norm = z2.max_norm = 0.05f;  // below the norms of these steps: every step is clipped
+  plain.clipper.emplace(plain.model->parameters());
+  z2.clipper.emplace(z2.model->parameters(), [](float x) {
+    world().allreduce(&x, 1, DType::kF32, ReduceOp::kSum);
+    return x;
+  });
+  for (int n = 0; n < 4; ++n) {
+    plain.step(s, n);
+    z2.step(s, n);
+    const float want = plain.clipper->last_norm(), got = z2.clipper->last_norm();
+    EXPECT_GT(want, plain.max_norm) << "step " << n + 1 << " was not clipped";
+    EXPECT_NEAR(got, want, 1e-6 * want) << "step " << n + 1;
+    EXPECT_TRUE(same_on_all_ranks(std::string(reinterpret_cast<const char*>(&got), sizeof got))) << "step " << n + 1;
+    std::vector<Parameter*> a = plain.model->parameters(), b = z2.model->parameters();
+    for (size_t i = 0; i < a.size(); ++i) {
+      const std::vector<float> x = a[i]->value.to_vector(), y = b[i]->value.to_vector();
+      for (size_t k = 0; k < x.size(); ++k)
+        ASSERT_NEAR(y[k], x[k], 1e-6 * std::max(1.f, std::abs(x[k]))) << a[i]->name << " step " << n + 1 << " " << s.str();
+    }
+  }
   }
 }
 

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "model/flat_store.h"
 #include "model/grad_clip.h"
 
 namespace dtrain {
@@ -98,6 +99,32 @@ TEST(GradNormClipper, AbsentGradientsCountAsNoneAndStayUntouched) {
   ps.ptrs[0]->grad_is_zero = true;
   clipper.clip(0.f);
   EXPECT_NEAR(clipper.last_norm(), ps.naive_norm(), 1e-5 * ps.naive_norm());
+}
+
+// Parameters of a flat store (Note [Flat store]): the norm is one launch over the flat gradient
+// and the scaling one more, with the bits of one launch per parameter (the same chunks).
+TEST(GradNormClipper, AFlatStoreIsOneLaunchWithThePerParameterBits) {
+  Params loose, flat;
+  std::shared_ptr<FlatStore> store = FlatStore::of(flat.ptrs);
+  for (size_t i = 0; i < flat.ptrs.size(); ++i)
+    ASSERT_EQ(flat.ptrs[i]->grad.to_vector(), loose.ptrs[i]->grad.to_vector()) << "the store kept the gradients";
+  GradNormClipper a(loose.ptrs), b(flat.ptrs);
+  for (float max_norm : {0.1f, 0.f}) {
+    const int64_t before_a = a.launches(), before_b = b.launches();
+    a.clip(max_norm);
+    b.clip(max_norm);
+    EXPECT_EQ(a.result().to_vector(), b.result().to_vector()) << "norm and coefficient, bit for bit";
+    for (size_t i = 0; i < flat.ptrs.size(); ++i)
+      EXPECT_EQ(flat.ptrs[i]->grad.to_vector(), loose.ptrs[i]->grad.to_vector()) << i;
+    const int64_t scale = max_norm > 0.f ? 1 : 0;
+    EXPECT_EQ(b.launches() - before_b, 3 + scale) << "sums of squares, groups, coefficient (, scale)";
+    EXPECT_EQ(a.launches() - before_a, 4 + 2 + 4 * scale);
+  }
+  // An absent gradient: the per-parameter path, which skips it.
+  flat.ptrs[1]->grad_is_zero = loose.ptrs[1]->grad_is_zero = true;
+  a.clip(0.1f);
+  b.clip(0.1f);
+  EXPECT_EQ(a.result().to_vector(), b.result().to_vector());
 }
 
 }  // namespace
