@@ -17,6 +17,7 @@ namespace {
 
 constexpr int kShapeTag = kMaxP2pTag;  // above every micro-batch's tags (M <= 8191)
 constexpr int kMaxDims = 7;
+constexpr int kEvalTag = kMaxP2pTag - 1;  // evaluation activations (also above the micro-batches')
 
 std::vector<uint64_t> read_counters(Module& m) {
   std::vector<uint64_t> out;
@@ -206,6 +207,32 @@ PipelineStage::Result PipelineStage::train_step(const Tensor& input, const Tenso
   r.loss = last_ ? static_cast<float>(loss_sum_ / M) : std::numeric_limits<float>::quiet_NaN();
   r.correct = correct_;
   return r;
+}
+
+PipelineStage::Evaluated PipelineStage::evaluate_batch(const Tensor& input, const Tensor& labels) {
+  module_->set_training(false);
+  int32_t header[kMaxDims + 1] = {};
+  Tensor x = input;
+  if (!first_) {
+    grid_.chain->recv(header, kMaxDims + 1, DType::kI32, grid_.stage - 1, kShapeTag);
+    x = Tensor::empty(Shape(header + 1, header + 1 + header[0]), Device::cpu());
+    grid_.chain->recv(x.raw(), x.numel(), x.dtype(), grid_.stage - 1, kEvalTag);
+  }
+  Tensor out = module_->forward(x);
+  Evaluated e;
+  if (last_) {
+    e.loss_sum = static_cast<double>(loss_value(loss_.forward(out, labels))) * static_cast<double>(labels.numel());
+    e.correct = count_correct(out, labels);
+  } else {
+    header[0] = static_cast<int32_t>(out.ndim());
+    for (int i = 0; i < out.ndim(); ++i) header[i + 1] = static_cast<int32_t>(out.dim(i));
+    Tensor host = out.to(Device::cpu());
+    grid_.chain->send(header, kMaxDims + 1, DType::kI32, grid_.stage + 1, kShapeTag);
+    grid_.chain->send(host.raw(), host.numel(), host.dtype(), grid_.stage + 1, kEvalTag);
+  }
+  module_->set_training(true);
+  last_forward_ = -1;  // the layers now hold the evaluation's forward
+  return e;
 }
 
 }  // namespace dtrain

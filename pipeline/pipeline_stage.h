@@ -60,6 +60,15 @@ class PipelineStage {
   };
   Result train_step(const Tensor& input, const Tensor& labels);
 
+  // Evaluation: the batch forward through the stages in one piece (no micro-batches, no
+  // backward), the model in evaluation mode. On the last stage: the loss summed over the rows and
+  // the correct predictions; elsewhere zeros. Every stage of the pipeline calls it alike.
+  struct Evaluated {
+    double loss_sum = 0;
+    int64_t correct = 0;
+  };
+  Evaluated evaluate_batch(const Tensor& input, const Tensor& labels);
+
   Sequential& module() { return *module_; }
   const PipelineGrid& grid() const { return grid_; }
   // The most micro-batches whose input this stage held at once in the last step.
