@@ -82,12 +82,21 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
                                              c.data.classes);
   // Before the grid, whose splits P decides: ranks that disagree on P, M or the cut fail here.
   check_ranks_agree(rt.control(), shared_settings(c, data.train->size(), data.test->size()));
+  if (std::string problem = pipeline_grid_problem(rt.size(), p.stages); !problem.empty())
+    throw Error(fmt::format("--pipeline-stages {}: {}", p.stages, problem));
   PipelineGrid grid = make_pipeline_grid(rt.control(), p.stages);
   std::unique_ptr<Sequential> full =
       build_model(c.model, data.train->sample_shape(), data.train->num_classes(), rt.device(), c.seed);
   const std::string description = full->describe();
-  const std::vector<StageRange> ranges = p.split.empty() ? balanced_partition(layer_parameters(*full), p.stages)
-                                                         : partition_at(p.split, full->size(), p.stages);
+  std::vector<StageRange> ranges;
+  try {
+    ranges = p.split.empty() ? balanced_partition(layer_parameters(*full), p.stages)
+                             : partition_at(p.split, full->size(), p.stages);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{} {}: {}", p.split.empty() ? "--pipeline-stages" : "--pipeline-split",
+                            p.split.empty() ? fmt::format("{}", p.stages) : fmt::format("{}", fmt::join(p.split, ",")),
+                            e.what()));
+  }
   PipelineStage stage(build_stage(*full, ranges, grid.stage), grid, {p.schedule, p.micro_batches});
   full.reset();
   std::unique_ptr<Optimizer> optimizer = make_optimizer(c.optimizer, stage.module().parameters());

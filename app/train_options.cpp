@@ -510,7 +510,12 @@ void check_pipeline(const TrainConfig& c, const cxxopts::ParseResult& r) {
                            r.count("pipeline-schedule") == 0),
           "--micro-batches, --pipeline-schedule and --pipeline-split: need --pipeline-stages > 1");
   if (p.stages == 1) return;
-  if (std::string problem = micro_batch_problem(p.stages, p.micro_batches); !problem.empty()) require(false, problem);
+  require(p.micro_batches >= p.stages,
+          fmt::format("--micro-batches {} is fewer than --pipeline-stages {}: every stage needs a micro-batch in flight "
+                      "(use --micro-batches >= {})",
+                      p.micro_batches, p.stages, p.stages));
+  require(micro_batch_problem(p.stages, p.micro_batches).empty(),
+          fmt::format("--micro-batches: {}", micro_batch_problem(p.stages, p.micro_batches)));
   require(c.batch_size % p.micro_batches == 0,
           fmt::format("--batch-size {} is not a multiple of --micro-batches {} (every micro-batch has the same rows)",
                       c.batch_size, p.micro_batches));

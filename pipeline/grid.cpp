@@ -8,10 +8,10 @@
 namespace dtrain {
 
 std::string pipeline_grid_problem(int world_size, int stages) {
-  if (stages < 1) return fmt::format("--pipeline-stages {}: needs at least 1", stages);
+  if (stages < 1) return fmt::format("{} pipeline stages: needs at least 1", stages);
   if (world_size % stages != 0)
-    return fmt::format("--pipeline-stages {} does not divide the {} rank(s): the grid is stages x replicas, so the "
-                       "world size must be a multiple of {}",
+    return fmt::format("{} pipeline stages do not divide the {} rank(s): the grid is stages x replicas, so the world "
+                       "size must be a multiple of {}",
                        stages, world_size, stages);
   return "";
 }

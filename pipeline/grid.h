@@ -21,7 +21,7 @@ struct PipelineGrid {
   std::unique_ptr<Communicator> data_parallel;  // this stage's replicas
 };
 
-// "--pipeline-stages 3 does not divide the 4 ranks: ..." or "".
+// "3 pipeline stages do not divide the 4 rank(s): ..." or "".
 std::string pipeline_grid_problem(int world_size, int stages);
 
 // Collective over `world`: throws (one line, pipeline_grid_problem) unless stages divides its size.

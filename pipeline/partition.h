@@ -2,7 +2,7 @@
 // stages, stage s holding layers [begin, end). Balanced: the cut that minimises the largest
 // stage's parameter count (ties: the most even spread,
 // then the earliest cut), every stage at least one layer. Or at the
-// layers the user names (--pipeline-split i,j,...: the first layer of stages 1..P-1). Every rank
+// layers the user names (the first layer of stages 1..P-1). Every rank
 // computes the same cut from the same model: no communication. Pure.
 #pragma once
 

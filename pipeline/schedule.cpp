@@ -22,10 +22,10 @@ std::optional<PipelineSchedule> parse_pipeline_schedule(const std::string& name)
 
 std::string micro_batch_problem(int stages, int micro_batches) {
   if (micro_batches < stages)
-    return fmt::format("--micro-batches {} is fewer than --pipeline-stages {}: every stage needs a micro-batch in "
-                       "flight (use --micro-batches >= {})",
+    return fmt::format("{} micro-batches are fewer than the {} pipeline stages: every stage needs a micro-batch in "
+                       "flight (use at least {})",
                        micro_batches, stages, stages);
-  if (micro_batches > 8191) return fmt::format("--micro-batches {}: at most 8191", micro_batches);
+  if (micro_batches > 8191) return fmt::format("{} micro-batches: at most 8191 (the message tags)", micro_batches);
   return "";
 }
 

@@ -63,7 +63,7 @@ int peak_held_inputs(const std::vector<PipeAction>& actions);
 // one line naming where each stage is stuck. `programs[s]` is stage s's.
 std::string find_deadlock(const std::vector<std::vector<PipeStep>>& programs);
 
-// "--micro-batches 2 is fewer than --pipeline-stages 4: ..." or "" when (P, M) can run.
+// "2 micro-batches are fewer than the 4 pipeline stages: ..." or "" when (P, M) can run.
 std::string micro_batch_problem(int stages, int micro_batches);
 
 }  // namespace dtrain

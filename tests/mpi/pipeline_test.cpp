@@ -180,8 +180,8 @@ TEST(Pipeline, FewerMicroBatchesThanStagesIsRefusedInOneLine) {
   const int stages = test_comm().size();
   PipelineGrid grid = make_pipeline_grid(test_comm(), stages);
   const std::string error = error_of([&] { PipelineStage(stage_of(stages, grid.stage), grid, {PipelineSchedule::k1f1b, stages - 1}); });
-  EXPECT_EQ(error, fmt::format("--micro-batches {} is fewer than --pipeline-stages {}: every stage needs a "
-                               "micro-batch in flight (use --micro-batches >= {})",
+  EXPECT_EQ(error, fmt::format("{} micro-batches are fewer than the {} pipeline stages: every stage needs a "
+                               "micro-batch in flight (use at least {})",
                                stages - 1, stages, stages));
   grid.chain->shutdown();
   grid.data_parallel->shutdown();
@@ -189,7 +189,7 @@ TEST(Pipeline, FewerMicroBatchesThanStagesIsRefusedInOneLine) {
 
 TEST(Pipeline, AGridThatDoesNotDivideTheWorldIsRefusedInOneLine) {
   const int n = test_comm().size();
-  EXPECT_EQ(pipeline_grid_problem(n, n + 1).rfind(fmt::format("--pipeline-stages {} does not divide the {} rank(s)", n + 1, n), 0), 0u);
+  EXPECT_EQ(pipeline_grid_problem(n, n + 1).rfind(fmt::format("{} pipeline stages do not divide the {} rank(s)", n + 1, n), 0), 0u);
   EXPECT_THROW(make_pipeline_grid(test_comm(), n + 1), Error);
 }
 

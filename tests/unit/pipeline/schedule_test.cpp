@@ -79,8 +79,8 @@ TEST(PipelineSchedule, GpipeHoldsEveryMicroBatchAnd1f1bAtMostTheStagesAfterIt) {
 
 TEST(PipelineSchedule, FewerMicroBatchesThanStagesIsOneLine) {
   EXPECT_EQ(micro_batch_problem(4, 2),
-            "--micro-batches 2 is fewer than --pipeline-stages 4: every stage needs a micro-batch in flight (use "
-            "--micro-batches >= 4)");
+            "2 micro-batches are fewer than the 4 pipeline stages: every stage needs a micro-batch in flight (use at "
+            "least 4)");
   EXPECT_THROW(stage_actions(PipelineSchedule::k1f1b, 4, 2, 0), Error);
   EXPECT_EQ(micro_batch_problem(2, 2), "");
   EXPECT_EQ(parse_pipeline_schedule("1f1b"), PipelineSchedule::k1f1b);
@@ -117,9 +117,9 @@ TEST(PipelinePartition, AUserSplitIsCheckedAndKept) {
     }
     return std::string();
   };
-  EXPECT_EQ(error_of([] { partition_at({3}, 8, 3); }), "--pipeline-split names 1 cut(s) but --pipeline-stages 3 needs 2");
-  EXPECT_NE(error_of([] { partition_at({5, 3}, 8, 3); }).find("layer 3 does not start a stage"), std::string::npos);
-  EXPECT_NE(error_of([] { partition_at({8}, 8, 2); }).find("layer 8 does not start a stage"), std::string::npos);
+  EXPECT_EQ(error_of([] { partition_at({3}, 8, 3); }), "1 cut(s) for 3 pipeline stages, which need 2");
+  EXPECT_NE(error_of([] { partition_at({5, 3}, 8, 3); }).find("layer 3 cannot start a stage"), std::string::npos);
+  EXPECT_NE(error_of([] { partition_at({8}, 8, 2); }).find("layer 8 cannot start a stage"), std::string::npos);
 }
 
 }  // namespace
