@@ -11,6 +11,7 @@
 #include "app/evaluate.h"
 #include "app/rank_agreement.h"
 #include "app/reporter.h"
+#include "comm/exchange.h"
 #include "comm/flight_recorder.h"
 #include "core/error.h"
 #include "data/data_loader.h"
@@ -155,8 +156,23 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   result.global_step = step;
   result.samples_per_second = result.train_seconds > 0 ? static_cast<double>(result.train_samples) / result.train_seconds : 0;
   result.parameters_fingerprint = parameters_fingerprint(stage.module());
-  reporter.note(fmt::format("pipeline: peak micro-batch inputs held on this stage {} (gpipe: M, 1f1b: at most P - s)",
-                            stage.peak_held_inputs()));
+  // Every stage's idle share and peak held inputs, for the logger's line (replica 0's stages).
+  struct StageFigures {
+    int64_t busy_ns, step_ns;
+    int32_t peak_held, pad;
+  };
+  const std::vector<StageFigures> all = allgather_values(
+      rt.control(), StageFigures{stage.busy_ns(), stage.step_ns(), stage.peak_held_inputs(), 0});
+  std::string idle, held;
+  for (int s = 0; s < grid.stages; ++s) {
+    const StageFigures& f = all[static_cast<size_t>(s)];  // world rank s: stage s of replica 0
+    idle += fmt::format("{}{:.1f}%", s ? ", " : "", f.step_ns > 0 ? 100.0 * (1.0 - double(f.busy_ns) / double(f.step_ns)) : 0.0);
+    held += fmt::format("{}{}", s ? ", " : "", f.peak_held);
+  }
+  reporter.note(fmt::format("pipeline: idle share per stage {} (the bubble (P-1)/(M+P-1) is {:.1f}%; the rest is "
+                            "transfers and recomputation's imbalance); micro-batch inputs held at the peak per stage {} "
+                            "(gpipe: M, 1f1b: at most P - s)",
+                            idle, 100.0 * (p.stages - 1) / (p.micro_batches + p.stages - 1), held));
   reporter.finish(result);
   grid.chain->shutdown();
   grid.data_parallel->shutdown();

@@ -190,6 +190,7 @@ PipelineStage::Result PipelineStage::train_step(const Tensor& input, const Tenso
   if (rows % M != 0)
     throw Error(fmt::format("the batch of {} rows is not a multiple of the {} micro-batches", rows, M));
   prepare(input, rows / M);
+  const int64_t step_start = steady_now_ns();
   spans_.clear();
   sums_.clear();
   held_ = peak_held_ = 0;
@@ -203,6 +204,9 @@ PipelineStage::Result PipelineStage::train_step(const Tensor& input, const Tenso
   }
   for (WorkHandle& w : sums_) w->wait();
   sums_.clear();
+  step_ns_ += steady_now_ns() - step_start;
+  for (const PipeSpan& s : spans_)
+    if (s.kind != PipeSpan::kTransfer) busy_ns_ += s.end_ns - s.start_ns;
   Result r;
   r.loss = last_ ? static_cast<float>(loss_sum_ / M) : std::numeric_limits<float>::quiet_NaN();
   r.correct = correct_;

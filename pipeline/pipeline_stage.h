@@ -74,6 +74,10 @@ class PipelineStage {
   // The most micro-batches whose input this stage held at once in the last step.
   int peak_held_inputs() const { return peak_held_; }
   const std::vector<PipeSpan>& last_step_spans() const { return spans_; }
+  // Of every train_step so far: the time in forwards and backwards, and the steps' wall time
+  // (the rest is this stage's idle share: the bubble, and waits in transfers).
+  int64_t busy_ns() const { return busy_ns_; }
+  int64_t step_ns() const { return step_ns_; }
 
  private:
   // Finds this stage's input shape (from the previous stage) and output shape for micro-batches
@@ -100,6 +104,7 @@ class PipelineStage {
   std::vector<WorkHandle> sums_;
   int held_ = 0, peak_held_ = 0;
   std::vector<PipeSpan> spans_;
+  int64_t busy_ns_ = 0, step_ns_ = 0;
   double loss_sum_ = 0;
   int64_t correct_ = 0;
 };
