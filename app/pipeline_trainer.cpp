@@ -11,6 +11,7 @@
 #include "app/evaluate.h"
 #include "app/rank_agreement.h"
 #include "app/reporter.h"
+#include "app/trace.h"
 #include "comm/exchange.h"
 #include "comm/flight_recorder.h"
 #include "core/error.h"
@@ -121,6 +122,9 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   result.world_size = rt.size();
   result.device = rt.device().str();
   Tensor loss_tensor = Tensor::zeros({1});
+  // --trace: each rank (stage s of replica d is world rank d * P + s) its own rows: forwards and
+  // backwards on thread 0, its transfer batches' waits on thread 1, so the bubble shows.
+  Tracer tracer(!c.output.trace_path.empty());
   int64_t step = 0;
   for (int64_t epoch = 0; epoch < c.epochs; ++epoch) {
     sampler.set_epoch(epoch);
@@ -134,7 +138,17 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
       set_collective_context(fmt::format("epoch {} step {}", epoch + 1, step + 1));
       optimizer->zero_grad();
       float loss = stage.train_step(b.images(), b.labels()).loss;
-      optimizer->step();
+      if (tracer.enabled())
+        for (const PipeSpan& s : stage.last_step_spans())
+          tracer.add(s.kind == PipeSpan::kTransfer ? std::string("send/recv")
+                                                   : fmt::format("{} {}", s.kind == PipeSpan::kForward ? "forward" : "backward",
+                                                                 s.micro_batch),
+                     s.kind == PipeSpan::kTransfer ? "comm" : "compute", s.kind == PipeSpan::kTransfer ? 1 : 0,
+                     s.start_ns, s.end_ns);
+      {
+        ScopedSpan span(&tracer, "optimizer step");
+        optimizer->step();
+      }
       ++step;
       if (last && grid.replicas > 1) grid.data_parallel->allreduce(&loss, 1, DType::kF32, ReduceOp::kAvg);
       loss_tensor.data()[0] = loss;
@@ -173,6 +187,12 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
                             "transfers and recomputation's imbalance); micro-batch inputs held at the peak per stage {} "
                             "(gpipe: M, 1f1b: at most P - s)",
                             idle, 100.0 * (p.stages - 1) / (p.micro_batches + p.stages - 1), held));
+  if (tracer.enabled()) {
+    tracer.write(c.output.trace_path, rt.control());
+    reporter.note(fmt::format("trace: wrote {} (a row per rank: stage s of replica d is rank d x P + s; its forwards "
+                              "and backwards, and on a second track its transfers' waits)",
+                              c.output.trace_path));
+  }
   reporter.finish(result);
   grid.chain->shutdown();
   grid.data_parallel->shutdown();

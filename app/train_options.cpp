@@ -534,7 +534,7 @@ void check_pipeline(const TrainConfig& c, const cxxopts::ParseResult& r) {
   not_yet(!c.checkpoints.dir.empty() || c.checkpoints.resume != ResumeMode::kNone || !c.checkpoints.init_weights.empty(),
           "checkpoints (--checkpoint-dir, --resume, --init-weights)");
   not_yet(c.clip_grad_norm != 0.f, "--clip-grad-norm");
-  not_yet(!c.output.trace_path.empty() || !c.output.metrics_path.empty(), "--trace or --metrics");
+  not_yet(!c.output.metrics_path.empty(), "--metrics");
   not_yet(c.model.dropout != 0.f, "--dropout");
 }
 
