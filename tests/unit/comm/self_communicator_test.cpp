@@ -7,6 +7,7 @@
 
 #include "comm/self_communicator.h"
 #include "core/error.h"
+#include "tests/unit/data/error_of.h"
 
 namespace dtrain {
 namespace {
@@ -51,14 +52,7 @@ TEST(SelfCommunicator, PointToPointToItselfCopiesWithinABatchAndRefusesAnOpWitho
   comm.batch_p2p_async({{P2pOp::kSend, a.data(), 2, DType::kF32, 0, 4}, {P2pOp::kRecv, b.data(), 2, DType::kF32, 0, 4}})
       ->wait();
   EXPECT_EQ(b, a);
-  auto error_of = [](auto f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
+  auto error_of = [](auto f) { return testing::error_of(f).first; };
   EXPECT_NE(error_of([&] { comm.send(a.data(), 2, DType::kF32, 0, 1); }).find("no recv of that tag in the same batch"),
             std::string::npos);
   EXPECT_NE(error_of([&] { comm.recv(b.data(), 2, DType::kF32, 0, 1); }).find("no send of that tag in the same batch"),

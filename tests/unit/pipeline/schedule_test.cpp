@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "tests/unit/data/error_of.h"
 #include "pipeline/partition.h"
 #include "pipeline/schedule.h"
 
@@ -109,14 +110,7 @@ TEST(PipelinePartition, BalancedByParameterCountWithTheEarliestCutOnATie) {
 
 TEST(PipelinePartition, AUserSplitIsCheckedAndKept) {
   EXPECT_EQ(partition_at({3, 5}, 8, 3), (std::vector<StageRange>{{0, 3}, {3, 5}, {5, 8}}));
-  auto error_of = [](auto f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
+  auto error_of = [](auto f) { return testing::error_of(f).first; };
   EXPECT_EQ(error_of([] { partition_at({3}, 8, 3); }), "1 cut(s) for 3 pipeline stages, which need 2");
   EXPECT_NE(error_of([] { partition_at({5, 3}, 8, 3); }).find("layer 3 cannot start a stage"), std::string::npos);
   EXPECT_NE(error_of([] { partition_at({8}, 8, 2); }).find("layer 8 cannot start a stage"), std::string::npos);
