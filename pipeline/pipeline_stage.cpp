@@ -38,7 +38,8 @@ PipelineStage::PipelineStage(std::unique_ptr<Sequential> module, PipelineGrid& g
       options_(options),
       first_(grid.stage == 0),
       last_(grid.stage == grid.stages - 1),
-      program_(stage_program(options.schedule, grid.stages, options.micro_batches, grid.stage)) {
+      program_(stage_program(options.schedule, grid.stages, options.micro_batches, grid.stage)),
+      slots_(dtrain::peak_held_inputs(stage_actions(options.schedule, grid.stages, options.micro_batches, grid.stage))) {
   // The replicas of a stage start from replica 0's parameters.
   if (grid_.replicas > 1)
     for (Parameter* p : module_->parameters()) grid_.data_parallel->broadcast(p->value, 0);
@@ -89,24 +90,21 @@ void PipelineStage::prepare(const Tensor& input, int64_t rows) {
     grid_.chain->send(header, kMaxDims + 1, DType::kI32, grid_.stage + 1, kShapeTag);
   }
   if (same) return;
-  const auto M = static_cast<size_t>(options_.micro_batches);
-  act_in_.assign(M, Tensor{});
-  act_out_.assign(M, Tensor{});
-  grad_in_.assign(M, Tensor{});
-  grad_out_.assign(M, Tensor{});
-  rng_at_.assign(M, {});
-  for (size_t m = 0; m < M; ++m) {
-    if (!first_) {
-      act_in_[m] = Tensor::empty(in_shape_, device);
-      grad_out_[m] = Tensor::empty(in_shape_, device);  // the input gradient, sent back
-    }
-    if (!last_) {
-      act_out_[m] = Tensor::empty(out_shape_, device);
-      grad_in_[m] = Tensor::empty(out_shape_, device);
-    } else {
-      grad_in_[m] = Tensor::empty(out_shape_, device);  // the loss gradient
-    }
-  }
+  // Note [Pipeline buffers]: a micro-batch's input (and, on the last stage, its loss gradient)
+  // lives from its forward to its backward: slots_ of them, reused round robin (the schedule's
+  // peak: GPipe M, 1F1B P - s). An output or an input gradient lives from its action to the
+  // next transfer batch, which completes before the next action: one each; so does a received
+  // gradient, received right before its backward.
+  const auto S = static_cast<size_t>(slots_);
+  act_in_.assign(first_ ? 0 : S, Tensor{});
+  grad_in_.assign(last_ ? S : 1, Tensor{});
+  act_out_.assign(last_ ? 0 : 1, Tensor{});
+  grad_out_.assign(first_ ? 0 : 1, Tensor{});
+  for (Tensor& t : act_in_) t = Tensor::empty(in_shape_, device);
+  for (Tensor& t : grad_in_) t = Tensor::empty(out_shape_, device);
+  for (Tensor& t : act_out_) t = Tensor::empty(out_shape_, device);
+  for (Tensor& t : grad_out_) t = Tensor::empty(in_shape_, device);
+  rng_at_.assign(static_cast<size_t>(options_.micro_batches), {});
 }
 
 void PipelineStage::run_transfers(const std::vector<PipeTransfer>& transfers) {
@@ -117,10 +115,10 @@ void PipelineStage::run_transfers(const std::vector<PipeTransfer>& transfers) {
     const auto m = static_cast<size_t>(t.micro_batch);
     Tensor* buf = nullptr;
     switch (t.kind) {
-      case PipeTransfer::kSendActivation: buf = &act_out_[m]; break;
-      case PipeTransfer::kRecvActivation: buf = &act_in_[m]; break;
-      case PipeTransfer::kSendGrad: buf = &grad_out_[m]; break;
-      case PipeTransfer::kRecvGrad: buf = &grad_in_[m]; break;
+      case PipeTransfer::kSendActivation: buf = &act_out_[0]; break;
+      case PipeTransfer::kRecvActivation: buf = &act_in_[m % slots()]; break;
+      case PipeTransfer::kSendGrad: buf = &grad_out_[0]; break;
+      case PipeTransfer::kRecvGrad: buf = &grad_in_[grad_slot(t.micro_batch)]; break;
     }
     ops.push_back({t.is_send() ? P2pOp::kSend : P2pOp::kRecv, buf->raw(), buf->numel(), buf->dtype(), t.peer_stage,
                    t.tag()});
@@ -134,7 +132,7 @@ void PipelineStage::run_transfers(const std::vector<PipeTransfer>& transfers) {
 }
 
 Tensor PipelineStage::stage_input(int m, const Tensor& input) {
-  if (!first_) return act_in_[static_cast<size_t>(m)];
+  if (!first_) return act_in_[static_cast<size_t>(m) % slots()];
   const int64_t per_row = shape_numel(in_shape_) / rows_;
   return input.slice(m * rows_ * per_row, in_shape_);
 }
@@ -149,11 +147,11 @@ void PipelineStage::forward(int m, const Tensor& input, const Tensor& labels) {
     const Tensor y = labels.slice(m * rows_, {rows_});
     loss_sum_ += loss_value(loss_.forward(out, y));
     correct_ += count_correct(out, y);
-    grad_in_[mi].copy_from(loss_.backward());
-    // Note [Pipeline loss].
-    scale(grad_in_[mi], 1.f / static_cast<float>(options_.micro_batches * grid_.replicas));
+    Tensor& g = grad_in_[grad_slot(m)];
+    g.copy_from(loss_.backward());
+    scale(g, 1.f / static_cast<float>(options_.micro_batches * grid_.replicas));  // Note [Pipeline loss]
   } else {
-    act_out_[mi].copy_from(out);  // the layer reuses its output buffer in the next forward
+    act_out_[0].copy_from(out);  // the layer reuses its output buffer in the next forward
   }
   peak_held_ = std::max(peak_held_, ++held_);
   spans_.push_back({PipeSpan::kForward, m, start, steady_now_ns()});
@@ -171,9 +169,9 @@ void PipelineStage::backward(int m, const Tensor& input) {
     last_forward_ = m;
   }
   summing_ = m == options_.micro_batches - 1;  // the last backward of the step, in both schedules
-  Tensor g = module_->backward(grad_in_[mi], /*need_input_grad=*/!first_);
+  Tensor g = module_->backward(grad_in_[grad_slot(m)], /*need_input_grad=*/!first_);
   summing_ = false;
-  if (!first_) grad_out_[mi].copy_from(g);
+  if (!first_) grad_out_[0].copy_from(g);
   --held_;
   spans_.push_back({PipeSpan::kBackward, m, start, steady_now_ns()});
 }

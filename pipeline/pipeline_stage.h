@@ -71,7 +71,8 @@ class PipelineStage {
 
   Sequential& module() { return *module_; }
   const PipelineGrid& grid() const { return grid_; }
-  // The most micro-batches whose input this stage held at once in the last step.
+  // The most micro-batches whose input this stage held at once in the last step (its input
+  // buffers: Note [Pipeline buffers] in pipeline_stage.cpp).
   int peak_held_inputs() const { return peak_held_; }
   const std::vector<PipeSpan>& last_step_spans() const { return spans_; }
   // Of every train_step so far: the time in forwards and backwards, and the steps' wall time
@@ -96,7 +97,11 @@ class PipelineStage {
   std::vector<PipeStep> program_;
   int64_t rows_ = 0;  // per micro-batch
   Shape in_shape_, out_shape_;
-  std::vector<Tensor> act_in_, act_out_, grad_in_, grad_out_;  // per micro-batch
+  int slots_;  // Note [Pipeline buffers] (pipeline_stage.cpp)
+  size_t slots() const { return static_cast<size_t>(slots_); }
+  // The loss gradient (last stage) lives as long as the input; a received gradient is used at once.
+  size_t grad_slot(int m) const { return last_ ? static_cast<size_t>(m) % slots() : 0; }
+  std::vector<Tensor> act_in_, act_out_, grad_in_, grad_out_;
   std::vector<std::vector<uint64_t>> rng_at_;                  // rng counters before each forward
   CrossEntropyLoss loss_;
   int last_forward_ = -1;
