@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # dtrain train --pipeline-stages end to end (Note [Pipeline schedules] in pipeline/schedule.h):
-# at NP 2 (P 2), NP 3 (P 3) and NP 4 (P 2 x D 2) the log lines equal one process's on the same
+# at NP 2 (P 2), NP 3 (P 3) and NP 4 (P 2 x D 2) the log lines of the MLP and of the CNN equal one process's on the same
 # global batch (each loss within 1e-5 relative: M accumulated GEMMs round unlike one; the rest of
 # each line, the test set's accuracy included, exactly); GPipe and 1F1B end with the same
 # parameters bit for bit (their fingerprints); fewer micro-batches than stages, and ranks that
@@ -54,6 +54,12 @@ for schedule in 1f1b gpipe; do
 done
 check "gpipe and 1f1b end bit for bit alike" [ -n "$(fingerprint "$WORK/1f1b.log")" ] && \
   [ "$(fingerprint "$WORK/1f1b.log")" = "$(fingerprint "$WORK/gpipe.log")" ]
+
+# The CNN (convolutions, pooling: 4-D activations between stages), one epoch.
+CNN=("${COMMON[@]}" --model cnn --train-limit 768 --log-interval 4)
+dtrain_at 1 "$WORK/cnn_ref.log" train "${CNN[@]}" --batch-size $((B * D))
+dtrain_at "$NP" "$WORK/cnn.log" train "${CNN[@]}" --batch-size "$B" --pipeline-stages "$P" --micro-batches "$M"
+check "cnn: P $P x D $D logs the np 1 run's losses and test set" same_lines "$WORK/cnn_ref.log" "$WORK/cnn.log"
 
 dtrain_at "$NP" "$WORK/few.log" train "${RUN[@]}" --batch-size "$B" --pipeline-stages "$P" --micro-batches $((P - 1))
 status=$?
