@@ -12,9 +12,9 @@ namespace dtrain {
 
 std::vector<StageRange> balanced_partition(const std::vector<int64_t>& layer_parameters, int stages) {
   const size_t n = layer_parameters.size();
-  if (!(stages >= 1)) throw Error(fmt::format("{} pipeline stages: needs at least 1", stages));
-  if (!(n >= static_cast<size_t>(stages))) throw Error(fmt::format("{} pipeline stages: the model has only {} layers to cut", stages,
-               n));
+  if (stages < 1) throw Error(fmt::format("{} pipeline stages: needs at least 1", stages));
+  if (n < static_cast<size_t>(stages))
+    throw Error(fmt::format("{} pipeline stages: the model has only {} layers to cut", stages, n));
   const auto P = static_cast<size_t>(stages);
   std::vector<int64_t> prefix(n + 1, 0);
   for (size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + layer_parameters[i];
@@ -52,12 +52,13 @@ std::vector<StageRange> balanced_partition(const std::vector<int64_t>& layer_par
 }
 
 std::vector<StageRange> partition_at(const std::vector<size_t>& split, size_t layers, int stages) {
-  if (!(split.size() + 1 == static_cast<size_t>(stages))) throw Error(fmt::format("{} cut(s) for {} pipeline stages, which need {}", split.size(), stages, stages - 1));
+  if (split.size() + 1 != static_cast<size_t>(stages))
+    throw Error(fmt::format("{} cut(s) for {} pipeline stages, which need {}", split.size(), stages, stages - 1));
   std::vector<StageRange> out;
   size_t begin = 0;
   for (size_t cut : split) {
-    if (!(cut > begin && cut < layers)) throw Error(fmt::format("layer {} cannot start a stage (cuts must increase within 1..{})", cut,
-                 layers - 1));
+    if (cut <= begin || cut >= layers)
+      throw Error(fmt::format("layer {} cannot start a stage (cuts must increase within 1..{})", cut, layers - 1));
     out.push_back({begin, cut});
     begin = cut;
   }
