@@ -19,6 +19,7 @@
 #include "data/distributed_sampler.h"
 #include "model/fingerprint.h"
 #include "pipeline/partition.h"
+#include "train/checkpointer.h"
 #include "pipeline/pipeline_stage.h"
 
 namespace dtrain {
@@ -89,6 +90,11 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   PipelineGrid grid = make_pipeline_grid(rt.control(), p.stages);
   std::unique_ptr<Sequential> full =
       build_model(c.model, data.train->sample_shape(), data.train->num_classes(), rt.device(), c.seed);
+  // --init-weights: the unsplit model's names, loaded into the whole model before the cut, so
+  // one file starts any P x D (and P = 1) alike.
+  if (!c.checkpoints.init_weights.empty())
+    classify_errors(ErrorKind::kCheckpoint,
+                    [&] { load_initial_weights(rt.control(), c.checkpoints.init_weights, *full); });
   const std::string description = full->describe();
   std::vector<StageRange> ranges;
   try {
@@ -109,6 +115,8 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   reporter.start(rt, description, c, data.train->size(), data.test->size());
   int64_t stage_parameters = 0;
   for (Parameter* q : stage.module().parameters()) stage_parameters += q->value.numel();
+  if (!c.checkpoints.init_weights.empty())
+    reporter.note(fmt::format("initial weights: {}", c.checkpoints.init_weights));
   reporter.note(fmt::format("pipeline: {} stage(s) x {} replica(s), {} micro-batch(es) of {} rows, schedule {}, "
                             "layers {}; this stage (the last) holds {} parameters",
                             grid.stages, grid.replicas, p.micro_batches, c.batch_size / p.micro_batches,

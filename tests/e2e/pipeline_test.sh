@@ -61,6 +61,15 @@ dtrain_at 1 "$WORK/cnn_ref.log" train "${CNN[@]}" --batch-size $((B * D))
 dtrain_at "$NP" "$WORK/cnn.log" train "${CNN[@]}" --batch-size "$B" --pipeline-stages "$P" --micro-batches "$M"
 check "cnn: P $P x D $D logs the np 1 run's losses and test set" same_lines "$WORK/cnn_ref.log" "$WORK/cnn.log"
 
+# --init-weights: a checkpoint's model.safetensors (the unsplit names) starts the pipeline where
+# it starts one process.
+dtrain_at 1 "$WORK/save.log" train "${COMMON[@]}" --train-limit 512 --hidden 64,48,32 --checkpoint-dir "$WORK/ck"
+weights=$(ls -d "$WORK"/ck/step-*/ | tail -1)model.safetensors
+dtrain_at 1 "$WORK/init_ref.log" train "${RUN[@]}" --batch-size $((B * D)) --init-weights "$weights"
+dtrain_at "$NP" "$WORK/init.log" train "${RUN[@]}" --batch-size "$B" --pipeline-stages "$P" --micro-batches "$M" \
+  --init-weights "$weights"
+check "--init-weights: P $P x D $D logs the np 1 run's from the same file" same_lines "$WORK/init_ref.log" "$WORK/init.log"
+
 dtrain_at "$NP" "$WORK/few.log" train "${RUN[@]}" --batch-size "$B" --pipeline-stages "$P" --micro-batches $((P - 1))
 status=$?
 check "M < P: non-zero exit" [ "$status" -ne 0 ]
