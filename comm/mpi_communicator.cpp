@@ -357,6 +357,12 @@ void MpiCommunicator::run_p2p(const std::vector<P2pOp>& ops) {
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, const std::string& name) {
   DTRAIN_CHECK(color >= 0, "split: color {} is negative", color);
+  // The child's communication thread runs MPI beside this one's (Note [Sub-communicators]).
+  int provided = MPI_THREAD_SINGLE;
+  MPI_CHECK(MPI_Query_thread(&provided));
+  if (provided < MPI_THREAD_MULTIPLE)
+    throw Error("split: sub-communicators need MPI started with MPI_THREAD_MULTIPLE "
+                "(RuntimeOptions::concurrent_communicators)");
   MPI_Comm part = MPI_COMM_NULL;
   // On the communication thread, in order with the collectives (every rank calls split alike).
   submit("barrier", DType::kU8, 0, [this, color, key, &part](int64_t) {
