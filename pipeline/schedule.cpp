@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/named_enum.h"
 
 namespace dtrain {
 

@@ -20,8 +20,6 @@
 #include <string>
 #include <vector>
 
-#include "core/named_enum.h"
-
 namespace dtrain {
 
 enum class PipelineSchedule { kGpipe, k1f1b };
