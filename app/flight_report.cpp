@@ -116,7 +116,37 @@ std::string flight_report(const std::vector<std::string>& texts) {
 
 namespace {
 
+bool point_to_point(const json& r) {
+  const std::string kind = r.value("kind", "");
+  return kind == "send" || kind == "recv" || kind == "sendrecv";
+}
+
+// Note [Point-to-point] (comm/communicator.h): a communicator of sends and receives numbers them
+// per rank (a stage sends what its neighbour receives), so ranks are not compared by number:
+// each rank's oldest transfer not completed, with the peers its label names.
+std::vector<std::string> point_to_point_lines(std::vector<Dump> dumps) {
+  std::sort(dumps.begin(), dumps.end(), [](const Dump& a, const Dump& b) { return a.rank < b.rank; });
+  std::vector<std::string> lines = {fmt::format(
+      "{} rank(s) wrote a dump; point-to-point transfers (numbered per rank; each names its peers)", dumps.size())};
+  std::vector<int> behind;
+  for (const Dump& d : dumps) {
+    const int64_t first = first_incomplete(d);
+    if (d.records.count(first)) lines.push_back("  " + rank_at(d, first));
+    else lines.push_back(fmt::format("  rank {} ({}): every recorded transfer completed", d.rank, d.host));
+    for (int r : d.unresponsive) {
+      lines.push_back(fmt::format("  rank {} saw rank {} stop responding (no heartbeat) while it waited", d.rank, r));
+      behind.push_back(r);
+    }
+  }
+  std::sort(behind.begin(), behind.end());
+  behind.erase(std::unique(behind.begin(), behind.end()), behind.end());
+  if (!behind.empty()) lines.push_back(fmt::format("behind or missing: rank(s) {}", fmt::join(behind, ",")));
+  return lines;
+}
+
 std::vector<std::string> report_lines(std::vector<Dump> dumps) {
+  for (const Dump& d : dumps)
+    if (!d.records.empty() && point_to_point(d.records.rbegin()->second)) return point_to_point_lines(std::move(dumps));
   int world = 0;
   for (const Dump& d : dumps) world = std::max(world, d.world_size);
   std::sort(dumps.begin(), dumps.end(), [](const Dump& a, const Dump& b) { return a.rank < b.rank; });

@@ -52,6 +52,10 @@ Settings shared_settings(const TrainConfig& c, int64_t train_samples, int64_t te
       {"--epochs", fmt::format("{}", c.epochs)},
       {"--batch-size", fmt::format("{}", c.batch_size)},
       {"--accumulate", fmt::format("{}", c.accumulate)},
+      {"--pipeline-stages", fmt::format("{}", c.pipeline.stages)},
+      {"--micro-batches", fmt::format("{}", c.pipeline.micro_batches)},
+      {"--pipeline-schedule", pipeline_schedule_name(c.pipeline.schedule)},
+      {"--pipeline-split", fmt::format("{}", fmt::join(c.pipeline.split, ","))},
       {"--bucket-cap-mb", c.ddp.bucket_cap_auto ? std::string("auto")
                                                 : fmt::format("{:.3g} ({} bytes)",
                                                               static_cast<double>(c.ddp.bucket_cap_bytes) / (1 << 20),

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "comm/runtime.h"
 #include "data/data_format.h"
@@ -17,6 +18,7 @@
 #include "model/lr_schedule.h"
 #include "model/models.h"
 #include "model/optimizer.h"
+#include "pipeline/schedule.h"
 
 namespace dtrain {
 
@@ -69,6 +71,14 @@ struct OutputSettings {
   bool quiet = false;        // errors (and --json) only
 };
 
+// Note [Pipeline schedules] (pipeline/schedule.h): --pipeline-stages and its flags.
+struct PipelineSettings {
+  int stages = 1;          // 1: no pipeline (every rank holds the whole model)
+  int micro_batches = 0;   // per replica's batch; 0: as many as stages
+  PipelineSchedule schedule = PipelineSchedule::k1f1b;
+  std::vector<size_t> split;  // the first layer of stages 1..P-1; empty: balanced by parameters
+};
+
 struct TrainConfig {
   DataSettings data;
   ModelSpec model;  // mlp or cnn (unused with `lm`)
@@ -91,6 +101,7 @@ struct TrainConfig {
   AmpMode amp = AmpMode::kOff;  // bf16/fp16: Linear and Conv matmuls in 16 bits, float32 master weights (autocast)
   GradScalerSettings loss_scale;  // --amp fp16: the loss scaling (model/grad_scaler.h)
   DdpOptions ddp;
+  PipelineSettings pipeline;
   RuntimeOptions runtime;
   CheckpointSettings checkpoints;
   OutputSettings output;

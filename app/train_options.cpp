@@ -1,5 +1,6 @@
 #include "app/train_options.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -141,6 +142,10 @@ cxxopts::Options make_train_options() {
     ("flight-recorder-dir", "Where each rank writes its last collectives on a timeout, an error or SIGUSR1", cxxopts::value<std::string>()->default_value("."))
     ("flight-recorder-size", "Collectives each rank remembers (0 with --timeout 0: no recorder and no watchdog)", cxxopts::value<int64_t>()->default_value("2000"))
     ("debug-collectives", "Check before every MPI collective that all ranks issue the same one (one small all-reduce each)")
+    ("pipeline-stages", "Pipeline parallelism: cut the model into P consecutive stages on P ranks; the world is P x D (D data-parallel replicas of each stage)", cxxopts::value<int>()->default_value("1"))
+    ("micro-batches", "Pipeline: micro-batches per replica's batch (at least --pipeline-stages; default: as many as stages)", cxxopts::value<int>()->default_value("0"))
+    ("pipeline-schedule", "Pipeline: 1f1b or gpipe (same weights; 1f1b holds at most P micro-batches' inputs, gpipe M)", cxxopts::value<std::string>()->default_value("1f1b"))
+    ("pipeline-split", "Pipeline: the first layer of stages 1..P-1 (e.g. 3,5); default: balanced by parameter count", cxxopts::value<std::string>()->default_value(""))
     ("allreduce", "CPU all-reduce: auto, flat (MPI_Allreduce), shm (one node) or hierarchical (shm in a node, MPI between nodes); auto: shm on one node, hierarchical across nodes", cxxopts::value<std::string>()->default_value("auto"));
   o.add_options("Device")
     ("device", "auto, cpu, cuda or cuda:N (auto: CUDA when visible, else CPU)", cxxopts::value<std::string>()->default_value("auto"))
@@ -306,6 +311,26 @@ void read_distributed(const cxxopts::ParseResult& r, TrainConfig& c) {
   require(c.ddp.zero_stage >= 0 && c.ddp.zero_stage <= 2, fmt::format("--zero: expected 0, 1 or 2, got {}", c.ddp.zero_stage));
   c.runtime.allreduce = parse_choice("--allreduce", r["allreduce"].as<std::string>(), parse_allreduce_algorithm,
                                      "auto, flat, shm or hierarchical");
+  PipelineSettings& p = c.pipeline;
+  p.stages = r["pipeline-stages"].as<int>();
+  require(p.stages >= 1, fmt::format("--pipeline-stages: must be at least 1, got {}", p.stages));
+  p.micro_batches = r["micro-batches"].as<int>();
+  require(p.micro_batches >= 0, fmt::format("--micro-batches: must be positive, got {}", p.micro_batches));
+  if (p.micro_batches == 0) p.micro_batches = p.stages;
+  p.schedule = parse_choice("--pipeline-schedule", r["pipeline-schedule"].as<std::string>(), parse_pipeline_schedule,
+                            "1f1b or gpipe");
+  const std::string split = r["pipeline-split"].as<std::string>();
+  for (size_t at = 0; !split.empty() && at <= split.size();) {
+    const size_t comma = std::min(split.find(',', at), split.size());
+    size_t layer = 0;
+    const auto [end, ec] = std::from_chars(split.data() + at, split.data() + comma, layer);
+    require(ec == std::errc() && end == split.data() + comma,
+            fmt::format("--pipeline-split: expected layer numbers separated by commas, got '{}'", split));
+    p.split.push_back(layer);
+    at = comma + 1;
+  }
+  // Sub-communicators (the grid) run beside the world's: MPI_THREAD_MULTIPLE.
+  c.runtime.concurrent_communicators = p.stages > 1;
 }
 
 // --loss-scale and its growth interval: PyTorch GradScaler's settings (model/grad_scaler.h), for
@@ -476,6 +501,42 @@ void check_zero(const TrainConfig& c) {
                       comm_hook_name(c.ddp.comm_hook)));
 }
 
+// Note [Pipeline schedules] (pipeline/schedule.h): what --pipeline-stages needs, and what it is
+// not (yet) combined with, each one line.
+void check_pipeline(const TrainConfig& c, const cxxopts::ParseResult& r) {
+  const PipelineSettings& p = c.pipeline;
+  require(p.stages > 1 || (r.count("micro-batches") == 0 && r.count("pipeline-split") == 0 &&
+                           r.count("pipeline-schedule") == 0),
+          "--micro-batches, --pipeline-schedule and --pipeline-split: need --pipeline-stages > 1");
+  if (p.stages == 1) return;
+  require(p.micro_batches >= p.stages,
+          fmt::format("--micro-batches {} is fewer than --pipeline-stages {}: every stage needs a micro-batch in flight "
+                      "(use --micro-batches >= {})",
+                      p.micro_batches, p.stages, p.stages));
+  require(micro_batch_problem(p.stages, p.micro_batches).empty(),
+          fmt::format("--micro-batches: {}", micro_batch_problem(p.stages, p.micro_batches)));
+  require(c.batch_size % p.micro_batches == 0,
+          fmt::format("--batch-size {} is not a multiple of --micro-batches {} (every micro-batch has the same rows)",
+                      c.batch_size, p.micro_batches));
+  require(p.split.empty() || p.split.size() + 1 == static_cast<size_t>(p.stages),
+          fmt::format("--pipeline-split names {} cut(s) but --pipeline-stages {} needs {}", p.split.size(), p.stages,
+                      p.stages - 1));
+  const auto not_yet = [&](bool used, const char* what) {
+    require(!used, fmt::format("--pipeline-stages {}: not yet with {}", p.stages, what));
+  };
+  not_yet(c.lm.has_value(), "--model gpt");
+  not_yet(c.runtime.device.str().rfind("cuda", 0) == 0, "a GPU (NCCL sub-communicators are not built yet)");
+  not_yet(c.ddp.zero_stage != 0, "--zero");
+  not_yet(c.amp != AmpMode::kOff, "--amp");
+  not_yet(c.accumulate != 1, "--accumulate (the micro-batches are the accumulation)");
+  not_yet(c.data.sampler == SamplerTail::kUneven, "--sampler uneven");
+  not_yet(!c.checkpoints.dir.empty() || c.checkpoints.resume != ResumeMode::kNone,
+          "checkpoints (--checkpoint-dir, --resume)");
+  not_yet(c.clip_grad_norm != 0.f, "--clip-grad-norm");
+  not_yet(!c.output.metrics_path.empty(), "--metrics");
+  not_yet(c.model.dropout != 0.f, "--dropout");
+}
+
 }  // namespace
 
 ParsedTrain parse_train_options(const std::vector<std::string>& args) {
@@ -506,6 +567,7 @@ ParsedTrain parse_train_options(const std::vector<std::string>& args) {
           fmt::format("--sampler uneven: checkpoints are saved at epoch ends only (--checkpoint-every 0), got {}",
                       c.checkpoints.every));
   check_zero(c);
+  check_pipeline(c, r);
   return out;
 }
 

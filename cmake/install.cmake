@@ -6,7 +6,8 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(DTRAIN_LIBRARIES dtrain_core dtrain_comm dtrain_model dtrain_data dtrain_checkpoint dtrain_ddp dtrain_train)
+set(DTRAIN_LIBRARIES dtrain_core dtrain_comm dtrain_model dtrain_data dtrain_checkpoint dtrain_ddp dtrain_pipeline
+  dtrain_train)
 foreach(lib IN LISTS DTRAIN_LIBRARIES)
   string(REPLACE "dtrain_" "" short ${lib})
   set_target_properties(${lib} PROPERTIES EXPORT_NAME ${short})
@@ -46,6 +47,7 @@ set(DTRAIN_PUBLIC_HEADERS
   data/data_loader.h data/dataset.h data/distributed_sampler.h data/idx_reader.h data/mnist.h
   ddp/bucket_cap_tuner.h ddp/bucket_plan.h ddp/comm_hook.h ddp/distributed_data_parallel.h ddp/grad_bucket.h
   ddp/join.h ddp/loss_scaling.h ddp/reducer.h ddp/zero_plan.h
+  pipeline/grid.h pipeline/partition.h pipeline/pipeline_stage.h pipeline/schedule.h
   checkpoint/checkpoint_layout.h checkpoint/checkpoint_reader.h checkpoint/checkpoint_writer.h checkpoint/finite.h
   checkpoint/host_buffer_pool.h checkpoint/optimizer_shards.h checkpoint/safetensors.h checkpoint/training_state.h
   train/checkpointer.h train/optimizer_transfer.h train/root_broadcast.h)

@@ -257,7 +257,13 @@ void CollectiveWatchdog::time_out(int64_t seq, double waited_s) {
     if (r.seq == seq) rec = r;
   std::string others;
   std::vector<int> suspects;
-  if (board_) {
+  const bool p2p = rec.kind == "send" || rec.kind == "recv" || rec.kind == "sendrecv";
+  if (p2p) {
+    // Point-to-point is not on the board (Note [Point-to-point]): the label names the peers.
+    others = "a peer named in it has not posted the matching send or recv (its own line or `dtrain flight-report` "
+             "says where it is)";
+    if (board_) suspects = unresponsive_ranks(board_->read(), board_->local_rank(), steady_now_ns());
+  } else if (board_) {
     const std::vector<ProgressBoard::Entry> board = board_->read();
     const int64_t now = steady_now_ns();
     others = not_arrived_text(board, board_->local_rank(), seq, ProgressBoard::kind_code(rec.kind), rec.count,

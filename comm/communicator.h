@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "core/stream.h"
@@ -16,6 +17,18 @@
 namespace dtrain {
 
 enum class ReduceOp { kSum, kAvg };  // kAvg: the sum divided by size()
+
+// One half of a point-to-point transfer (Note [Point-to-point]): `count` elements of `dtype` to
+// or from rank `peer` of the communicator, matched with the peer's opposite op of the same tag.
+struct P2pOp {
+  enum Kind { kSend, kRecv } kind = kSend;
+  void* buf = nullptr;  // read by a send, written by a receive
+  int64_t count = 0;
+  DType dtype = DType::kF32;
+  int peer = 0;
+  int tag = 0;  // 0 .. kMaxP2pTag
+};
+constexpr int kMaxP2pTag = 16383;  // MPI guarantees tags up to 32767; the rest carry headers
 
 // A collective in flight. wait() returns when the result may be used by the caller's compute
 // stream (host-blocking on MPI; stream-ordered, without blocking the host, on NCCL); it throws
@@ -83,6 +96,34 @@ class Communicator {
                                           ReduceOp op);
   virtual WorkHandle barrier_async() = 0;
 
+  // Note [Point-to-point]: the ops of one batch are all posted at once and the Work completes
+  // when every one of them has (PyTorch's batch_isend_irecv; MPI_Isend/MPI_Irecv + MPI_Waitall,
+  // ncclGroupStart/ncclSend/ncclRecv/ncclGroupEnd). A send and the receive it needs from the same
+  // peer in one batch cannot wait on each other, which is how a pipeline schedule avoids the
+  // deadlock two blocking sends make (pipeline/schedule.h checks its batches for that). Batches
+  // run in issue order with the collectives (one FIFO per communicator), under the same
+  // deadline and in the same flight recorder (kinds "send", "recv", "sendrecv"; the label names
+  // the peers). A receive checks what arrives: another element count or dtype is an error naming
+  // the peer, the tag and both sides (MPI: Note [Point-to-point headers]). Unlike a collective, only the
+  // ranks named take part. Backends without it throw naming themselves.
+  virtual WorkHandle batch_p2p_async(std::vector<P2pOp> ops);
+  WorkHandle send_async(const void* buf, int64_t count, DType dtype, int peer, int tag = 0) {
+    return batch_p2p_async({P2pOp{P2pOp::kSend, const_cast<void*>(buf), count, dtype, peer, tag}});
+  }
+  WorkHandle recv_async(void* buf, int64_t count, DType dtype, int peer, int tag = 0) {
+    return batch_p2p_async({P2pOp{P2pOp::kRecv, buf, count, dtype, peer, tag}});
+  }
+
+  // Note [Sub-communicators]: a communicator of the ranks that pass the same `color` (ordered by
+  // `key`, then rank), for a process grid: a pipeline stage's data-parallel group, a pipeline's
+  // chain of stages. Collective over this communicator (every rank calls it, in the same order
+  // as its collectives, none in flight). `name` tells its flight recorder apart in dumps
+  // (flight_recorder_rank<R>_<name>.json, a section of `dtrain flight-report`); give every
+  // sub-communicator a name of its own. The child has its own FIFO, deadline and recorder, so
+  // it runs alongside this one (MPI: needs MPI_THREAD_MULTIPLE, RuntimeOptions::
+  // concurrent_communicators). Backends without it throw naming themselves.
+  virtual std::unique_ptr<Communicator> split(int color, int key, const std::string& name);
+
   // A zeroed buffer for in-place all-reduces of `numel` elements. A backend that reduces faster
   // from memory of its own (MpiCommunicator: a node-shared window, so no copy in) hands that
   // out. It may be collective: every rank calls it alike (same sizes, same order) with no
@@ -105,6 +146,12 @@ class Communicator {
   void reduce_scatter(const void* send, void* recv, int64_t count_per_rank, DType dtype, ReduceOp op) {
     reduce_scatter_async(send, recv, count_per_rank, dtype, op)->wait();
   }
+  void send(const void* buf, int64_t count, DType dtype, int peer, int tag = 0) {
+    send_async(buf, count, dtype, peer, tag)->wait();
+  }
+  void recv(void* buf, int64_t count, DType dtype, int peer, int tag = 0) {
+    recv_async(buf, count, dtype, peer, tag)->wait();
+  }
 
   // Tensor conveniences (in place, whole tensor), ordered after the kernels queued on the
   // tensor's compute stream (Note [Ordering a collective after its producer]), unlike the raw
@@ -123,6 +170,13 @@ class Communicator {
 // the reducer and the backends do no ordering of their own. Work::wait() orders the other way.
 inline WorkHandle Communicator::reduce_scatter_async(const void*, void*, int64_t, DType, ReduceOp) {
   throw Error(backend() + ": reduce_scatter is not implemented for this backend");
+}
+
+inline WorkHandle Communicator::batch_p2p_async(std::vector<P2pOp>) {
+  throw Error(backend() + ": point-to-point send/recv is not implemented for this backend");
+}
+inline std::unique_ptr<Communicator> Communicator::split(int, int, const std::string&) {
+  throw Error(backend() + ": sub-communicators are not implemented for this backend");
 }
 
 inline void order_after(Stream& producer, Communicator& comm) { comm.stream().wait(*producer.record()); }

@@ -163,6 +163,8 @@ ScopedCollectiveDetail::ScopedCollectiveDetail(std::string text) : previous_(std
 
 ScopedCollectiveDetail::~ScopedCollectiveDetail() { detail = std::move(previous_); }
 
+std::string collective_detail() { return detail; }
+
 std::string collective_label() {
   std::string label;
   {

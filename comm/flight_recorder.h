@@ -82,6 +82,7 @@ class ScopedCollectiveDetail {
   std::string previous_;
 };
 std::string collective_label();
+std::string collective_detail();  // this thread's detail alone ("" when none)
 
 // SIGUSR1 asks every communicator's watchdog to dump its recorder; async-signal-safe.
 void request_flight_recorder_dump();

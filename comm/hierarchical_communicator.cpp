@@ -115,6 +115,16 @@ WorkHandle HierarchicalCommunicator::barrier_async() {
   return in_order([this] { world_->barrier(); });
 }
 
+WorkHandle HierarchicalCommunicator::batch_p2p_async(std::vector<P2pOp>) {
+  throw Error("mpi (hierarchical): point-to-point send/recv on a communicator that runs collectives: split() a "
+              "communicator of its own for it (Note [Point-to-point])");
+}
+
+std::unique_ptr<Communicator> HierarchicalCommunicator::split(int color, int key, const std::string& name) {
+  queue_.submit([] {})->wait();  // after every collective already issued
+  return world_->split(color, key, name);
+}
+
 Tensor HierarchicalCommunicator::allocate_reduce_buffer(int64_t numel, DType dtype, Device device) {
   queue_.submit([] {})->wait();  // "no collective in flight", as the node communicator requires
   return node_->allocate_reduce_buffer(numel, dtype, device);

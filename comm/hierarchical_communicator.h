@@ -70,6 +70,11 @@ class HierarchicalCommunicator final : public Communicator {
   WorkHandle reduce_scatter_async(const void* send, void* recv, int64_t count_per_rank, DType dtype,
                                   ReduceOp op) override;
   WorkHandle barrier_async() override;
+  // Point-to-point runs on a sub-communicator of its own (Note [Point-to-point]): this throws so.
+  WorkHandle batch_p2p_async(std::vector<P2pOp> ops) override;
+  // A flat MpiCommunicator over the world communicator's split (with the shared-memory
+  // all-reduce when the group is on one node), in order with this one's collectives.
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override;
   // The node communicator's buffers (node-shared windows for float32), so stage 1 needs no copy.
   Tensor allocate_reduce_buffer(int64_t numel, DType dtype, Device device) override;
   void shutdown() override;

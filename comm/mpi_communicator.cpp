@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "comm/collective_check.h"
+#include "comm/p2p.h"
 #include "comm/mpi_check.h"
 
 namespace dtrain {
@@ -34,11 +35,23 @@ void check_count(int64_t count, const void* buf, const char* what) {
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(MPI_Comm parent, const CollectiveOptions& options)
-    : recorder_(options.flight_recorder_size) {
+    : options_(options), recorder_(options.flight_recorder_size, options.name) {
   MPI_CHECK(MPI_Comm_dup(parent, &comm_));
   MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  {
+    // Messages and dump files name world ranks, whichever communicator this is.
+    MPI_Group mine = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+    MPI_CHECK(MPI_Comm_group(comm_, &mine));
+    MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world));
+    std::vector<int> ranks(static_cast<size_t>(size_));
+    for (int r = 0; r < size_; ++r) ranks[static_cast<size_t>(r)] = r;
+    world_ranks_.resize(ranks.size());
+    MPI_CHECK(MPI_Group_translate_ranks(mine, size_, ranks.data(), world, world_ranks_.data()));
+    MPI_CHECK(MPI_Group_free(&mine));
+    MPI_CHECK(MPI_Group_free(&world));
+  }
   MPI_Comm node = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
   MPI_CHECK(MPI_Comm_rank(node, &local_rank_));
@@ -57,12 +70,28 @@ MpiCommunicator::MpiCommunicator(MPI_Comm parent, const CollectiveOptions& optio
   if (use_shm) shm_ = ShmAllreduce::create(comm_, kShmSlotBytes);
   if (size_ > 1 && watched) board_ = ProgressBoard::create(comm_);
   stream_ = make_stream(Device::cpu());
-  if (watched)
-    watchdog_ = std::make_unique<CollectiveWatchdog>(
-        WatchdogSettings{options.timeout_s, options.flight_recorder_dir}, rank_, size_, recorder_, board_.get());
+  if (watched) {
+    int world_size = size_;
+    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
+    watchdog_ = std::make_unique<CollectiveWatchdog>(WatchdogSettings{options.timeout_s, options.flight_recorder_dir},
+                                                     world_ranks_[static_cast<size_t>(rank_)], world_size, recorder_,
+                                                     board_.get());
+  }
 }
 
-WorkHandle MpiCommunicator::submit(const char* kind, DType dtype, int64_t count, std::function<void(int64_t)> body) {
+void MpiCommunicator::claim_mode(bool p2p) {
+  const int want = p2p ? 2 : 1;
+  int mode = 0;
+  if (mode_.compare_exchange_strong(mode, want) || mode == want) return;
+  throw Error(fmt::format("{}: {} on a communicator that already runs {}: split() a communicator of its own for "
+                          "point-to-point (Note [Point-to-point])",
+                          options_.name, p2p ? "point-to-point send/recv" : "a collective",
+                          p2p ? "collectives" : "point-to-point send/recv"));
+}
+
+WorkHandle MpiCommunicator::submit(const char* kind, DType dtype, int64_t count, std::function<void(int64_t)> body,
+                                   bool p2p) {
+  claim_mode(p2p);
   if (!watchdog_) {
     const int64_t seq = unrecorded_seq_.fetch_add(1, std::memory_order_relaxed) + 1;
     return queue_.submit([seq, body = std::move(body)] { body(seq); });
@@ -71,9 +100,10 @@ WorkHandle MpiCommunicator::submit(const char* kind, DType dtype, int64_t count,
   const LoggedCollective record(&recorder_, kind, dtype, count);
   const int64_t seq = record.seq();
   const int code = ProgressBoard::kind_code(kind);
-  return queue_.submit([this, record, seq, code, dtype, count, body = std::move(body)] {
+  const bool on_board = board_ && !p2p;
+  return queue_.submit([this, record, seq, code, dtype, count, on_board, body = std::move(body)] {
     record.started();
-    if (board_) board_->started(seq, code, count, dtype);
+    if (on_board) board_->started(seq, code, count, dtype);
     watchdog_->begin(seq);
     try {
       body(seq);
@@ -82,14 +112,14 @@ WorkHandle MpiCommunicator::submit(const char* kind, DType dtype, int64_t count,
       record.finished(false);
       // MPI may fail a collective whose ranks disagree (MPI_ERR_TRUNCATE: another count): the
       // board says how, when they are on this node (Note [Checking every collective]).
-      const std::string differs = mismatch_behind(e.what());
+      const std::string differs = on_board ? mismatch_behind(e.what()) : "";
       watchdog_->dump(fmt::format("collective #{} failed: {}", seq, differs.empty() ? e.what() : differs));
       if (!differs.empty()) throw Error(differs);
       throw;
     }
     watchdog_->end();
     record.finished(true);
-    if (board_) board_->completed(seq);
+    if (on_board) board_->completed(seq);
   });
 }
 
@@ -255,6 +285,95 @@ WorkHandle MpiCommunicator::reduce_scatter_async(const void* send, void* recv, i
                   }
                   if (op == ReduceOp::kAvg) divide_in_place(out, count_per_rank, dtype, size_);
                 });
+}
+
+WorkHandle MpiCommunicator::batch_p2p_async(std::vector<P2pOp> ops) {
+  check_p2p_batch(ops, size_, kMaxChunk);
+  if (ops.empty()) return WorkQueue::completed();
+  int64_t total = 0;
+  for (const P2pOp& op : ops) total += op.count;
+  // The label names the peers (world ranks), after what the caller said the batch is for.
+  const std::string peers = p2p_text(ops, world_ranks_);
+  const std::string caller = collective_detail();
+  const ScopedCollectiveDetail detail(caller.empty() ? peers : caller + ": " + peers);
+  const char* kind = p2p_kind(ops);  // before ops moves into the job
+  const DType dtype = ops.front().dtype;
+  return submit(kind, dtype, total, [this, ops = std::move(ops)](int64_t) { run_p2p(ops); }, /*p2p=*/true);
+}
+
+void MpiCommunicator::run_p2p(const std::vector<P2pOp>& ops) {
+  // Note [Point-to-point headers]: every send is preceded by its header (kind, count, dtype,
+  // tag; 32 bytes), and a batch posts its receives' data only once their headers arrived and
+  // agree. A receive of another count or dtype is then one line naming both sides, never MPI
+  // truncating a message (Open MPI 4 left such a receive waiting forever when the message came
+  // in before it was posted). It waits for nothing the batch did not wait for already: the
+  // sends, data included, are all posted first.
+  const int header_tag = kMaxP2pTag + 1;
+  auto peer_world = [this](const P2pOp& op) { return world_ranks_[static_cast<size_t>(op.peer)]; };
+  std::vector<int64_t> headers(ops.size() * 4);
+  std::vector<MPI_Request> sends, header_recvs;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const P2pOp& op = ops[i];
+    MPI_Request r = MPI_REQUEST_NULL;
+    if (op.kind == P2pOp::kSend) {
+      pack_p2p_header(op, &headers[i * 4]);
+      MPI_CHECK(MPI_Isend(&headers[i * 4], 4, MPI_INT64_T, op.peer, header_tag + op.tag, comm_, &r));
+      sends.push_back(r);
+      MPI_CHECK(MPI_Isend(op.buf, static_cast<int>(op.count), mpi_datatype(op.dtype), op.peer, op.tag, comm_, &r));
+      sends.push_back(r);
+    } else {
+      MPI_CHECK(MPI_Irecv(&headers[i * 4], 4, MPI_INT64_T, op.peer, header_tag + op.tag, comm_, &r));
+      header_recvs.push_back(r);
+    }
+  }
+  MPI_CHECK(MPI_Waitall(static_cast<int>(header_recvs.size()), header_recvs.data(), MPI_STATUSES_IGNORE));
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].kind != P2pOp::kRecv) continue;
+    if (std::string differs = p2p_header_mismatch(ops[i], &headers[i * 4], peer_world(ops[i])); !differs.empty())
+      throw Error(differs);
+  }
+  std::vector<MPI_Request> recvs;
+  std::vector<size_t> recv_op;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const P2pOp& op = ops[i];
+    if (op.kind != P2pOp::kRecv) continue;
+    MPI_Request r = MPI_REQUEST_NULL;
+    MPI_CHECK(MPI_Irecv(op.buf, static_cast<int>(op.count), mpi_datatype(op.dtype), op.peer, op.tag, comm_, &r));
+    recvs.push_back(r);
+    recv_op.push_back(i);
+  }
+  std::vector<MPI_Status> statuses(recvs.size());
+  MPI_CHECK(MPI_Waitall(static_cast<int>(recvs.size()), recvs.data(), statuses.data()));
+  MPI_CHECK(MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE));
+  for (size_t k = 0; k < recvs.size(); ++k) {
+    // What the header promised is what came (a backstop: both come from the same send).
+    const P2pOp& op = ops[recv_op[k]];
+    int got = 0;
+    MPI_CHECK(MPI_Get_count(&statuses[k], mpi_datatype(op.dtype), &got));
+    if (std::string differs = p2p_count_mismatch(op, got == MPI_UNDEFINED ? -1 : got, peer_world(op)); !differs.empty())
+      throw Error(differs);
+  }
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, const std::string& name) {
+  DTRAIN_CHECK(color >= 0, "split: color {} is negative", color);
+  // The child's communication thread runs MPI beside this one's (Note [Sub-communicators]).
+  int provided = MPI_THREAD_SINGLE;
+  MPI_CHECK(MPI_Query_thread(&provided));
+  if (provided < MPI_THREAD_MULTIPLE)
+    throw Error("split: sub-communicators need MPI started with MPI_THREAD_MULTIPLE "
+                "(RuntimeOptions::concurrent_communicators)");
+  MPI_Comm part = MPI_COMM_NULL;
+  // On the communication thread, in order with the collectives (every rank calls split alike).
+  submit("barrier", DType::kU8, 0, [this, color, key, &part](int64_t) {
+    MPI_CHECK(MPI_Comm_split(comm_, color, key, &part));
+  })->wait();
+  CollectiveOptions options = options_;
+  options.name = name;
+  // The child duplicates `part` (its constructor runs MPI on this thread: Note [Sub-communicators]).
+  auto child = std::make_unique<MpiCommunicator>(part, options);
+  MPI_CHECK(MPI_Comm_free(&part));
+  return child;
 }
 
 WorkHandle MpiCommunicator::barrier_async() {

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <mpi.h>
 
@@ -28,6 +29,9 @@ struct CollectiveOptions {
   bool check_every_collective = false;
   // false: every all-reduce is MPI_Allreduce (the flat algorithm), even with every rank on one node.
   bool shared_memory_allreduce = true;
+  // Whose collectives these are in flight-recorder dumps and `dtrain flight-report`: "mpi" for
+  // the world, a name of its own for each sub-communicator (Note [Sub-communicators]).
+  std::string name = "mpi";
 };
 // timeout_s 0 and flight_recorder_size 0: no recorder, no progress board, no watchdog thread
 // (every rank then runs without them if any rank asked for none; see the constructor).
@@ -73,6 +77,15 @@ class MpiCommunicator final : public Communicator {
   WorkHandle reduce_scatter_async(const void* send, void* recv, int64_t count_per_rank, DType dtype,
                                   ReduceOp op) override;
   WorkHandle barrier_async() override;
+  // Note [Point-to-point] (comm/communicator.h): MPI_Isend/MPI_Irecv for every op, then one
+  // MPI_Waitall, on the communication thread. A communicator carries collectives or point-to-
+  // point, not both (the first one issued decides; the other then throws): point-to-point
+  // advances the sequence numbers of the ranks it involves only, and the deadline checks compare
+  // collectives by sequence number across ranks. split() one off for point-to-point.
+  WorkHandle batch_p2p_async(std::vector<P2pOp> ops) override;
+  // MPI_Comm_split on the communication thread, then an MpiCommunicator over the result with
+  // this one's options (the shared-memory all-reduce when the group is on one node) and `name`.
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override;
   // CPU float32 buffers come from a node-shared window when the shared-memory all-reduce is
   // on (collective then: every rank calls it alike), so all-reduces of them need no copy in.
   Tensor allocate_reduce_buffer(int64_t numel, DType dtype, Device device) override;
@@ -84,7 +97,12 @@ class MpiCommunicator final : public Communicator {
 
  private:
   // Records the collective, then runs `body` on the communication thread under the watchdog.
-  WorkHandle submit(const char* kind, DType dtype, int64_t count, std::function<void(int64_t seq)> body);
+  // Point-to-point (p2p) jobs are not on the progress board, whose checks compare collectives.
+  WorkHandle submit(const char* kind, DType dtype, int64_t count, std::function<void(int64_t seq)> body,
+                    bool p2p = false);
+  // The first collective or point-to-point batch fixes which of the two this communicator runs.
+  void claim_mode(bool p2p);
+  void run_p2p(const std::vector<P2pOp>& ops);
   // After every rank arrived in shared-memory collective `seq` (`kind` of `count` float32): all
   // of them are in the same one.
   void check_same_collective(int64_t seq, const char* kind, int64_t count) const;
@@ -94,6 +112,9 @@ class MpiCommunicator final : public Communicator {
   // --debug-collectives: every rank's header of MPI collective `seq` agrees, or all throw.
   void check_header(int64_t seq, const char* kind, int64_t count, DType dtype);
 
+  CollectiveOptions options_;
+  std::vector<int> world_ranks_;  // world rank of each rank of comm_ (for messages)
+  std::atomic<int> mode_{0};      // 0: nothing issued yet, 1: collectives, 2: point-to-point
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;

@@ -51,7 +51,7 @@ std::string launcher_rank() {
   return "";
 }
 
-bool start_mpi(int* argc, char*** argv, bool yield_when_idle) {
+bool start_mpi(int* argc, char*** argv, bool yield_when_idle, bool thread_multiple) {
   int initialized = 0;
   MPI_CHECK(MPI_Initialized(&initialized));
   int provided = MPI_THREAD_SINGLE;
@@ -64,7 +64,9 @@ bool start_mpi(int* argc, char*** argv, bool yield_when_idle) {
     // ranks outnumber cores). A rank with cores to spare answers fastest without yielding: on a
     // 16-core VM the 2-rank gradient all-reduce took 102-126 us so, and 224-381 us yielding.
     if (yield_when_idle) setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);
-    MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided));
+    // Sub-communicators each have a communication thread of their own, which may be inside MPI
+    // at the same time (Note [Sub-communicators] in comm/communicator.h).
+    MPI_CHECK(MPI_Init_thread(argc, argv, thread_multiple ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED, &provided));
     started = true;
   }
   MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
@@ -72,6 +74,10 @@ bool start_mpi(int* argc, char*** argv, bool yield_when_idle) {
     throw Error(fmt::format("MPI provides thread level {}, dtrain needs MPI_THREAD_SERIALIZED ({}) because collectives "
                             "run on a communication thread",
                             provided, MPI_THREAD_SERIALIZED));
+  if (thread_multiple && provided < MPI_THREAD_MULTIPLE)
+    throw Error(fmt::format("MPI provides thread level {}, sub-communicators (a pipeline's process grid) need "
+                            "MPI_THREAD_MULTIPLE ({}): each runs its own communication thread",
+                            provided, MPI_THREAD_MULTIPLE));
   return started;
 }
 

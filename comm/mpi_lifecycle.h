@@ -28,7 +28,7 @@ std::string launcher_rank();
 // Initialises MPI (MPI_THREAD_SERIALIZED or better: only communication threads call MPI after
 // this) unless it already is, with errors returned rather than fatal. `yield_when_idle`: blocking
 // MPI calls yield the core while they poll. Returns true when this call initialised MPI.
-bool start_mpi(int* argc, char*** argv, bool yield_when_idle);
+bool start_mpi(int* argc, char*** argv, bool yield_when_idle, bool thread_multiple = false);
 // MPI_Finalize, if MPI is up and not finalised.
 void finish_mpi();
 // Records this process's world rank for abort_all's messages.

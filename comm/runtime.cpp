@@ -71,12 +71,12 @@ std::unique_ptr<Runtime> init(int* argc, char*** argv, const RuntimeOptions& opt
   std::unique_ptr<Runtime> rt(new Runtime);
   rt->topology_ = probe_cpu_topology();
   if (started_by_launcher(process_env)) {
-    rt->owns_mpi_ = start_mpi(argc, argv, comm_thread_should_yield(rt->topology_));
+    rt->owns_mpi_ = start_mpi(argc, argv, comm_thread_should_yield(rt->topology_), options.concurrent_communicators);
     const AllreduceChoice choice = choose_allreduce(options.allreduce, world_node_layout());
     rt->allreduce_note_ = choice.reason;
     rt->control_ = make_world_communicator(
         choice.algorithm, CollectiveOptions{options.collective_timeout_s, options.flight_recorder_size,
-                                            options.flight_recorder_dir, options.debug_collectives});
+                                            options.flight_recorder_dir, options.debug_collectives, true, "mpi"});
     if (std::string problem = launcher_world_mismatch(process_env, rt->control_->size()); !problem.empty())
       throw Error(problem);
     set_world_rank_for_messages(rt->control_->rank());

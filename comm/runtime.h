@@ -30,6 +30,9 @@ struct RuntimeOptions {
   // NCCL collectives carry CUDA timing events, so traces and metrics get the device's times
   // (Note [Device-timed collectives] in comm/communicator.h); off, they cost no events.
   bool device_timing = false;
+  // Sub-communicators will run beside the world's (a pipeline's grid): MPI starts with
+  // MPI_THREAD_MULTIPLE (Note [Sub-communicators] in comm/communicator.h).
+  bool concurrent_communicators = false;
 };
 
 class Runtime {

@@ -1,7 +1,9 @@
 #include "comm/self_communicator.h"
 
+#include <cstdint>
 #include <cstring>
 
+#include "comm/p2p.h"
 #include "comm/work_queue.h"
 #include "core/error.h"
 
@@ -41,5 +43,34 @@ WorkHandle SelfCommunicator::reduce_scatter_async(const void* send, void* recv, 
 }
 
 WorkHandle SelfCommunicator::barrier_async() { return WorkQueue::completed(); }
+
+WorkHandle SelfCommunicator::batch_p2p_async(std::vector<P2pOp> ops) {
+  check_p2p_batch(ops, 1, INT64_MAX);
+  for (const P2pOp& recv : ops) {
+    if (recv.kind != P2pOp::kRecv) continue;
+    const P2pOp* send = nullptr;
+    for (const P2pOp& op : ops)
+      if (op.kind == P2pOp::kSend && op.tag == recv.tag) send = &op;
+    DTRAIN_CHECK(send != nullptr, "recv from rank 0 tag {}: no send of that tag in the same batch (one rank: it would "
+                 "wait forever)", recv.tag);
+    const int64_t got = send->dtype == recv.dtype ? send->count : -1;
+    if (std::string differs = p2p_count_mismatch(recv, got, 0); !differs.empty()) throw Error(differs);
+    if (recv.count > 0 && send->buf != recv.buf)
+      std::memmove(recv.buf, send->buf, static_cast<size_t>(recv.count) * dtype_size(recv.dtype));
+  }
+  for (const P2pOp& send : ops) {
+    if (send.kind != P2pOp::kSend) continue;
+    bool matched = false;
+    for (const P2pOp& op : ops) matched = matched || (op.kind == P2pOp::kRecv && op.tag == send.tag);
+    DTRAIN_CHECK(matched, "send to rank 0 tag {}: no recv of that tag in the same batch (one rank: it would wait "
+                 "forever)", send.tag);
+  }
+  return WorkQueue::completed();
+}
+
+std::unique_ptr<Communicator> SelfCommunicator::split(int color, int, const std::string&) {
+  DTRAIN_CHECK(color >= 0, "split: color {} is negative", color);
+  return std::make_unique<SelfCommunicator>();
+}
 
 }  // namespace dtrain

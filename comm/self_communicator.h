@@ -27,6 +27,10 @@ class SelfCommunicator final : public Communicator {
   WorkHandle reduce_scatter_async(const void* send, void* recv, int64_t count_per_rank, DType dtype,
                                   ReduceOp op) override;
   WorkHandle barrier_async() override;
+  // Sends to and receives from rank 0 itself: each receive copies the send of its tag in the same
+  // batch (a send or receive without its partner there could never complete: an error).
+  WorkHandle batch_p2p_async(std::vector<P2pOp> ops) override;
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override;
 
  private:
   std::unique_ptr<Stream> stream_;

@@ -1,5 +1,7 @@
 #include "model/sequential.h"
 
+#include <utility>
+
 #include <fmt/format.h>
 
 namespace dtrain {
@@ -13,6 +15,14 @@ Sequential& Sequential::add(const std::string& name, std::unique_ptr<Module> lay
   layers_.push_back(std::move(layer));
   return *this;
 }
+
+std::unique_ptr<Sequential> Sequential::of_named_layers(std::vector<std::unique_ptr<Module>> layers) {
+  auto out = std::make_unique<Sequential>();
+  out->layers_ = std::move(layers);
+  return out;
+}
+
+std::vector<std::unique_ptr<Module>> Sequential::release_layers() { return std::exchange(layers_, {}); }
 
 Tensor Sequential::forward(const Tensor& input) {
   Tensor x = input;

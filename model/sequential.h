@@ -12,6 +12,14 @@ namespace dtrain {
 
 class Sequential : public Module {
  public:
+  Sequential() = default;
+  // Layers taken from another Sequential (a pipeline stage: Note [Pipeline partition] in
+  // pipeline/partition.h), kept as they are: named and fused there, so a stage's parameters keep
+  // the unsplit model's names ("3.weight").
+  static std::unique_ptr<Sequential> of_named_layers(std::vector<std::unique_ptr<Module>> layers);
+  // Gives up every layer (this Sequential is then empty).
+  std::vector<std::unique_ptr<Module>> release_layers();
+  Module& layer(size_t i) { return *layers_.at(i); }
   Sequential& add(std::unique_ptr<Module> layer);
   Sequential& add(const std::string& name, std::unique_ptr<Module> layer);
   template <class M, class... Args>

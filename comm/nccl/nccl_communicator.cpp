@@ -329,4 +329,31 @@ WorkHandle NcclCommunicator::barrier_async() {
   });
 }
 
+WorkHandle NcclCommunicator::batch_p2p_async(std::vector<P2pOp> ops) {
+  (void)cuda::current_device();
+  int64_t total = 0;
+  bool sends = false, recvs = false;
+  for (const P2pOp& op : ops) {
+    DTRAIN_CHECK(op.peer >= 0 && op.peer < impl_->size, "NCCL {} with peer {} in a world of {}",
+                 op.kind == P2pOp::kSend ? "send" : "recv", op.peer, impl_->size);
+    check_device_buffer(op.buf, op.count, op.kind == P2pOp::kSend ? "send" : "recv", "the");
+    total += op.count;
+    (op.kind == P2pOp::kSend ? sends : recvs) = true;
+  }
+  const char* kind = sends && recvs ? "sendrecv" : sends ? "send" : "recv";  // an empty group is a no-op
+  const DType dtype = ops.empty() ? DType::kF32 : ops.front().dtype;
+  ncclComm_t comm = impl_->comm;
+  return impl_->enqueue(kind, dtype, total, false, [&](cudaStream_t stream) {
+    NCCL_CHECK(ncclGroupStart());
+    for (const P2pOp& op : ops) {
+      const ncclDataType_t type = nccl_type(op.dtype);
+      if (op.kind == P2pOp::kSend)
+        NCCL_CHECK(ncclSend(op.buf, static_cast<size_t>(op.count), type, op.peer, comm, stream));
+      else
+        NCCL_CHECK(ncclRecv(op.buf, static_cast<size_t>(op.count), type, op.peer, comm, stream));
+    }
+    NCCL_CHECK(ncclGroupEnd());
+  });
+}
+
 }  // namespace dtrain

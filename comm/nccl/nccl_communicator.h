@@ -71,6 +71,10 @@ class NcclCommunicator final : public Communicator {
   WorkHandle reduce_scatter_async(const void* send, void* recv, int64_t count_per_rank, DType dtype,
                                   ReduceOp op) override;
   WorkHandle barrier_async() override;
+  // Note [Point-to-point]: ncclSend/ncclRecv between ncclGroupStart and ncclGroupEnd on the
+  // communication stream, recorded and watched like a collective. NCCL carries no header: a
+  // receive of another count than was sent is not named (the deadline ends it). Device buffers.
+  WorkHandle batch_p2p_async(std::vector<P2pOp> ops) override;
 
  private:
   struct Impl;

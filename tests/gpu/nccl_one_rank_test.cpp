@@ -150,5 +150,23 @@ TEST_F(NcclOneRank, ADumpRequestWritesTheNcclRecorder) {
   EXPECT_EQ(t.to_vector(), std::vector<float>(8, 1.f));
 }
 
+// Note [Point-to-point]: ncclSend/ncclRecv to itself in one group (one rank), recorded as a
+// "sendrecv" in the flight recorder.
+TEST_F(NcclOneRank, APointToPointBatchToItselfCopiesAndIsRecorded) {
+  SelfCommunicator bootstrap;
+  FlightRecorder log(16, "nccl");
+  std::unique_ptr<Communicator> nccl(nccl_plugin()->make_communicator(bootstrap, gpu(), recorded_options(gpu(), log)));
+  const int n = 1000;
+  Tensor from = Tensor::from_vector(std::vector<float>(n, 2.5f), {n}, gpu());
+  Tensor to = Tensor::zeros({n}, gpu());
+  order_after(compute_stream(gpu()), *nccl);
+  nccl->batch_p2p_async({{P2pOp::kSend, from.raw(), n, DType::kF32, 0, 0}, {P2pOp::kRecv, to.raw(), n, DType::kF32, 0, 0}})
+      ->wait();
+  EXPECT_EQ(to.to_vector(), std::vector<float>(n, 2.5f));
+  ASSERT_FALSE(log.snapshot().empty());
+  EXPECT_EQ(log.snapshot().back().kind, "sendrecv");
+  EXPECT_EQ(log.snapshot().back().count, 2 * n);
+}
+
 }  // namespace
 }  // namespace dtrain

@@ -2,6 +2,7 @@
 // other than 0, and makes every rank agree on the result so a failure on any rank fails the run.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <exception>
 #include <memory>
 
@@ -24,6 +25,8 @@ int main(int argc, char** argv) {
   try {
     dtrain::RuntimeOptions options;
     options.device = dtrain::DeviceRequest::cpu();
+    // Tests of sub-communicators (tests/CMakeLists.txt sets it for them).
+    options.concurrent_communicators = std::getenv("DTRAIN_TEST_CONCURRENT_COMMUNICATORS") != nullptr;
     runtime = dtrain::init(&argc, &argv, options);
   } catch (const std::exception& e) {
     dtrain::abort_all(e.what());

@@ -138,5 +138,17 @@ TEST(FlightReport, NcclCollectivesRecordedThroughTheSharedHelperAreReportedInThe
       << report;
 }
 
+// Note [Point-to-point]: a sender and its receiver are not "ranks that disagree"; each rank's
+// oldest transfer not completed is named instead.
+TEST(FlightReport, PointToPointSectionsNameEachRanksOldestOpenTransferAndNoDisagreement) {
+  const std::string report = flight_report(
+      {dump(0, 2, {record(3, "send", 10, "completed"), record(4, "send", 10, "started")}, {1}),
+       dump(1, 2, {record(3, "recv", 10, "completed"), record(4, "recv", 8, "started")})});
+  EXPECT_EQ(report.find("disagree"), std::string::npos) << report;
+  EXPECT_NE(report.find("rank 0 (n0): waiting in #4 send of 10 float32"), std::string::npos) << report;
+  EXPECT_NE(report.find("rank 1 (n1): waiting in #4 recv of 8 float32"), std::string::npos) << report;
+  EXPECT_NE(report.find("behind or missing: rank(s) 1"), std::string::npos) << report;
+}
+
 }  // namespace
 }  // namespace dtrain

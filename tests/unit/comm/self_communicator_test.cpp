@@ -7,6 +7,7 @@
 
 #include "comm/self_communicator.h"
 #include "core/error.h"
+#include "tests/unit/data/error_of.h"
 
 namespace dtrain {
 namespace {
@@ -42,6 +43,28 @@ TEST(SelfCommunicator, AllgatherIsACopyInPlaceOrNot) {
   EXPECT_EQ(recv, send);
   comm.allgather(recv.data(), recv.data(), 4, DType::kBF16);
   EXPECT_EQ(recv, send);
+}
+
+// Note [Point-to-point]: one rank sends to itself within a batch; alone, an op would wait forever.
+TEST(SelfCommunicator, PointToPointToItselfCopiesWithinABatchAndRefusesAnOpWithoutItsPartner) {
+  SelfCommunicator comm;
+  std::vector<float> a = {1.f, 2.f}, b(2, 0.f);
+  comm.batch_p2p_async({{P2pOp::kSend, a.data(), 2, DType::kF32, 0, 4}, {P2pOp::kRecv, b.data(), 2, DType::kF32, 0, 4}})
+      ->wait();
+  EXPECT_EQ(b, a);
+  auto error_of = [](auto f) { return testing::error_of(f).first; };
+  EXPECT_NE(error_of([&] { comm.send(a.data(), 2, DType::kF32, 0, 1); }).find("no recv of that tag in the same batch"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { comm.recv(b.data(), 2, DType::kF32, 0, 1); }).find("no send of that tag in the same batch"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              comm.batch_p2p_async(
+                  {{P2pOp::kSend, a.data(), 2, DType::kF32, 0, 4}, {P2pOp::kRecv, b.data(), 1, DType::kF32, 0, 4}});
+            }).find("recv from rank 0 tag 4: expected 1 float32, rank 0 sent 2"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { comm.send(a.data(), 2, DType::kF32, 1, 0); }).find("peer 1 is not a rank of 1"),
+            std::string::npos);
+  EXPECT_EQ(comm.split(3, 0, "x")->size(), 1);
 }
 
 }  // namespace

@@ -1,0 +1,210 @@
+// The pipeline-parallel training loop (see pipeline_trainer.h).
+#include "app/pipeline_trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "app/batch_stager.h"
+#include "app/evaluate.h"
+#include "app/rank_agreement.h"
+#include "app/reporter.h"
+#include "app/trace.h"
+#include "comm/exchange.h"
+#include "comm/flight_recorder.h"
+#include "core/error.h"
+#include "data/data_loader.h"
+#include "data/distributed_sampler.h"
+#include "model/fingerprint.h"
+#include "pipeline/partition.h"
+#include "train/checkpointer.h"
+#include "pipeline/pipeline_stage.h"
+
+namespace dtrain {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Every layer's parameter count, for the balanced cut.
+std::vector<int64_t> layer_parameters(Sequential& model) {
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < model.size(); ++i) {
+    int64_t n = 0;
+    for (Parameter* p : model.layer(i).parameters()) n += p->value.numel();
+    out.push_back(n);
+  }
+  return out;
+}
+
+// The whole model is built (same seed on every rank: the unsplit model's initial weights), then
+// this stage keeps its layers and frees the rest.
+std::unique_ptr<Sequential> build_stage(Sequential& full, const std::vector<StageRange>& ranges, int stage) {
+  const StageRange r = ranges.at(static_cast<size_t>(stage));
+  auto layers = full.release_layers();
+  std::vector<std::unique_ptr<Module>> mine;
+  for (size_t i = r.begin; i < r.end; ++i) mine.push_back(std::move(layers[i]));
+  return Sequential::of_named_layers(std::move(mine));
+}
+
+// The test set through the pipeline: replica d takes rows d, d + D, ...; the last stage's sums
+// over the replicas.
+Evaluation evaluate_pipeline(PipelineStage& stage, const Dataset& data, Device device) {
+  const PipelineGrid& g = stage.grid();
+  std::vector<int64_t> shard;
+  for (int64_t i = g.replica; i < data.size(); i += g.replicas) shard.push_back(i);
+  DataLoader loader(data, 1000);
+  loader.start_epoch(std::move(shard));
+  BatchStager stager(device);
+  double totals[3] = {0, 0, 0};  // loss sum, correct, count
+  for (StagedBatches batches(loader, stager); batches.next();) {
+    const PipelineStage::Evaluated e = stage.evaluate_batch(batches.images(), batches.labels());
+    totals[0] += e.loss_sum;
+    totals[1] += static_cast<double>(e.correct);
+    totals[2] += static_cast<double>(batches.labels().numel());
+  }
+  if (g.stage != g.stages - 1) return {};  // only the last stage has the loss
+  // As evaluate() sums over ranks (app/evaluate.cpp), over this stage's replicas.
+  float sums[3] = {static_cast<float>(totals[0]), static_cast<float>(totals[1]), static_cast<float>(totals[2])};
+  g.data_parallel->allreduce(sums, 3, DType::kF32, ReduceOp::kSum);
+  const float count = std::max(sums[2], 1.f);
+  return {sums[0] / count, sums[1] / count, static_cast<int64_t>(sums[2])};
+}
+
+}  // namespace
+
+TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
+  const PipelineSettings& p = c.pipeline;
+  if (rt.device().is_cuda())
+    throw Error(fmt::format("--pipeline-stages {}: not yet on a GPU (NCCL sub-communicators are not built yet); give "
+                            "--device cpu",
+                            p.stages));
+  const MnistSplits data = load_mnist_splits(c.data.dir, c.data.normalize, c.data.train_limit, c.data.test_limit,
+                                             c.data.classes);
+  // Before the grid, whose splits P decides: ranks that disagree on P, M or the cut fail here.
+  check_ranks_agree(rt.control(), shared_settings(c, data.train->size(), data.test->size()));
+  if (std::string problem = pipeline_grid_problem(rt.size(), p.stages); !problem.empty())
+    throw Error(fmt::format("--pipeline-stages {}: {}", p.stages, problem));
+  PipelineGrid grid = make_pipeline_grid(rt.control(), p.stages);
+  std::unique_ptr<Sequential> full =
+      build_model(c.model, data.train->sample_shape(), data.train->num_classes(), rt.device(), c.seed);
+  // --init-weights: the unsplit model's names, loaded into the whole model before the cut, so
+  // one file starts any P x D (and P = 1) alike.
+  if (!c.checkpoints.init_weights.empty())
+    classify_errors(ErrorKind::kCheckpoint,
+                    [&] { load_initial_weights(rt.control(), c.checkpoints.init_weights, *full); });
+  const std::string description = full->describe();
+  std::vector<StageRange> ranges;
+  try {
+    ranges = p.split.empty() ? balanced_partition(layer_parameters(*full), p.stages)
+                             : partition_at(p.split, full->size(), p.stages);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{} {}: {}", p.split.empty() ? "--pipeline-stages" : "--pipeline-split",
+                            p.split.empty() ? fmt::format("{}", p.stages) : fmt::format("{}", fmt::join(p.split, ",")),
+                            e.what()));
+  }
+  PipelineStage stage(build_stage(*full, ranges, grid.stage), grid, {p.schedule, p.micro_batches});
+  full.reset();
+  std::unique_ptr<Optimizer> optimizer = make_optimizer(c.optimizer, stage.module().parameters());
+  const LrSchedule schedule{c.lr_schedule, c.optimizer.lr, c.lr_step_size, c.lr_gamma, c.epochs, 0.f};
+  const bool last = grid.stage == grid.stages - 1;
+  const bool logger = last && grid.replica == 0;
+  Reporter reporter(c.output, logger, false);
+  reporter.start(rt, description, c, data.train->size(), data.test->size());
+  int64_t stage_parameters = 0;
+  for (Parameter* q : stage.module().parameters()) stage_parameters += q->value.numel();
+  if (!c.checkpoints.init_weights.empty())
+    reporter.note(fmt::format("initial weights: {}", c.checkpoints.init_weights));
+  reporter.note(fmt::format("pipeline: {} stage(s) x {} replica(s), {} micro-batch(es) of {} rows, schedule {}, "
+                            "layers {}; this stage (the last) holds {} parameters",
+                            grid.stages, grid.replicas, p.micro_batches, c.batch_size / p.micro_batches,
+                            pipeline_schedule_name(p.schedule), describe_partition(ranges), stage_parameters));
+  // Every replica's stages read the same samples (stage 0 the images, the last the labels); the
+  // batches are all full (drop_last), since each is cut into equal micro-batches.
+  DistributedSampler sampler(data.train->size(), grid.replicas, grid.replica, c.data.shuffle, c.seed, c.data.sampler);
+  DataLoader loader(*data.train, c.batch_size, /*drop_last=*/true);
+  BatchStager stager(rt.device());
+  TrainResult result;
+  result.world_size = rt.size();
+  result.device = rt.device().str();
+  Tensor loss_tensor = Tensor::zeros({1});
+  // --trace: each rank (stage s of replica d is world rank d * P + s) its own rows: forwards and
+  // backwards on thread 0, its transfer batches' waits on thread 1, so the bubble shows.
+  Tracer tracer(!c.output.trace_path.empty());
+  int64_t step = 0;
+  for (int64_t epoch = 0; epoch < c.epochs; ++epoch) {
+    sampler.set_epoch(epoch);
+    loader.start_epoch(sampler.indices());
+    optimizer->set_lr(schedule.lr_at(epoch));
+    const int64_t batches = loader.num_batches();
+    reporter.start_epoch(epoch, batches, sampler.total_size());
+    const auto t0 = Clock::now();
+    int64_t i = 0;
+    for (StagedBatches b(loader, stager); b.next(); ++i) {
+      set_collective_context(fmt::format("epoch {} step {}", epoch + 1, step + 1));
+      optimizer->zero_grad();
+      float loss = stage.train_step(b.images(), b.labels()).loss;
+      if (tracer.enabled())
+        for (const PipeSpan& s : stage.last_step_spans())
+          tracer.add(s.kind == PipeSpan::kTransfer ? std::string("send/recv")
+                                                   : fmt::format("{} {}", s.kind == PipeSpan::kForward ? "forward" : "backward",
+                                                                 s.micro_batch),
+                     s.kind == PipeSpan::kTransfer ? "comm" : "compute", s.kind == PipeSpan::kTransfer ? 1 : 0,
+                     s.start_ns, s.end_ns);
+      {
+        ScopedSpan span(&tracer, "optimizer step");
+        optimizer->step();
+      }
+      ++step;
+      if (last && grid.replicas > 1) grid.data_parallel->allreduce(&loss, 1, DType::kF32, ReduceOp::kAvg);
+      loss_tensor.data()[0] = loss;
+      if (last && !std::isfinite(loss))
+        throw Error(fmt::format("the loss is {} at step {}: training diverged", loss, step));
+      reporter.after_step(epoch, i, i * c.batch_size * grid.replicas, c.batch_size * grid.replicas, loss_tensor,
+                          optimizer->lr(), nullptr);
+    }
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    const int64_t samples = i * c.batch_size * grid.replicas;
+    result.train_samples += samples;
+    result.train_seconds += seconds;
+    set_collective_context(fmt::format("epoch {} evaluation", epoch + 1));
+    const Evaluation eval = evaluate_pipeline(stage, *data.test, rt.device());
+    result.test_loss = eval.loss;
+    result.test_accuracy = eval.accuracy;
+    reporter.end_epoch(epoch, eval, data.test->size(), samples, seconds, rt.size());
+  }
+  result.global_step = step;
+  result.samples_per_second = result.train_seconds > 0 ? static_cast<double>(result.train_samples) / result.train_seconds : 0;
+  result.parameters_fingerprint = parameters_fingerprint(stage.module());
+  // Every stage's idle share and peak held inputs, for the logger's line (replica 0's stages).
+  struct StageFigures {
+    int64_t busy_ns, step_ns;
+    int32_t peak_held, pad;
+  };
+  const std::vector<StageFigures> all = allgather_values(
+      rt.control(), StageFigures{stage.busy_ns(), stage.step_ns(), stage.peak_held_inputs(), 0});
+  std::string idle, held;
+  for (int s = 0; s < grid.stages; ++s) {
+    const StageFigures& f = all[static_cast<size_t>(s)];  // world rank s: stage s of replica 0
+    idle += fmt::format("{}{:.1f}%", s ? ", " : "", f.step_ns > 0 ? 100.0 * (1.0 - double(f.busy_ns) / double(f.step_ns)) : 0.0);
+    held += fmt::format("{}{}", s ? ", " : "", f.peak_held);
+  }
+  reporter.note(fmt::format("pipeline: idle share per stage {} (the bubble (P-1)/(M+P-1) is {:.1f}%; the rest is "
+                            "transfers and recomputation's imbalance); micro-batch inputs held at the peak per stage {} "
+                            "(gpipe: M, 1f1b: at most P - s)",
+                            idle, 100.0 * (p.stages - 1) / (p.micro_batches + p.stages - 1), held));
+  if (tracer.enabled()) {
+    tracer.write(c.output.trace_path, rt.control());
+    reporter.note(fmt::format("trace: wrote {} (a row per rank: stage s of replica d is rank d x P + s; its forwards "
+                              "and backwards, and on a second track its transfers' waits)",
+                              c.output.trace_path));
+  }
+  reporter.finish(result);
+  grid.chain->shutdown();
+  grid.data_parallel->shutdown();
+  return result;
+}
+
+}  // namespace dtrain

@@ -1,0 +1,240 @@
+// PipelineStage (see pipeline_stage.h).
+#include "pipeline/pipeline_stage.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "comm/flight_recorder.h"
+#include "core/ops.h"
+
+namespace dtrain {
+
+namespace {
+
+constexpr int kShapeTag = kMaxP2pTag;  // above every micro-batch's tags (M <= 8191)
+constexpr int kMaxDims = 7;
+constexpr int kEvalTag = kMaxP2pTag - 1;  // evaluation activations (also above the micro-batches')
+
+std::vector<uint64_t> read_counters(Module& m) {
+  std::vector<uint64_t> out;
+  for (uint64_t* c : m.rng_counters()) out.push_back(*c);
+  return out;
+}
+
+void write_counters(Module& m, const std::vector<uint64_t>& values) {
+  size_t i = 0;
+  for (uint64_t* c : m.rng_counters()) *c = values.at(i++);
+}
+
+}  // namespace
+
+PipelineStage::PipelineStage(std::unique_ptr<Sequential> module, PipelineGrid& grid, PipelineOptions options)
+    : module_(std::move(module)),
+      grid_(grid),
+      options_(options),
+      first_(grid.stage == 0),
+      last_(grid.stage == grid.stages - 1),
+      program_(stage_program(options.schedule, grid.stages, options.micro_batches, grid.stage)),
+      slots_(dtrain::peak_held_inputs(stage_actions(options.schedule, grid.stages, options.micro_batches, grid.stage))) {
+  // The replicas of a stage start from replica 0's parameters.
+  if (grid_.replicas > 1)
+    for (Parameter* p : module_->parameters()) grid_.data_parallel->broadcast(p->value, 0);
+  module_->set_grad_ready_hook([this](Parameter& p) { issue_gradient_sum(p); });
+}
+
+void PipelineStage::issue_gradient_sum(Parameter& p) {
+  if (!summing_ || grid_.replicas == 1) return;
+  // Note [Pipeline loss]: already scaled by 1/(M x D); the group's sum completes the mean. Every
+  // replica's backward makes the parameters ready in the same order, so the sums line up.
+  sums_.push_back(allreduce_after(compute_stream(p.grad.device()), *grid_.data_parallel, p.grad.raw(),
+                                  p.grad.numel(), p.grad.dtype(), ReduceOp::kSum));
+}
+
+void PipelineStage::prepare(const Tensor& input, int64_t rows) {
+  // The micro-batch's shape travels down the chain every step (a few bytes): stage s learns its
+  // input's from s-1 (the middle stages see no batch) and its output's by a forward on zeros
+  // (its random-number state put back afterwards) when the shape changed.
+  int32_t header[kMaxDims + 1] = {};
+  Shape in_shape;
+  if (first_) {
+    DTRAIN_CHECK(input.defined() && input.ndim() >= 1, "pipeline stage 0 needs the batch's input");
+    in_shape = input.shape();
+    in_shape[0] = rows;
+  } else {
+    grid_.chain->recv(header, kMaxDims + 1, DType::kI32, grid_.stage - 1, kShapeTag);
+    in_shape.assign(header + 1, header + 1 + header[0]);
+    DTRAIN_CHECK(rows == 0 || in_shape[0] == rows, "pipeline stage {}: micro-batches of {} rows from stage {}, {} here",
+                 grid_.stage, in_shape[0], grid_.stage - 1, rows);
+  }
+  const bool same = in_shape == in_shape_;
+  rows_ = in_shape[0];
+  in_shape_ = in_shape;
+  const Device device = input.defined() ? input.device() : module_->parameters().empty()
+                                                               ? Device::cpu()
+                                                               : module_->parameters().front()->value.device();
+  if (!same) {
+    const std::vector<uint64_t> counters = read_counters(*module_);
+    out_shape_ = module_->forward(Tensor::zeros(in_shape_, device)).shape();
+    write_counters(*module_, counters);
+    last_forward_ = -1;
+  }
+  if (!last_) {
+    DTRAIN_CHECK(static_cast<int>(out_shape_.size()) <= kMaxDims, "pipeline stage {}: an output of {} dimensions",
+                 grid_.stage, out_shape_.size());
+    header[0] = static_cast<int32_t>(out_shape_.size());
+    for (size_t i = 0; i < out_shape_.size(); ++i) header[i + 1] = static_cast<int32_t>(out_shape_[i]);
+    grid_.chain->send(header, kMaxDims + 1, DType::kI32, grid_.stage + 1, kShapeTag);
+  }
+  if (same) return;
+  // Note [Pipeline buffers]: a micro-batch's input (and, on the last stage, its loss gradient)
+  // lives from its forward to its backward: slots_ of them, reused round robin (the schedule's
+  // peak: GPipe M, 1F1B P - s). An output or an input gradient lives from its action to the
+  // next transfer batch, which completes before the next action: one each; so does a received
+  // gradient, received right before its backward.
+  const auto S = static_cast<size_t>(slots_);
+  act_in_.assign(first_ ? 0 : S, Tensor{});
+  grad_in_.assign(last_ ? S : 1, Tensor{});
+  act_out_.assign(last_ ? 0 : 1, Tensor{});
+  grad_out_.assign(first_ ? 0 : 1, Tensor{});
+  for (Tensor& t : act_in_) t = Tensor::empty(in_shape_, device);
+  for (Tensor& t : grad_in_) t = Tensor::empty(out_shape_, device);
+  for (Tensor& t : act_out_) t = Tensor::empty(out_shape_, device);
+  for (Tensor& t : grad_out_) t = Tensor::empty(in_shape_, device);
+  rng_at_.assign(static_cast<size_t>(options_.micro_batches), {});
+}
+
+void PipelineStage::run_transfers(const std::vector<PipeTransfer>& transfers) {
+  if (transfers.empty()) return;
+  const int64_t start = steady_now_ns();
+  std::vector<P2pOp> ops;
+  for (const PipeTransfer& t : transfers) {
+    const auto m = static_cast<size_t>(t.micro_batch);
+    Tensor* buf = nullptr;
+    switch (t.kind) {
+      case PipeTransfer::kSendActivation: buf = &act_out_[0]; break;
+      case PipeTransfer::kRecvActivation: buf = &act_in_[m % slots()]; break;
+      case PipeTransfer::kSendGrad: buf = &grad_out_[0]; break;
+      case PipeTransfer::kRecvGrad: buf = &grad_in_[grad_slot(t.micro_batch)]; break;
+    }
+    ops.push_back({t.is_send() ? P2pOp::kSend : P2pOp::kRecv, buf->raw(), buf->numel(), buf->dtype(), t.peer_stage,
+                   t.tag()});
+  }
+  // Sends read buffers the compute stream wrote (Note [Ordering a collective after its producer]).
+  order_after(compute_stream(act_out_.empty() || !act_out_[0].defined() ? Device::cpu() : act_out_[0].device()),
+              *grid_.chain);
+  const ScopedCollectiveDetail detail(fmt::format("pipeline stage {}", grid_.stage));
+  grid_.chain->batch_p2p_async(std::move(ops))->wait();
+  spans_.push_back({PipeSpan::kTransfer, -1, start, steady_now_ns()});
+}
+
+Tensor PipelineStage::stage_input(int m, const Tensor& input) {
+  if (!first_) return act_in_[static_cast<size_t>(m) % slots()];
+  const int64_t per_row = shape_numel(in_shape_) / rows_;
+  return input.slice(m * rows_ * per_row, in_shape_);
+}
+
+void PipelineStage::forward(int m, const Tensor& input, const Tensor& labels) {
+  const int64_t start = steady_now_ns();
+  const auto mi = static_cast<size_t>(m);
+  rng_at_[mi] = read_counters(*module_);
+  Tensor out = module_->forward(stage_input(m, input));
+  last_forward_ = m;
+  if (last_) {
+    const Tensor y = labels.slice(m * rows_, {rows_});
+    loss_sum_ += loss_value(loss_.forward(out, y));
+    correct_ += count_correct(out, y);
+    Tensor& g = grad_in_[grad_slot(m)];
+    g.copy_from(loss_.backward());
+    scale(g, 1.f / static_cast<float>(options_.micro_batches * grid_.replicas));  // Note [Pipeline loss]
+  } else {
+    act_out_[0].copy_from(out);  // the layer reuses its output buffer in the next forward
+  }
+  peak_held_ = std::max(peak_held_, ++held_);
+  spans_.push_back({PipeSpan::kForward, m, start, steady_now_ns()});
+}
+
+void PipelineStage::backward(int m, const Tensor& input) {
+  const int64_t start = steady_now_ns();
+  const auto mi = static_cast<size_t>(m);
+  if (last_forward_ != m) {
+    // Note [Recomputed activations]: the same random numbers as the first time, then back.
+    const std::vector<uint64_t> now = read_counters(*module_);
+    write_counters(*module_, rng_at_[mi]);
+    module_->forward(stage_input(m, input));
+    write_counters(*module_, now);
+    last_forward_ = m;
+  }
+  summing_ = m == options_.micro_batches - 1;  // the last backward of the step, in both schedules
+  Tensor g = module_->backward(grad_in_[grad_slot(m)], /*need_input_grad=*/!first_);
+  summing_ = false;
+  if (!first_) grad_out_[0].copy_from(g);
+  --held_;
+  spans_.push_back({PipeSpan::kBackward, m, start, steady_now_ns()});
+}
+
+PipelineStage::Result PipelineStage::train_step(const Tensor& input, const Tensor& labels) {
+  const int M = options_.micro_batches;
+  int64_t rows = 0;
+  if (first_) rows = input.dim(0);
+  if (last_) {
+    DTRAIN_CHECK(labels.defined() && labels.ndim() == 1, "pipeline: the last stage needs the batch's labels");
+    DTRAIN_CHECK(!first_ || labels.dim(0) == rows, "pipeline: {} labels for {} rows", labels.dim(0), rows);
+    rows = labels.dim(0);
+  }
+  if (rows % M != 0)
+    throw Error(fmt::format("the batch of {} rows is not a multiple of the {} micro-batches", rows, M));
+  prepare(input, rows / M);
+  const int64_t step_start = steady_now_ns();
+  spans_.clear();
+  sums_.clear();
+  held_ = peak_held_ = 0;
+  loss_sum_ = 0;
+  correct_ = 0;
+  for (const PipeStep& step : program_) {
+    run_transfers(step.transfers);
+    if (!step.has_action) continue;
+    if (step.action.kind == PipeAction::kForward) forward(step.action.micro_batch, input, labels);
+    else backward(step.action.micro_batch, input);
+  }
+  for (WorkHandle& w : sums_) w->wait();
+  sums_.clear();
+  step_ns_ += steady_now_ns() - step_start;
+  for (const PipeSpan& s : spans_)
+    if (s.kind != PipeSpan::kTransfer) busy_ns_ += s.end_ns - s.start_ns;
+  Result r;
+  r.loss = last_ ? static_cast<float>(loss_sum_ / M) : std::numeric_limits<float>::quiet_NaN();
+  r.correct = correct_;
+  return r;
+}
+
+PipelineStage::Evaluated PipelineStage::evaluate_batch(const Tensor& input, const Tensor& labels) {
+  module_->set_training(false);
+  int32_t header[kMaxDims + 1] = {};
+  Tensor x = input;
+  if (!first_) {
+    grid_.chain->recv(header, kMaxDims + 1, DType::kI32, grid_.stage - 1, kShapeTag);
+    x = Tensor::empty(Shape(header + 1, header + 1 + header[0]), Device::cpu());
+    grid_.chain->recv(x.raw(), x.numel(), x.dtype(), grid_.stage - 1, kEvalTag);
+  }
+  Tensor out = module_->forward(x);
+  Evaluated e;
+  if (last_) {
+    e.loss_sum = static_cast<double>(loss_value(loss_.forward(out, labels))) * static_cast<double>(labels.numel());
+    e.correct = count_correct(out, labels);
+  } else {
+    header[0] = static_cast<int32_t>(out.ndim());
+    for (int i = 0; i < out.ndim(); ++i) header[i + 1] = static_cast<int32_t>(out.dim(i));
+    Tensor host = out.to(Device::cpu());
+    grid_.chain->send(header, kMaxDims + 1, DType::kI32, grid_.stage + 1, kShapeTag);
+    grid_.chain->send(host.raw(), host.numel(), host.dtype(), grid_.stage + 1, kEvalTag);
+  }
+  module_->set_training(true);
+  last_forward_ = -1;  // the layers now hold the evaluation's forward
+  return e;
+}
+
+}  // namespace dtrain

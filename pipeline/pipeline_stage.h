@@ -1,0 +1,117 @@
+// PipelineStage: one rank's stage of a pipeline-parallel model (Note [Pipeline schedules],
+// Note [Pipeline grid]). It holds only its own layers (their parameters keep the unsplit
+// model's names), runs its schedule's forward and backward actions on the micro-batches of a
+// step, exchanges activations and their gradients with the neighbouring stages by point-to-
+// point batches over the grid's chain, and sums its gradients over its data-parallel group
+// while the last micro-batch's backward runs.
+//
+// Note [Pipeline loss]: the loss is the mean over the global batch (D replicas x B rows): the
+// last stage scales each micro-batch's mean-loss gradient by 1/(M x D) and the replicas' sum
+// completes it, so gradients equal the unsplit model's on the whole batch (to rounding: one GEMM
+// over B rows becomes M accumulated ones).
+//
+// Note [Recomputed activations]: a layer keeps what its backward needs from its last forward
+// only. A stage therefore holds each micro-batch's stage input from its forward to its backward
+// (the "held inputs": GPipe M, 1F1B at most P - s) and runs that micro-batch's forward again
+// right before its backward, unless it was the stage's last forward (the last stage in 1F1B,
+// every stage's last micro-batch). The recomputation replays the same random numbers (rng
+// counters saved and restored), so the result is what a stored activation would give, at the
+// cost of up to one extra forward per micro-batch.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "model/loss.h"
+#include "model/sequential.h"
+#include "pipeline/grid.h"
+#include "pipeline/schedule.h"
+
+namespace dtrain {
+
+struct PipelineOptions {
+  PipelineSchedule schedule = PipelineSchedule::k1f1b;
+  int micro_batches = 1;
+};
+
+// One action's time on this stage, for traces: forward, backward, or the wait in a transfer batch.
+struct PipeSpan {
+  enum Kind { kForward, kBackward, kTransfer } kind = kForward;
+  int micro_batch = -1;  // -1: a transfer batch
+  int64_t start_ns = 0, end_ns = 0;
+};
+
+class PipelineStage {
+ public:
+  // `grid` must outlive the stage. Parameters are broadcast from replica 0 of the stage's group
+  // (collective over it), as DDP does.
+  PipelineStage(std::unique_ptr<Sequential> module, PipelineGrid& grid, PipelineOptions options);
+
+  // One step's forwards and backwards over this replica's batch of B rows: stage 0 reads `input`
+  // [B, ...], the last stage `labels` [B] (int32); the other arguments may be undefined. B must
+  // be a multiple of the micro-batch count (one line otherwise). On return the stage's gradients
+  // are the global batch's (Note [Pipeline loss]). On the last stage: this replica's mean loss
+  // and correct predictions; elsewhere loss NaN, correct 0.
+  struct Result {
+    float loss = 0;
+    int64_t correct = 0;
+  };
+  Result train_step(const Tensor& input, const Tensor& labels);
+
+  // Evaluation: the batch forward through the stages in one piece (no micro-batches, no
+  // backward), the model in evaluation mode. On the last stage: the loss summed over the rows and
+  // the correct predictions; elsewhere zeros. Every stage of the pipeline calls it alike.
+  struct Evaluated {
+    double loss_sum = 0;
+    int64_t correct = 0;
+  };
+  Evaluated evaluate_batch(const Tensor& input, const Tensor& labels);
+
+  Sequential& module() { return *module_; }
+  const PipelineGrid& grid() const { return grid_; }
+  // The most micro-batches whose input this stage held at once in the last step (its input
+  // buffers: Note [Pipeline buffers] in pipeline_stage.cpp).
+  int peak_held_inputs() const { return peak_held_; }
+  const std::vector<PipeSpan>& last_step_spans() const { return spans_; }
+  // Of every train_step so far: the time in forwards and backwards, and the steps' wall time
+  // (the rest is this stage's idle share: the bubble, and waits in transfers).
+  int64_t busy_ns() const { return busy_ns_; }
+  int64_t step_ns() const { return step_ns_; }
+
+ private:
+  // Finds this stage's input shape (from the previous stage) and output shape for micro-batches
+  // of `rows` rows, once per batch size, and allocates the per-micro-batch buffers.
+  void prepare(const Tensor& input, int64_t rows);
+  void run_transfers(const std::vector<PipeTransfer>& transfers);
+  void forward(int m, const Tensor& input, const Tensor& labels);
+  void backward(int m, const Tensor& input);
+  Tensor stage_input(int m, const Tensor& input);
+  void issue_gradient_sum(Parameter& p);
+
+  std::unique_ptr<Sequential> module_;
+  PipelineGrid& grid_;
+  PipelineOptions options_;
+  bool first_, last_;
+  std::vector<PipeStep> program_;
+  int64_t rows_ = 0;  // per micro-batch
+  Shape in_shape_, out_shape_;
+  int slots_;  // Note [Pipeline buffers] (pipeline_stage.cpp)
+  size_t slots() const { return static_cast<size_t>(slots_); }
+  // The loss gradient (last stage) lives as long as the input; a received gradient is used at once.
+  size_t grad_slot(int m) const { return last_ ? static_cast<size_t>(m) % slots() : 0; }
+  std::vector<Tensor> act_in_, act_out_, grad_in_, grad_out_;
+  std::vector<std::vector<uint64_t>> rng_at_;                  // rng counters before each forward
+  CrossEntropyLoss loss_;
+  int last_forward_ = -1;
+  bool summing_ = false;  // in the last micro-batch's backward: gradients go to the group's sum
+  std::vector<WorkHandle> sums_;
+  int held_ = 0, peak_held_ = 0;
+  std::vector<PipeSpan> spans_;
+  int64_t busy_ns_ = 0, step_ns_ = 0;
+  double loss_sum_ = 0;
+  int64_t correct_ = 0;
+};
+
+}  // namespace dtrain

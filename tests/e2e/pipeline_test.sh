@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# dtrain train --pipeline-stages end to end (Note [Pipeline schedules] in pipeline/schedule.h):
+# at NP 2 (P 2), NP 3 (P 3) and NP 4 (P 2 x D 2) the log lines of the MLP and of the CNN equal one process's on the same
+# global batch (each loss within 1e-5 relative: M accumulated GEMMs round unlike one; the rest of
+# each line, the test set's accuracy included, exactly); GPipe and 1F1B end with the same
+# parameters bit for bit (their fingerprints); fewer micro-batches than stages, and ranks that
+# disagree on --pipeline-stages, are one line and a non-zero exit.
+# Usage: pipeline_test.sh DTRAIN NP
+set -uo pipefail
+DTRAIN=$1
+NP=${2:-2}
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+
+case $NP in
+  2) P=2; D=1; M=4; B=64 ;;
+  3) P=3; D=1; M=3; B=48 ;;
+  4) P=2; D=2; M=4; B=32 ;;
+  *) echo "NP must be 2, 3 or 4"; exit 2 ;;
+esac
+# Full batches only (the pipeline drops a partial last batch): 1536 = 24 x 64 = 32 x 48.
+RUN=("${COMMON[@]}" --train-limit 1536 --hidden 64,48,32 --epochs 2 --json)
+lines() { grep -E '^(Train Epoch|Test set)' "$1"; }
+# same_lines A B: the same lines, numbers after "Loss:" / "Average loss:" within 1e-5 relative.
+same_lines() {
+  python3 - "$1" "$2" <<'PY'
+import re, sys
+def lines(path):
+    return [l.strip() for l in open(path) if l.startswith(("Train Epoch", "Test set"))]
+a, b = lines(sys.argv[1]), lines(sys.argv[2])
+loss = re.compile(r"(Loss: |Average loss: )([0-9.]+)")
+ok = len(a) == len(b) and len(a) > 0
+for x, y in zip(a, b):
+    mx, my = loss.search(x), loss.search(y)
+    if loss.sub("", x) != loss.sub("", y) or not mx or not my:
+        ok = False
+    elif abs(float(mx.group(2)) - float(my.group(2))) > 1e-5 * abs(float(my.group(2))) + 1.5e-6:
+        ok = False
+    if not ok:
+        print(f"# differs: {x!r} vs {y!r}")
+        break
+sys.exit(0 if ok else 1)
+PY
+}
+fingerprint() { grep -o '"parameters_fingerprint":[^,}]*' "$1"; }
+
+dtrain_at 1 "$WORK/ref.log" train "${RUN[@]}" --batch-size $((B * D))
+check "np 1 reference ran" [ "$(lines "$WORK/ref.log" | wc -l)" -gt 4 ]
+for schedule in 1f1b gpipe; do
+  dtrain_at "$NP" "$WORK/$schedule.log" train "${RUN[@]}" --batch-size "$B" --pipeline-stages "$P" \
+    --micro-batches "$M" --pipeline-schedule "$schedule"
+  check "$schedule: P $P x D $D logs the np 1 run's losses and test set" \
+    same_lines "$WORK/ref.log" "$WORK/$schedule.log"
+done
+check "gpipe and 1f1b end bit for bit alike" [ -n "$(fingerprint "$WORK/1f1b.log")" ] && \
+  [ "$(fingerprint "$WORK/1f1b.log")" = "$(fingerprint "$WORK/gpipe.log")" ]
+
+# The CNN (convolutions, pooling: 4-D activations between stages), one epoch.
+CNN=("${COMMON[@]}" --model cnn --train-limit 768 --log-interval 4)
+dtrain_at 1 "$WORK/cnn_ref.log" train "${CNN[@]}" --batch-size $((B * D))
+dtrain_at "$NP" "$WORK/cnn.log" train "${CNN[@]}" --batch-size "$B" --pipeline-stages "$P" --micro-batches "$M"
+check "cnn: P $P x D $D logs the np 1 run's losses and test set" same_lines "$WORK/cnn_ref.log" "$WORK/cnn.log"
+
+# --init-weights: a checkpoint's model.safetensors (the unsplit names) starts the pipeline where
+# it starts one process.
+dtrain_at 1 "$WORK/save.log" train "${COMMON[@]}" --train-limit 512 --hidden 64,48,32 --checkpoint-dir "$WORK/ck"
+weights=$(ls -d "$WORK"/ck/step-*/ | tail -1)model.safetensors
+dtrain_at 1 "$WORK/init_ref.log" train "${RUN[@]}" --batch-size $((B * D)) --init-weights "$weights"
+dtrain_at "$NP" "$WORK/init.log" train "${RUN[@]}" --batch-size "$B" --pipeline-stages "$P" --micro-batches "$M" \
+  --init-weights "$weights"
+check "--init-weights: P $P x D $D logs the np 1 run's from the same file" same_lines "$WORK/init_ref.log" "$WORK/init.log"
+
+dtrain_at "$NP" "$WORK/few.log" train "${RUN[@]}" --batch-size "$B" --pipeline-stages "$P" --micro-batches $((P - 1))
+status=$?
+check "M < P: non-zero exit" [ "$status" -ne 0 ]
+check "M < P: one line naming both" grep -qF -- "--micro-batches $((P - 1)) is fewer than --pipeline-stages $P" "$WORK/few.log"
+
+timeout 120 mpirun --oversubscribe --bind-to none -np 1 "$DTRAIN" train "${RUN[@]}" --pipeline-stages "$NP" --micro-batches 4 --batch-size 32 : \
+  -np $((NP - 1)) "$DTRAIN" train "${RUN[@]}" --batch-size 32 >"$WORK/disagree.log" 2>&1
+status=$?
+check "ranks that disagree on --pipeline-stages: non-zero exit, no hang" [ "$status" -ne 0 ] && [ "$status" -ne 124 ]
+check "ranks that disagree on --pipeline-stages: one line naming it" \
+  grep -qF "ranks disagree on --pipeline-stages: rank 0 has $NP" "$WORK/disagree.log"
+finish
