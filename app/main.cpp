@@ -6,10 +6,12 @@
 // byte-level GPT.
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <new>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -50,7 +52,13 @@ bool is_rank_zero_before_init() {
 }
 
 int usage_error(const std::string& message) {
-  if (is_rank_zero_before_init()) fmt::print(stderr, "dtrain: error: {}\n", message);
+  if (is_rank_zero_before_init()) {
+    fmt::print(stderr, "dtrain: error: {}\n", message);
+  } else {
+    // mpirun tears the job down at the first non-zero exit: had another rank's come first, rank
+    // 0 could be killed before its line is out (seen in e2e_pipeline_np_3, 2 runs in 6).
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
   return dtrain::kExitUsage;
 }
 

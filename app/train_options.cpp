@@ -535,6 +535,11 @@ void check_pipeline(const TrainConfig& c, const cxxopts::ParseResult& r) {
   not_yet(c.clip_grad_norm != 0.f, "--clip-grad-norm");
   not_yet(!c.output.metrics_path.empty(), "--metrics");
   not_yet(c.model.dropout != 0.f, "--dropout");
+  // BatchNorm's running statistics would be updated by the shape probe and again by every
+  // recomputed forward, and each micro-batch would be normalised on its own rows.
+  not_yet(c.model.kind == ModelKind::kResnet18, "--model resnet18 (BatchNorm)");
+  not_yet(c.ddp.sync_batchnorm, "--sync-bn");
+  not_yet(!c.class_weights.empty(), "--class-weights");
 }
 
 }  // namespace

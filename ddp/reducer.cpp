@@ -207,6 +207,13 @@ void Reducer::borrow_slot(size_t k) {
   slot_of_[k] = slot;
   GradBucket& b = buckets_[k];
   const int64_t begin = flat_.bucket_begin[k], size = flat_.bucket_size[k];
+  // A borrowed slot holds another bucket's gradients: a gradient to be added to (not zeroed since
+  // the last step: two backwards with no zero_grad) has nothing of its own there to add to.
+  for (size_t p : b.params)
+    DTRAIN_CHECK(params_[p]->grad_is_zero,
+                 "ZeRO-2's gradient ring cannot accumulate {} over two backwards without zero_grad: use "
+                 "GradientRing::kWhole (the CLI's --accumulate does)",
+                 params_[p]->name);
   b.buffer = slots_[s].slice(0, {size});
   int64_t used = 0;
   for (size_t p : b.params) {

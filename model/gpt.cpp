@@ -70,7 +70,7 @@ std::vector<LayerSize> plan_gpt(const GptSpec& s) {
                        {{"transformer.wte.weight", {s.vocab, c}}, {"transformer.wpe.weight", {s.context, c}}}));
   const int64_t c3 = checked_mul(3, c, "gpt embd"), c4 = checked_mul(4, c, "gpt embd");
   for (int64_t i = 0; i < s.layers; ++i) {
-    const std::string h = fmt::format("transformer.h.{}", i);
+    const std::string h = fmt::format("transformer.h.{}.", i);
     parts.push_back(part(fmt::format("Block {} (embd={}, heads={})", i, c, s.heads),
                          {{h + "ln_1.weight", {c}},
                           {h + "ln_1.bias", {c}},
