@@ -8,8 +8,10 @@
 // the sum of squared deviations about it (two passes, no E[x^2] - E[x]^2 cancellation); the
 // output as x * alpha + shift with alpha = invstd * weight and shift = bias - mean * alpha; the
 // running statistics as momentum * batch + (1 - momentum) * running, the variance unbiased
-// (n / (n - 1)); backward from sum(dy) and sum((x - mean) dy). The per-channel reductions run
-// one thread per channel, in order: the same sums on every device.
+// (n / (n - 1)); backward from sum(dy) and sum((x - mean) dy). The per-channel reductions are
+// row kernels (Note [Row launches]): on the CPU one lane, in order; on a GPU each of a warp's 32
+// lanes sums its share in double and the lanes are combined in float, so a GPU's sums are close
+// to the CPU's, not the same bits.
 #pragma once
 
 #include <cmath>
