@@ -5,6 +5,8 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -329,8 +331,18 @@ void MpiCommunicator::run_p2p(const std::vector<P2pOp>& ops) {
   MPI_CHECK(MPI_Waitall(static_cast<int>(header_recvs.size()), header_recvs.data(), MPI_STATUSES_IGNORE));
   for (size_t i = 0; i < ops.size(); ++i) {
     if (ops[i].kind != P2pOp::kRecv) continue;
-    if (std::string differs = p2p_header_mismatch(ops[i], &headers[i * 4], peer_world(ops[i])); !differs.empty())
+    if (std::string differs = p2p_header_mismatch(ops[i], &headers[i * 4], peer_world(ops[i])); !differs.empty()) {
+      // This batch's sends may still be reading their headers, and the error ends the job (the
+      // peer's data send will never be received): the headers are left to the process's end
+      // rather than freed under a pending MPI_Isend.
+      static std::mutex kept_mutex;
+      static std::vector<std::vector<int64_t>> kept;  // reachable: not a leak to LeakSanitizer
+      {
+        std::lock_guard lock(kept_mutex);
+        kept.push_back(std::move(headers));  // a move keeps the buffer where the sends read it
+      }
       throw Error(differs);
+    }
   }
   std::vector<MPI_Request> recvs;
   std::vector<size_t> recv_op;
