@@ -161,7 +161,9 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
       if (last && grid.replicas > 1) grid.data_parallel->allreduce(&loss, 1, DType::kF32, ReduceOp::kAvg);
       loss_tensor.data()[0] = loss;
       if (last && !std::isfinite(loss))
-        throw Error(fmt::format("the loss is {} at step {}: training diverged", loss, step));
+        // The last stage alone sees the loss: its error takes the job down with the diverged
+        // status, as the data-parallel trainer's vote ends it (core/exit_status.h).
+        throw Error(fmt::format("the loss is {} at step {}: training diverged", loss, step), ErrorKind::kDiverged);
       reporter.after_step(epoch, i, i * c.batch_size * grid.replicas, c.batch_size * grid.replicas, loss_tensor,
                           optimizer->lr(), nullptr);
     }

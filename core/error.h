@@ -19,6 +19,7 @@ enum class ErrorKind {
   kCheckpoint,  // a checkpoint or weights file that is damaged or does not match the run
   kResources,   // the model or data does not fit in memory
   kOutput,      // an output path that cannot be written
+  kDiverged,    // a NaN or an infinity in training (where no vote of every rank reports it)
 };
 
 // A runtime failure: bad input, a failed library call, a broken invariant.

@@ -46,6 +46,7 @@ constexpr int exit_status(ErrorKind kind) {
     case ErrorKind::kCheckpoint: return kExitCheckpoint;
     case ErrorKind::kResources: return kExitNoMemory;
     case ErrorKind::kOutput: return kExitOutput;
+    case ErrorKind::kDiverged: return kExitDiverged;
   }
   return kExitFailure;
 }

@@ -75,6 +75,13 @@ status=$?
 check "M < P: non-zero exit" [ "$status" -ne 0 ]
 check "M < P: one line naming both" grep -qF -- "--micro-batches $((P - 1)) is fewer than --pipeline-stages $P" "$WORK/few.log"
 
+# A diverging pipeline ends the job with the diverged status (3), as the data-parallel trainer
+# does, though only the last stage sees the loss.
+dtrain_at "$NP" "$WORK/diverge.log" train "${RUN[@]}" --batch-size "$B" --pipeline-stages "$P" --lr 1e30
+status=$?
+check "a diverged pipeline exits 3 (got $status)" [ "$status" = 3 ]
+check "a diverged pipeline: one line saying so" grep -q "training diverged" "$WORK/diverge.log"
+
 timeout 120 mpirun --oversubscribe --bind-to none -np 1 "$DTRAIN" train "${RUN[@]}" --pipeline-stages "$NP" --micro-batches 4 --batch-size 32 : \
   -np $((NP - 1)) "$DTRAIN" train "${RUN[@]}" --batch-size 32 >"$WORK/disagree.log" 2>&1
 status=$?

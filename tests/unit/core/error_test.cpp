@@ -97,6 +97,7 @@ TEST(ExitStatus, OnePerKindAndNoneTaken) {
   EXPECT_EQ(exit_status(ErrorKind::kCheckpoint), 66);
   EXPECT_EQ(exit_status(ErrorKind::kResources), 71);
   EXPECT_EQ(exit_status(ErrorKind::kOutput), 73);
+  EXPECT_EQ(exit_status(ErrorKind::kDiverged), 3);
   EXPECT_FALSE(permanent_failure_name(kExitDiverged).empty());
   for (int status : {0, 1, 124, 126, 127, 130, 137, 143}) EXPECT_EQ(permanent_failure_name(status), "") << status;
 }
