@@ -188,11 +188,25 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   const std::vector<StageFigures> all = allgather_values(
       rt.control(), StageFigures{stage.busy_ns(), stage.step_ns(), stage.peak_held_inputs(), 0});
   std::string idle, held;
+  nlohmann::json idle_shares = nlohmann::json::array(), held_inputs = nlohmann::json::array();
   for (int s = 0; s < grid.stages; ++s) {
     const StageFigures& f = all[static_cast<size_t>(s)];  // world rank s: stage s of replica 0
-    idle += fmt::format("{}{:.1f}%", s ? ", " : "", f.step_ns > 0 ? 100.0 * (1.0 - double(f.busy_ns) / double(f.step_ns)) : 0.0);
+    const double share = f.step_ns > 0 ? 1.0 - double(f.busy_ns) / double(f.step_ns) : 0.0;
+    idle += fmt::format("{}{:.1f}%", s ? ", " : "", 100.0 * share);
     held += fmt::format("{}{}", s ? ", " : "", f.peak_held);
+    idle_shares.push_back(share);
+    held_inputs.push_back(f.peak_held);
   }
+  // --metrics: the step and epoch records are the last stage's (the loss is there), as data
+  // parallel's are rank 0's; this one record has every stage's figures.
+  reporter.metrics_record({{"type", "pipeline"},
+                           {"stages", grid.stages},
+                           {"replicas", grid.replicas},
+                           {"micro_batches", p.micro_batches},
+                           {"schedule", pipeline_schedule_name(p.schedule)},
+                           {"idle_share", idle_shares},
+                           {"bubble", double(p.stages - 1) / double(p.micro_batches + p.stages - 1)},
+                           {"peak_held_inputs", held_inputs}});
   reporter.note(fmt::format("pipeline: idle share per stage {} (the bubble (P-1)/(M+P-1) is {:.1f}%; the rest is "
                             "transfers and recomputation's imbalance); micro-batch inputs held at the peak per stage {} "
                             "(gpipe: M, 1f1b: at most P - s)",

@@ -536,7 +536,6 @@ void check_pipeline(const TrainConfig& c, const cxxopts::ParseResult& r) {
   not_yet(!c.checkpoints.dir.empty() || c.checkpoints.resume != ResumeMode::kNone,
           "checkpoints (--checkpoint-dir, --resume)");
   not_yet(c.clip_grad_norm != 0.f, "--clip-grad-norm");
-  not_yet(!c.output.metrics_path.empty(), "--metrics");
   not_yet(c.model.dropout != 0.f, "--dropout");
   // BatchNorm's running statistics would be updated by the shape probe and again by every
   // recomputed forward, and each micro-batch would be normalised on its own rows.
