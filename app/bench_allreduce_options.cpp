@@ -11,24 +11,8 @@ namespace {
 
 constexpr int64_t kMaxBenchBytes = int64_t{4} << 30;  // three buffers of this per rank
 
-// "8", "4K", "256M", "1G" (powers of 1024).
 int64_t parse_bytes(const std::string& flag, const std::string& text) {
-  size_t used = 0;
-  long long v = -1;
-  try {
-    v = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  int shift = 0;
-  if (used > 0 && used + 1 == text.size()) {
-    const char unit = static_cast<char>(std::toupper(static_cast<unsigned char>(text.back())));
-    shift = unit == 'K' ? 10 : unit == 'M' ? 20 : unit == 'G' ? 30 : -1;
-    if (shift >= 0) ++used;
-  }
-  if (used == 0 || used != text.size() || v < 1 || shift < 0 || v > (kMaxBenchBytes >> shift))
-    throw UsageError(fmt::format("{}: expected a size from 1 to 4G bytes like 8, 64K or 256M, got '{}'", flag, text));
-  return static_cast<int64_t>(v) << shift;
+  return dtrain::parse_bytes(flag, text, kMaxBenchBytes, "4G");
 }
 
 template <class T, class Parse>

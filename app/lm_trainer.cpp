@@ -98,7 +98,9 @@ LmTrainer::LmTrainer(Runtime& runtime, const TrainConfig& c)
       lm_(*c.lm),
       data_(open_lm_batches(runtime, c)),
       model_(build_gpt(gpt_spec(lm_, data_.vocab()), runtime.device(), c.seed,
-                       host_memory_bytes() / std::max(1, runtime.local_size()), runtime.size(), c.ddp.zero_stage)),
+                       c.model.memory_budget_bytes > 0 ? c.model.memory_budget_bytes
+                                                       : host_memory_bytes() / std::max(1, runtime.local_size()),
+                       runtime.size(), c.ddp.zero_stage)),
       schedule_{c.optimizer.lr, c.min_lr, c.warmup_steps, lm_.steps, c.lr_schedule == LrSchedule::Kind::kCosine},
       tracer_(!c.output.trace_path.empty()),
       reporter_(c.output, runtime.rank() == 0, progress_wanted_here(c.output.progress)),

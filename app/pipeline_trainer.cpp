@@ -17,7 +17,10 @@
 #include "core/error.h"
 #include "data/data_loader.h"
 #include "data/distributed_sampler.h"
+#include "app/architecture.h"
+#include "core/memory.h"
 #include "model/fingerprint.h"
+#include "model/models.h"
 #include "pipeline/partition.h"
 #include "train/checkpointer.h"
 #include "pipeline/pipeline_stage.h"
@@ -28,25 +31,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Every layer's parameter count, for the balanced cut.
-std::vector<int64_t> layer_parameters(Sequential& model) {
-  std::vector<int64_t> out;
-  for (size_t i = 0; i < model.size(); ++i) {
-    int64_t n = 0;
-    for (Parameter* p : model.layer(i).parameters()) n += p->value.numel();
-    out.push_back(n);
-  }
+// The unsplit model's tensors, named and shaped as plan_model says: what a weights file holds.
+std::vector<safetensors::TensorSpec> whole_model_tensors(const ModelSpec& spec, const Shape& sample, int classes) {
+  std::vector<safetensors::TensorSpec> out;
+  for (const LayerSize& l : plan_model(spec, sample, classes))
+    for (const ParameterShape& t : l.tensors) out.push_back({t.name, safetensors::Dtype::kF32, t.shape});
   return out;
-}
-
-// The whole model is built (same seed on every rank: the unsplit model's initial weights), then
-// this stage keeps its layers and frees the rest.
-std::unique_ptr<Sequential> build_stage(Sequential& full, const std::vector<StageRange>& ranges, int stage) {
-  const StageRange r = ranges.at(static_cast<size_t>(stage));
-  auto layers = full.release_layers();
-  std::vector<std::unique_ptr<Module>> mine;
-  for (size_t i = r.begin; i < r.end; ++i) mine.push_back(std::move(layers[i]));
-  return Sequential::of_named_layers(std::move(mine));
 }
 
 // The test set through the pipeline: replica d takes rows d, d + D, ...; the last stage's sums
@@ -88,25 +78,35 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   if (std::string problem = pipeline_grid_problem(rt.size(), p.stages); !problem.empty())
     throw Error(fmt::format("--pipeline-stages {}: {}", p.stages, problem));
   PipelineGrid grid = make_pipeline_grid(rt.control(), p.stages);
-  std::unique_ptr<Sequential> full =
-      build_model(c.model, data.train->sample_shape(), data.train->num_classes(), rt.device(), c.seed);
-  // --init-weights: the unsplit model's names, loaded into the whole model before the cut, so
-  // one file starts any P x D (and P = 1) alike.
-  if (!c.checkpoints.init_weights.empty())
-    classify_errors(ErrorKind::kCheckpoint,
-                    [&] { load_initial_weights(rt.control(), c.checkpoints.init_weights, *full); });
-  const std::string description = full->describe();
+  // Note [Stage construction] (model/models.h): the cut is computed from the model's plan, and
+  // this rank builds only its stage's layers, with the unsplit model's initial weights; the
+  // memory check counts only them.
+  const Shape sample_shape = data.train->sample_shape();
+  const int classes = data.train->num_classes();
+  ModelSpec spec = c.model;
+  if (spec.memory_budget_bytes <= 0) spec.memory_budget_bytes = host_memory_bytes() / std::max(1, rt.local_size());
+  spec.pipeline_stages = p.stages;
+  const std::vector<int64_t> counts = layer_parameter_counts(spec, sample_shape, classes);
   std::vector<StageRange> ranges;
   try {
-    ranges = p.split.empty() ? balanced_partition(layer_parameters(*full), p.stages)
-                             : partition_at(p.split, full->size(), p.stages);
+    ranges = p.split.empty() ? balanced_partition(counts, p.stages) : partition_at(p.split, counts.size(), p.stages);
   } catch (const Error& e) {
     throw Error(fmt::format("{} {}: {}", p.split.empty() ? "--pipeline-stages" : "--pipeline-split",
                             p.split.empty() ? fmt::format("{}", p.stages) : fmt::format("{}", fmt::join(p.split, ",")),
                             e.what()));
   }
-  PipelineStage stage(build_stage(*full, ranges, grid.stage), grid, {p.schedule, p.micro_batches});
-  full.reset();
+  const StageRange mine = ranges.at(static_cast<size_t>(grid.stage));
+  std::unique_ptr<Sequential> stage_layers =
+      build_model(spec, sample_shape, classes, rt.device(), c.seed, LayerRange{mine.begin, mine.end});
+  // --init-weights: a file with the unsplit model's names; this stage takes its own tensors
+  // from it, one at a time, so one file starts any P x D (and P = 1) alike.
+  if (!c.checkpoints.init_weights.empty())
+    classify_errors(ErrorKind::kCheckpoint, [&] {
+      load_stage_weights(rt.control(), c.checkpoints.init_weights, *stage_layers,
+                         whole_model_tensors(spec, sample_shape, classes));
+    });
+  const std::string description = describe(Architecture{c.model, sample_shape, classes, c.data.normalize});
+  PipelineStage stage(std::move(stage_layers), grid, {p.schedule, p.micro_batches});
   std::unique_ptr<Optimizer> optimizer = make_optimizer(c.optimizer, stage.module().parameters());
   const LrSchedule schedule{c.lr_schedule, c.optimizer.lr, c.lr_step_size, c.lr_gamma, c.epochs, 0.f};
   const bool last = grid.stage == grid.stages - 1;
@@ -188,11 +188,25 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   const std::vector<StageFigures> all = allgather_values(
       rt.control(), StageFigures{stage.busy_ns(), stage.step_ns(), stage.peak_held_inputs(), 0});
   std::string idle, held;
+  nlohmann::json idle_shares = nlohmann::json::array(), held_inputs = nlohmann::json::array();
   for (int s = 0; s < grid.stages; ++s) {
     const StageFigures& f = all[static_cast<size_t>(s)];  // world rank s: stage s of replica 0
-    idle += fmt::format("{}{:.1f}%", s ? ", " : "", f.step_ns > 0 ? 100.0 * (1.0 - double(f.busy_ns) / double(f.step_ns)) : 0.0);
+    const double share = f.step_ns > 0 ? 1.0 - double(f.busy_ns) / double(f.step_ns) : 0.0;
+    idle += fmt::format("{}{:.1f}%", s ? ", " : "", 100.0 * share);
     held += fmt::format("{}{}", s ? ", " : "", f.peak_held);
+    idle_shares.push_back(share);
+    held_inputs.push_back(f.peak_held);
   }
+  // --metrics: the step and epoch records are the last stage's (the loss is there), as data
+  // parallel's are rank 0's; this one record has every stage's figures.
+  reporter.metrics_record({{"type", "pipeline"},
+                           {"stages", grid.stages},
+                           {"replicas", grid.replicas},
+                           {"micro_batches", p.micro_batches},
+                           {"schedule", pipeline_schedule_name(p.schedule)},
+                           {"idle_share", idle_shares},
+                           {"bubble", double(p.stages - 1) / double(p.micro_batches + p.stages - 1)},
+                           {"peak_held_inputs", held_inputs}});
   reporter.note(fmt::format("pipeline: idle share per stage {} (the bubble (P-1)/(M+P-1) is {:.1f}%; the rest is "
                             "transfers and recomputation's imbalance); micro-batch inputs held at the peak per stage {} "
                             "(gpipe: M, 1f1b: at most P - s)",

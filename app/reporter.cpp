@@ -150,14 +150,19 @@ void Reporter::write_step_record(int64_t epoch, int64_t batch, int64_t samples, 
       {"samples_per_s", seconds > 0 ? static_cast<double>(interval_samples_) / seconds : 0},
       {"allreduce_wait_s", interval_.wait_s},
       {"allreduce_s", interval_.allreduce_s},
-      {"allreduce_overlap", interval_.allreduce_s > 0 ? interval_.overlapped_s / interval_.allreduce_s : 0},
-      {"time_s", std::chrono::duration<double>(now - run_start_).count()}};
+      {"allreduce_overlap", interval_.allreduce_s > 0 ? interval_.overlapped_s / interval_.allreduce_s : 0}};
   add_loss_scale(record);
-  fmt::print(metrics_, "{}\n", record.dump());
-  std::fflush(metrics_);
+  metrics_record(std::move(record));
   interval_start_ = now;
   interval_samples_ = 0;
   interval_ = {};
+}
+
+void Reporter::metrics_record(nlohmann::json record) {
+  if (!metrics_) return;
+  record["time_s"] = std::chrono::duration<double>(Clock::now() - run_start_).count();
+  fmt::print(metrics_, "{}\n", record.dump());
+  std::fflush(metrics_);
 }
 
 void Reporter::end_epoch(int64_t epoch, const Evaluation& eval, int64_t test_size, int64_t samples, double seconds,
@@ -172,11 +177,9 @@ void Reporter::end_epoch(int64_t epoch, const Evaluation& eval, int64_t test_siz
                                    {"test_loss", eval.loss},
                                    {"test_accuracy", eval.accuracy},
                                    {"samples_per_s", static_cast<double>(samples) / seconds},
-                                   {"epoch_s", seconds},
-                                   {"time_s", std::chrono::duration<double>(Clock::now() - run_start_).count()}};
+                                   {"epoch_s", seconds}};
     add_loss_scale(record);
-    fmt::print(metrics_, "{}\n", record.dump());
-    std::fflush(metrics_);
+    metrics_record(std::move(record));
   }
   if (!logs()) return;
   print(fmt::format("{}\nEpoch {}: {:.1f} samples/s ({} samples in {:.2f} s on {} rank(s))\n",
@@ -229,12 +232,10 @@ void Reporter::lm_step(const LmStep& s) {
   if (!metrics_) return;
   nlohmann::json record = {{"type", "step"},       {"step", s.step},
                            {"loss", s.loss},       {"lr", s.lr},
-                           {"step_ms", s.step_ms}, {"tokens_per_s", s.tokens_per_s},
-                           {"time_s", std::chrono::duration<double>(Clock::now() - run_start_).count()}};
+                           {"step_ms", s.step_ms}, {"tokens_per_s", s.tokens_per_s}};
   if (s.norm >= 0) record["norm"] = s.norm;
   add_loss_scale(record);
-  fmt::print(metrics_, "{}\n", record.dump());
-  std::fflush(metrics_);
+  metrics_record(std::move(record));
 }
 
 void Reporter::lm_progress(const LmProgressState& state, const Tensor& loss) {
@@ -248,13 +249,7 @@ void Reporter::lm_eval(int64_t step, double val_loss) {
   if (!rank_zero_) return;
   if (progress_) progress_->finish();  // the val line below the progress line, which goes on under it
   if (logs()) print(fmt::format("val loss {:.4f}\n", val_loss));
-  if (!metrics_) return;
-  const nlohmann::json record = {{"type", "eval"},
-                                 {"step", step},
-                                 {"val_loss", val_loss},
-                                 {"time_s", std::chrono::duration<double>(Clock::now() - run_start_).count()}};
-  fmt::print(metrics_, "{}\n", record.dump());
-  std::fflush(metrics_);
+  metrics_record({{"type", "eval"}, {"step", step}, {"val_loss", val_loss}});
 }
 
 void Reporter::finish_lm(const TrainResult& r) {

@@ -76,6 +76,9 @@ class Reporter {
   void watch_loss_scale(const GradScalerState* state) { loss_scale_ = state; }
   // A line of its own (checkpoints, resuming), on rank 0 unless quiet; nothing for "".
   void note(const std::string& line);
+  // One more metrics record (--metrics), as given, with the run's "time_s" added; nothing
+  // without --metrics.
+  void metrics_record(nlohmann::json record);
   void trace_written(const std::string& path, size_t spans, double overlap, double allreduce_ns);
   void finish(const TrainResult& result);
 

@@ -109,6 +109,7 @@ cxxopts::Options make_train_options() {
     ("context", "gpt: tokens per sequence", cxxopts::value<int64_t>()->default_value("256"))
     ("vocab", "gpt: vocabulary size (0: from the data: 256 for byte shards, 50257 for GPT-2 tokens)", cxxopts::value<int64_t>()->default_value("0"))
     ("hidden", "MLP hidden widths, comma separated", cxxopts::value<std::string>()->default_value("256"))
+    ("memory-per-rank", "The most memory one rank's model training state may take, e.g. 4G or 512M; a larger model is refused at start-up (default: this machine's memory / ranks on it)", cxxopts::value<std::string>()->default_value(""))
     ("dropout", "Dropout probability after hidden activations", cxxopts::value<std::string>()->default_value("0"))
     ("seed", "Seed for initialisation, shuffling and dropout", cxxopts::value<uint64_t>()->default_value("0"));
   o.add_options("Optimisation")
@@ -228,6 +229,8 @@ void read_model(const cxxopts::ParseResult& r, TrainConfig& c) {
   require(c.model.dropout >= 0.f && c.model.dropout < 1.f,
           fmt::format("--dropout: must be in [0, 1), got {}", c.model.dropout));
   c.seed = r["seed"].as<uint64_t>();
+  if (const std::string budget = r["memory-per-rank"].as<std::string>(); !budget.empty())
+    c.model.memory_budget_bytes = parse_bytes("--memory-per-rank", budget, int64_t{1} << 50, "1048576G");
 }
 
 void read_optimisation(const cxxopts::ParseResult& r, TrainConfig& c) {
@@ -533,7 +536,6 @@ void check_pipeline(const TrainConfig& c, const cxxopts::ParseResult& r) {
   not_yet(!c.checkpoints.dir.empty() || c.checkpoints.resume != ResumeMode::kNone,
           "checkpoints (--checkpoint-dir, --resume)");
   not_yet(c.clip_grad_norm != 0.f, "--clip-grad-norm");
-  not_yet(!c.output.metrics_path.empty(), "--metrics");
   not_yet(c.model.dropout != 0.f, "--dropout");
   // BatchNorm's running statistics would be updated by the shape probe and again by every
   // recomputed forward, and each micro-batch would be normalised on its own rows.

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <numeric>
 #include <set>
@@ -333,11 +334,15 @@ File::File(std::unique_ptr<std::byte[]> bytes, uint64_t size, std::string source
   header_ = parse_header(std::string_view(text, length), size_ - data_start_, source_);
 }
 
-const TensorInfo* File::find(std::string_view name) const {
-  auto it = std::lower_bound(header_.tensors.begin(), header_.tensors.end(), name,
+namespace {
+const TensorInfo* find_in(const Header& header, std::string_view name) {
+  auto it = std::lower_bound(header.tensors.begin(), header.tensors.end(), name,
                              [](const TensorInfo& t, std::string_view n) { return t.name < n; });
-  return it != header_.tensors.end() && it->name == name ? &*it : nullptr;
+  return it != header.tensors.end() && it->name == name ? &*it : nullptr;
 }
+}  // namespace
+
+const TensorInfo* File::find(std::string_view name) const { return find_in(header_, name); }
 
 const TensorInfo& File::at(std::string_view name) const {
   const TensorInfo* info = find(name);
@@ -399,22 +404,58 @@ void write_file(const std::string& path, std::span<const TensorRef> tensors, con
   }
 }
 
-void load_named(const File& file, std::span<const NamedTarget> targets) {
+void check_holds(const Header& header, std::string_view source, std::span<const TensorSpec> expected) {
   std::set<std::string_view> wanted;
-  for (const NamedTarget& t : targets) {
-    if (!file.find(t.name)) fail(file.source(), fmt::format("no tensor '{}' (expected {} {})", t.name,
-                                                            dtype_name(from_core(t.tensor->dtype())), shape_str(t.tensor->shape())));
-    const TensorInfo& info = file.at(t.name);
-    if (info.dtype != from_core(t.tensor->dtype()) || info.shape != t.tensor->shape())
-      fail(file.source(), fmt::format("tensor '{}' is {} {}, expected {} {}", t.name, dtype_name(info.dtype),
-                                      shape_str(info.shape), dtype_name(from_core(t.tensor->dtype())),
-                                      shape_str(t.tensor->shape())));
+  for (const TensorSpec& t : expected) {
+    const TensorInfo* info = find_in(header, t.name);
+    if (!info) fail(source, fmt::format("no tensor '{}' (expected {} {})", t.name, dtype_name(t.dtype), shape_str(t.shape)));
+    if (info->dtype != t.dtype || info->shape != t.shape)
+      fail(source, fmt::format("tensor '{}' is {} {}, expected {} {}", t.name, dtype_name(info->dtype),
+                               shape_str(info->shape), dtype_name(t.dtype), shape_str(t.shape)));
     wanted.insert(t.name);
   }
-  for (const TensorInfo& info : file.header().tensors)
-    if (!wanted.contains(info.name)) fail(file.source(), fmt::format("unexpected tensor '{}' ({} {})", info.name,
-                                                                   dtype_name(info.dtype), shape_str(info.shape)));
+  for (const TensorInfo& info : header.tensors)
+    if (!wanted.contains(info.name))
+      fail(source, fmt::format("unexpected tensor '{}' ({} {})", info.name, dtype_name(info.dtype), shape_str(info.shape)));
+}
+
+void load_named(const File& file, std::span<const NamedTarget> targets) {
+  std::vector<TensorSpec> expected;
+  for (const NamedTarget& t : targets) expected.push_back({t.name, from_core(t.tensor->dtype()), t.tensor->shape()});
+  check_holds(file.header(), file.source(), expected);
   for (const NamedTarget& t : targets) file.copy_to(t.name, *t.tensor);
+}
+
+FileIndex::FileIndex(const std::string& path) : source_(path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) checkpoint::throw_os_error("cannot open", path, errno);
+  in.seekg(0, std::ios::end);
+  const auto size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  if (size < 8) fail(source_, fmt::format("{} bytes, too short for the 8-byte header length", size));
+  uint64_t length = 0;
+  in.read(reinterpret_cast<char*>(&length), 8);
+  if (length > kMaxHeaderBytes) fail(source_, fmt::format("header length {} exceeds the limit of {} bytes", length, kMaxHeaderBytes));
+  if (length > size - 8) fail(source_, fmt::format("header length {} exceeds the {} bytes after it", length, size - 8));
+  std::string text(length, '\0');
+  if (!in.read(text.data(), static_cast<std::streamsize>(length))) fail(source_, "cannot read the header");
+  data_start_ = 8 + length;
+  header_ = parse_header(text, size - data_start_, source_);
+}
+
+const TensorInfo& FileIndex::at(std::string_view name) const {
+  const TensorInfo* info = find_in(header_, name);
+  if (!info) fail(source_, fmt::format("no tensor '{}'", name));
+  return *info;
+}
+
+std::vector<std::byte> FileIndex::read(const TensorInfo& info) const {
+  std::vector<std::byte> out(static_cast<size_t>(info.end - info.begin));
+  std::ifstream in(source_, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(data_start_ + info.begin));
+  if (!in || !in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(out.size())))
+    fail(source_, fmt::format("cannot read tensor '{}' (the file changed while being read?)", info.name));
+  return out;
 }
 
 }  // namespace dtrain::safetensors

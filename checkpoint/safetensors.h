@@ -154,6 +154,23 @@ class File {
 
 // Reads and validates a file (never allocates more than the file's size plus the header).
 File read_file(const std::string& path);
+
+// A file's header read and validated without its data (the file's size stands for the data's);
+// its tensors are then read one at a time: how a pipeline stage takes its own tensors from a
+// whole model's file (Note [Stage construction] in model/models.h) without holding the file.
+class FileIndex {
+ public:
+  explicit FileIndex(const std::string& path);  // throws Error "<path>: <problem>" as File does
+  const std::string& source() const { return source_; }
+  const Header& header() const { return header_; }
+  const TensorInfo& at(std::string_view name) const;  // throws "<source>: no tensor '<name>'"
+  std::vector<std::byte> read(const TensorInfo& info) const;
+
+ private:
+  std::string source_;
+  uint64_t data_start_ = 0;
+  Header header_;
+};
 // Writes a file (not atomically: checkpoint_writer.h writes checkpoints atomically).
 void write_file(const std::string& path, std::span<const TensorRef> tensors, const Metadata& metadata = {});
 
@@ -166,5 +183,7 @@ struct NamedTarget {
 // these dtypes and shapes; throws one line naming the first mismatch (targets in order first,
 // then a tensor in the file that no target names).
 void load_named(const File& file, std::span<const NamedTarget> targets);
+// The checks of load_named: `header` holds exactly `expected` (names, dtypes, shapes).
+void check_holds(const Header& header, std::string_view source, std::span<const TensorSpec> expected);
 
 }  // namespace dtrain::safetensors

@@ -1,7 +1,9 @@
 // The shared flag parsing (see command_line.h).
 #include "core/command_line.h"
 
+#include <cctype>
 #include <cstdlib>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -53,6 +55,26 @@ ParsedFlags parse_flags(cxxopts::Options& options, const std::vector<std::string
     out.help_text = options.help();
   }
   return out;
+}
+
+int64_t parse_bytes(const std::string& flag, const std::string& text, int64_t max_bytes, const std::string& max_text) {
+  size_t used = 0;
+  long long v = -1;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  int shift = 0;
+  if (used > 0 && used + 1 == text.size()) {
+    const char unit = static_cast<char>(std::toupper(static_cast<unsigned char>(text.back())));
+    shift = unit == 'K' ? 10 : unit == 'M' ? 20 : unit == 'G' ? 30 : -1;
+    if (shift >= 0) ++used;
+  }
+  if (used == 0 || used != text.size() || v < 1 || shift < 0 || v > (max_bytes >> shift))
+    throw UsageError(
+        fmt::format("{}: expected a size from 1 to {} bytes like 8, 64K or 256M, got '{}'", flag, max_text, text));
+  return static_cast<int64_t>(v) << shift;
 }
 
 }  // namespace dtrain

@@ -4,6 +4,7 @@
 // the programs: not part of the library's API.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -29,5 +30,9 @@ struct ParsedFlags {
 // after --)").
 ParsedFlags parse_flags(cxxopts::Options& options, const std::vector<std::string>& args,
                         const std::string& unmatched_hint = "");
+
+// A size in bytes: "8", "4K", "256M", "1G" (powers of 1024), from 1 to `max_bytes`. Throws
+// UsageError "<flag>: expected a size from 1 to <max text> bytes like 8, 64K or 256M, got '<text>'".
+int64_t parse_bytes(const std::string& flag, const std::string& text, int64_t max_bytes, const std::string& max_text);
 
 }  // namespace dtrain

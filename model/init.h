@@ -14,6 +14,9 @@ class InitRng {
   explicit InitRng(uint64_t seed) : seed_(seed) {}
   float uniform(float lo, float hi);  // [lo, hi): draw n is kernels::uniform01(seed, n)
   float normal(float mean, float std);  // Box-Muller over two uniform draws (GPT-2's init)
+  // Skips `draws` uniform draws (a normal takes two) in O(1): the draws are counter-based, so a
+  // layer built alone draws what it would in the whole model (Note [Stage construction]).
+  void skip(uint64_t draws) { draws_ += draws; }
 
  private:
   uint64_t seed_;

@@ -53,6 +53,7 @@ LayerSize layer_size(std::string name, int64_t weights, int64_t per_weight, int6
 // The layer at position `index` of the Sequential: its weight and bias as Linear and Conv2d shape them.
 LayerSize with_tensors(LayerSize l, size_t index, Shape weight, int64_t bias) {
   l.tensors = {{fmt::format("{}.weight", index), std::move(weight)}, {fmt::format("{}.bias", index), {bias}}};
+  l.index = index;
   return l;
 }
 
@@ -74,8 +75,26 @@ double bytes_per_parameter(int ranks, int zero_stage) {
   return 8 + (zero_stage > 0 ? state / ranks : state);
 }
 
+// The fewest pipeline stages (consecutive layers) whose training state each fits `budget` bytes
+// at `per_parameter` bytes a parameter; 0 when a layer alone does not fit. Greedy: filling each
+// stage as far as it goes needs no more stages than any other cut.
+int stages_to_fit(const std::vector<LayerSize>& layers, double per_parameter, int64_t budget) {
+  int stages = 1;
+  double stage = 0;
+  for (const LayerSize& l : layers) {
+    const double bytes = static_cast<double>(l.parameters) * per_parameter;
+    if (bytes > static_cast<double>(budget)) return 0;
+    if (stage + bytes > static_cast<double>(budget)) {
+      ++stages;
+      stage = 0;
+    }
+    stage += bytes;
+  }
+  return stages;
+}
+
 void check_fits(const std::string& model, const std::vector<LayerSize>& layers, int64_t budget, bool machine, int ranks,
-                int zero_stage) {
+                int zero_stage, int pipeline_stages = 1) {
   int64_t total = 0;
   const LayerSize* largest = &layers.front();
   for (const LayerSize& l : layers) {
@@ -96,6 +115,14 @@ void check_fits(const std::string& model, const std::vector<LayerSize>& layers, 
                            "gradients stay whole)",
                            ranks, zero_stage);
   }
+  if (pipeline_stages == 1 && layers.size() > 1) {
+    // Note [Stage construction]: a pipeline stage holds only its layers' state.
+    const int stages = stages_to_fit(layers, per_parameter, budget);
+    sharding += stages > 1 ? fmt::format("; cut into {} pipeline stages (--pipeline-stages {}, a rank per stage) each "
+                                         "stage would fit",
+                                         stages, stages)
+                           : "; no cut into pipeline stages fits (its largest layer alone does not)";
+  }
   const std::string limit = machine ? fmt::format("this machine's {} of memory", format_bytes(double(budget)))
                                     : fmt::format("its memory budget of {}", format_bytes(double(budget)));
   throw Error(fmt::format("{} needs {} to train ({} parameters with their gradients and optimizer state), more than "
@@ -105,40 +132,67 @@ void check_fits(const std::string& model, const std::vector<LayerSize>& layers, 
               ErrorKind::kResources);
 }
 
+// Builds the layers of a Sequential in order, only those in `range` (Note [Stage construction]):
+// a layer outside it is not constructed, and its initialisation's draws (one per parameter, as
+// the plan counts them) are skipped.
+class LayerBuilder {
+ public:
+  LayerBuilder(LayerRange range, const std::vector<LayerSize>& plan, InitRng& rng) : range_(range), rng_(rng) {
+    for (const LayerSize& l : plan) {
+      if (draws_.size() <= l.index) draws_.resize(l.index + 1, 0);
+      draws_[l.index] = l.parameters;
+    }
+  }
+  template <class M, class... Args>
+  void emplace(Args&&... args) {
+    if (range_.contains(index_))
+      model_->add(std::to_string(index_), std::make_unique<M>(std::forward<Args>(args)...));
+    else if (index_ < draws_.size())
+      rng_.skip(static_cast<uint64_t>(draws_[index_]));
+    ++index_;
+  }
+  std::unique_ptr<Sequential> take() { return std::move(model_); }
+
+ private:
+  LayerRange range_;
+  InitRng& rng_;
+  std::vector<int64_t> draws_;  // by place in the Sequential
+  size_t index_ = 0;
+  std::unique_ptr<Sequential> model_ = std::make_unique<Sequential>();
+};
+
 std::unique_ptr<Sequential> build_mlp(const ModelSpec& spec, const Shape& sample_shape, int num_classes,
-                                      Device device, InitRng& rng, uint64_t seed) {
-  auto model = std::make_unique<Sequential>();
-  model->emplace<Flatten>();
+                                      Device device, InitRng& rng, uint64_t seed, LayerBuilder& model) {
+  model.emplace<Flatten>();
   int64_t width = shape_numel(sample_shape);
   for (size_t i = 0; i < spec.hidden.size(); ++i) {
     DTRAIN_CHECK(spec.hidden[i] > 0, "MLP hidden width {} is not positive", spec.hidden[i]);
-    model->emplace<Linear>(width, spec.hidden[i], device, rng);
-    model->emplace<ReLU>();
-    if (spec.dropout > 0.f) model->emplace<Dropout>(spec.dropout, seed + 1000 + i);
+    model.emplace<Linear>(width, spec.hidden[i], device, rng);
+    model.emplace<ReLU>();
+    if (spec.dropout > 0.f) model.emplace<Dropout>(spec.dropout, seed + 1000 + i);
     width = spec.hidden[i];
   }
-  model->emplace<Linear>(width, num_classes, device, rng);
-  return model;
+  model.emplace<Linear>(width, num_classes, device, rng);
+  return model.take();
 }
 
 std::unique_ptr<Sequential> build_cnn(const ModelSpec& spec, const Shape& sample_shape, int num_classes,
-                                      Device device, InitRng& rng, uint64_t seed) {
+                                      Device device, InitRng& rng, uint64_t seed, LayerBuilder& model) {
   const int64_t flat = cnn_flat_features(sample_shape);
-  auto model = std::make_unique<Sequential>();
-  model->emplace<Conv2d>(sample_shape[0], kConv1Out, kKernel, 1, 2, device, rng);  // 6 x H x W
-  model->emplace<ReLU>();
-  model->emplace<MaxPool2d>(kPool);                                               // 6 x H/2 x W/2
-  model->emplace<Conv2d>(kConv1Out, kConv2Out, kKernel, 1, 0, device, rng);       // 16 x (H/2-4) x (W/2-4)
-  model->emplace<ReLU>();
-  model->emplace<MaxPool2d>(kPool);                                               // 16 x 5 x 5 for 28 x 28
-  model->emplace<Flatten>();
-  model->emplace<Linear>(flat, kFc1, device, rng);
-  model->emplace<ReLU>();
-  if (spec.dropout > 0.f) model->emplace<Dropout>(spec.dropout, seed + 1000);
-  model->emplace<Linear>(kFc1, kFc2, device, rng);
-  model->emplace<ReLU>();
-  model->emplace<Linear>(kFc2, num_classes, device, rng);
-  return model;
+  model.emplace<Conv2d>(sample_shape[0], kConv1Out, kKernel, 1, 2, device, rng);  // 6 x H x W
+  model.emplace<ReLU>();
+  model.emplace<MaxPool2d>(kPool);                                               // 6 x H/2 x W/2
+  model.emplace<Conv2d>(kConv1Out, kConv2Out, kKernel, 1, 0, device, rng);       // 16 x (H/2-4) x (W/2-4)
+  model.emplace<ReLU>();
+  model.emplace<MaxPool2d>(kPool);                                               // 16 x 5 x 5 for 28 x 28
+  model.emplace<Flatten>();
+  model.emplace<Linear>(flat, kFc1, device, rng);
+  model.emplace<ReLU>();
+  if (spec.dropout > 0.f) model.emplace<Dropout>(spec.dropout, seed + 1000);
+  model.emplace<Linear>(kFc1, kFc2, device, rng);
+  model.emplace<ReLU>();
+  model.emplace<Linear>(kFc2, num_classes, device, rng);
+  return model.take();
 }
 
 constexpr auto kModelKinds = enum_names<ModelKind>(std::pair{ModelKind::kMlp, "mlp"}, std::pair{ModelKind::kCnn, "cnn"},
@@ -181,15 +235,36 @@ void check_model_fits(const std::string& model, const std::vector<LayerSize>& la
   check_fits(model, layers, machine ? host_memory_bytes() : memory_budget_bytes, machine, ranks, zero_stage);
 }
 
+std::vector<int64_t> layer_parameter_counts(const ModelSpec& spec, const Shape& sample_shape, int num_classes) {
+  if (spec.kind == ModelKind::kResnet18)
+    throw Error("resnet18 is not a plain Sequential of layers: it cannot be cut into stages");
+  const std::vector<LayerSize> plan = plan_model(spec, sample_shape, num_classes);
+  std::vector<int64_t> out(plan.back().index + 1, 0);  // the last layer is a Linear
+  for (const LayerSize& l : plan) out[l.index] = l.parameters;
+  return out;
+}
+
 std::unique_ptr<Sequential> build_model(const ModelSpec& spec, const Shape& sample_shape, int num_classes,
-                                        Device device, uint64_t seed) {
+                                        Device device, uint64_t seed, LayerRange layers) {
   const bool machine = spec.memory_budget_bytes <= 0;
-  check_fits(model_kind_name(spec.kind), plan_model(spec, sample_shape, num_classes),
-             machine ? host_memory_bytes() : spec.memory_budget_bytes, machine, spec.ranks, spec.zero_stage);
+  std::vector<LayerSize> plan = plan_model(spec, sample_shape, num_classes);
+  std::string name = model_kind_name(spec.kind);
+  std::vector<LayerSize> mine;
+  if (!layers.whole()) {
+    DTRAIN_CHECK(spec.kind != ModelKind::kResnet18, "resnet18 cannot be built in stages");
+    for (const LayerSize& l : plan)
+      if (layers.contains(l.index)) mine.push_back(l);
+    name += fmt::format(" stage (layers {}-{})", layers.begin, layers.end - 1);
+  }
+  // A stage without parameters (a cut after the last Linear's ReLU) needs nothing checked.
+  if (layers.whole() || !mine.empty())
+    check_fits(name, layers.whole() ? plan : mine, machine ? host_memory_bytes() : spec.memory_budget_bytes, machine,
+               spec.ranks, spec.zero_stage, spec.pipeline_stages);
   InitRng rng(seed);
+  LayerBuilder builder(layers, plan, rng);
   switch (spec.kind) {
-    case ModelKind::kMlp: return build_mlp(spec, sample_shape, num_classes, device, rng, seed);
-    case ModelKind::kCnn: return build_cnn(spec, sample_shape, num_classes, device, rng, seed);
+    case ModelKind::kMlp: return build_mlp(spec, sample_shape, num_classes, device, rng, seed, builder);
+    case ModelKind::kCnn: return build_cnn(spec, sample_shape, num_classes, device, rng, seed, builder);
     case ModelKind::kResnet18: return build_resnet18(spec.width, sample_shape, num_classes, device, rng);
   }
   throw Error(fmt::format("unknown model kind {}", static_cast<int>(spec.kind)));

@@ -31,6 +31,22 @@ struct ModelSpec {
   // keeps 1/ranks of the optimizer state per rank (the whole parameters and gradient buffer stay).
   int ranks = 1;
   int zero_stage = 0;
+  // The pipeline stages the model is cut into (Note [Stage construction]): at 1, a model that
+  // does not fit is refused saying how many stages would fit.
+  int pipeline_stages = 1;
+};
+
+// Note [Stage construction]: a pipeline stage (Note [Pipeline partition] in
+// pipeline/partition.h) is the layers [begin, end) of the Sequential build_model makes, and is
+// built alone: the other layers are never allocated. Each built layer keeps its place's name
+// ("3.weight") and the initial weights it has in the whole model: the initialisation's draws are
+// counter-based (InitRng, model/init.h), so build_model skips the draws of the layers before
+// `begin` (one per parameter: PyTorch's uniform init) instead of drawing them. A ReLU at a
+// stage's start is not fused into the previous stage's layer (Note [Fused ReLU]: same floats).
+struct LayerRange {
+  size_t begin = 0, end = static_cast<size_t>(-1);  // the default: every layer
+  bool contains(size_t i) const { return i >= begin && i < end; }
+  bool whole() const { return begin == 0 && end == static_cast<size_t>(-1); }
 };
 
 // Training state per parameter: the weight, its gradient and one optimizer state (SGD momentum;
@@ -47,6 +63,7 @@ struct LayerSize {
   std::string layer;       // "Linear(784, 256)"
   int64_t parameters = 0;  // weights and bias
   std::vector<ParameterShape> tensors;  // its weight and bias, named and shaped as built
+  size_t index = 0;                     // its place in the Sequential (mlp, cnn)
 };
 
 // The parameterised layers `spec` builds for samples of `sample_shape`, in order, with their
@@ -64,9 +81,16 @@ std::vector<LayerSize> plan_model(const ModelSpec& spec, const Shape& sample_sha
 void check_model_fits(const std::string& model, const std::vector<LayerSize>& layers, int64_t memory_budget_bytes,
                       int ranks = 1, int zero_stage = 0);
 
+// Every layer of the Sequential the mlp or cnn `spec` builds, its parameter count (0 for
+// activations, pooling, dropout): what a pipeline's balanced cut weighs. Nothing allocated.
+// Throws dtrain::Error for resnet18 (not a plain Sequential of layers).
+std::vector<int64_t> layer_parameter_counts(const ModelSpec& spec, const Shape& sample_shape, int num_classes);
+
 // Builds the model after plan_model, refusing (dtrain::Error, one line naming the largest layer
-// and the sizes) one whose training state would not fit in spec.memory_budget_bytes.
+// and the sizes) one whose training state would not fit in spec.memory_budget_bytes. With
+// `layers` (mlp and cnn only): only those layers, as Note [Stage construction] says, and the
+// memory check counts only them.
 std::unique_ptr<Sequential> build_model(const ModelSpec& spec, const Shape& sample_shape, int num_classes,
-                                        Device device, uint64_t seed);
+                                        Device device, uint64_t seed, LayerRange layers = {});
 
 }  // namespace dtrain

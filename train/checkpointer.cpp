@@ -5,7 +5,9 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -16,6 +18,7 @@
 #include "checkpoint/directory_lock.h"
 #include "checkpoint/finite.h"
 #include "comm/exchange.h"
+#include "core/memory.h"
 #include "train/root_broadcast.h"
 
 namespace dtrain {
@@ -349,6 +352,29 @@ void load_initial_weights(Communicator& control, const std::string& path, Module
   const std::vector<std::string> parts = broadcast_from_root(
       control, [&]() -> std::vector<std::string> { return {as_string(safetensors::read_file(path).file_bytes())}; });
   agreed([&] { load_parameters(file_from(parts[0], path), model); });
+}
+
+void load_stage_weights(Communicator& control, const std::string& path, Module& stage,
+                        std::span<const safetensors::TensorSpec> whole) {
+  std::optional<safetensors::FileIndex> index;
+  broadcast_from_root(control, [&]() -> std::vector<std::string> {
+    index.emplace(path);
+    safetensors::check_holds(index->header(), path, whole);
+    return {};
+  });
+  std::map<std::string, Tensor*> mine;
+  for (const NamedTensor& t : state_tensors(stage)) mine[*t.name] = t.value;
+  for (const safetensors::TensorSpec& spec : whole) {
+    const std::vector<std::string> bytes = broadcast_from_root(
+        control, [&]() -> std::vector<std::string> { return {as_string(index->read(index->at(spec.name)))}; });
+    if (auto it = mine.find(spec.name); it != mine.end()) {
+      DTRAIN_CHECK(bytes[0].size() == static_cast<size_t>(it->second->nbytes()), "{}: {} bytes for {}", path,
+                   bytes[0].size(), spec.name);
+      copy_bytes(it->second->data(), it->second->device(), bytes[0].data(), Device::cpu(), it->second->nbytes());
+      mine.erase(it);
+    }
+  }
+  DTRAIN_CHECK(mine.empty(), "{}: the stage's tensor '{}' is not among the whole model's", path, mine.begin()->first);
 }
 
 safetensors::File read_weights_on_root(Communicator& control, const std::string& path, std::string* chosen_because) {

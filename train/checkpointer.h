@@ -174,6 +174,11 @@ Resumed restore_from(Communicator& control, const std::string& path, Module& mod
 // the model's exactly (one line naming the first mismatch, AgreedError on every rank).
 // Collective.
 void load_initial_weights(Communicator& control, const std::string& path, Module& model);
+// The same for a pipeline stage (Note [Stage construction] in model/models.h): the file must hold
+// exactly the whole model's tensors `whole`; rank 0 reads and sends them one at a time and each
+// rank keeps its stage's, so no rank holds more than its stage and one tensor. Collective.
+void load_stage_weights(Communicator& control, const std::string& path, Module& stage,
+                        std::span<const safetensors::TensorSpec> whole);
 
 // The model.safetensors of a checkpoint, or `path` itself when it is a file, as rank 0 reads
 // it, on every rank; `chosen_because` (when given) receives why that checkpoint, when the

@@ -48,10 +48,28 @@ dtrain_at 1 "$WORK/ref.log" train "${RUN[@]}" --batch-size $((B * D))
 check "np 1 reference ran" [ "$(lines "$WORK/ref.log" | wc -l)" -gt 4 ]
 for schedule in 1f1b gpipe; do
   dtrain_at "$NP" "$WORK/$schedule.log" train "${RUN[@]}" --batch-size "$B" --pipeline-stages "$P" \
-    --micro-batches "$M" --pipeline-schedule "$schedule"
+    --micro-batches "$M" --pipeline-schedule "$schedule" --metrics "$WORK/$schedule.jsonl"
   check "$schedule: P $P x D $D logs the np 1 run's losses and test set" \
     same_lines "$WORK/ref.log" "$WORK/$schedule.log"
 done
+# --metrics: the last stage's step and epoch records (the losses of its log lines), and one
+# record of every stage's idle share and held inputs.
+check "--metrics: a step record per logged line with its loss, 2 epoch records, every stage's figures" \
+  python3 - "$WORK/1f1b.jsonl" "$WORK/1f1b.log" "$P" "$M" <<'PY'
+import json, re, sys
+records = [json.loads(l) for l in open(sys.argv[1])]
+logged = [float(m.group(1)) for m in re.finditer(r"^Train Epoch.*Loss: ([0-9.]+)", open(sys.argv[2]).read(), re.M)]
+steps = [r for r in records if r["type"] == "step"]
+epochs = [r for r in records if r["type"] == "epoch"]
+pipe = [r for r in records if r["type"] == "pipeline"]
+P, M = int(sys.argv[3]), int(sys.argv[4])
+ok = (len(steps) == len(logged) > 0 and all(abs(s["loss"] - l) <= 1e-6 * max(1, l) for s, l in zip(steps, logged))
+      and len(epochs) == 2 and all(0 < e["test_accuracy"] <= 1 for e in epochs)
+      and len(pipe) == 1 and pipe[0]["stages"] == P and len(pipe[0]["idle_share"]) == P
+      and pipe[0]["micro_batches"] == M and len(pipe[0]["peak_held_inputs"]) == P)
+if not ok: print(f"# {len(steps)} step records for {len(logged)} lines, {len(epochs)} epochs, pipeline {pipe}")
+sys.exit(0 if ok else 1)
+PY
 check "gpipe and 1f1b end bit for bit alike" [ -n "$(fingerprint "$WORK/1f1b.log")" ] && \
   [ "$(fingerprint "$WORK/1f1b.log")" = "$(fingerprint "$WORK/gpipe.log")" ]
 

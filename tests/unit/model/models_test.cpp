@@ -3,6 +3,8 @@
 // before allocating it.
 #include "model/models.h"
 
+#include <map>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -97,7 +99,7 @@ TEST(Models, RefusesAModelThatCannotFitBeforeAllocating) {
   EXPECT_EQ(build_error(spec, {1, 1, 4000000}, 10),
             "mlp needs 12.3 GB to train (1024002826 parameters with their gradients and optimizer state), more than "
             "its memory budget of 8.6 GB; its largest layer is Linear(4000000, 256) with 1024000256 parameters "
-            "(12.3 GB)");
+            "(12.3 GB); no cut into pipeline stages fits (its largest layer alone does not)");
   // Without a budget, the machine's memory: 2^40 parameters fit nowhere.
   EXPECT_THAT(build_error(ModelSpec{ModelKind::kMlp, {1 << 20, 1 << 20}}, {1, 28, 28}, 10),
               HasSubstr("more than this machine's " + format_bytes(double(host_memory_bytes())) +
@@ -127,6 +129,62 @@ TEST(Models, TheMemoryRefusalSaysWhatZeroWouldChange) {
                         "more than its memory budget of 8.6 GB; its largest layer is Linear(4000000, 256) with "
                         "1024000256 parameters (9.2 GB) (per rank, its optimizer state already sharded over 4 ranks "
                         "by ZeRO-1"));
+}
+
+// Note [Stage construction]: every stage built alone holds exactly the whole model's tensors of
+// its layers, bit for bit and by the same names (the init's draws are skipped, not redrawn), and
+// nothing else.
+TEST(Models, AStageBuiltAloneHasTheWholeModelsInitialWeights) {
+  for (ModelKind kind : {ModelKind::kMlp, ModelKind::kCnn})
+    for (float dropout : {0.f, 0.25f}) {
+      const ModelSpec spec{kind, {24, 16, 8}, dropout};
+      const Shape sample = {1, 16, 16};
+      auto whole = build_model(spec, sample, 5, Device::cpu(), 42);
+      std::map<std::string, std::vector<float>> expected;
+      for (Parameter* p : whole->parameters()) expected[p->name] = p->value.to_vector();
+      const size_t n = layer_parameter_counts(spec, sample, 5).size();
+      ASSERT_EQ(n, whole->size());
+      for (size_t begin = 0; begin < n; ++begin)
+        for (size_t end = begin + 1; end <= n; ++end) {
+          auto stage = build_model(spec, sample, 5, Device::cpu(), 42, LayerRange{begin, end});
+          EXPECT_EQ(stage->size(), end - begin);
+          size_t held = 0;
+          for (Parameter* p : stage->parameters()) {
+            const size_t layer = std::stoul(p->name.substr(0, p->name.find('.')));
+            EXPECT_TRUE(layer >= begin && layer < end) << p->name;
+            ASSERT_TRUE(expected.count(p->name)) << p->name;
+            EXPECT_EQ(p->value.to_vector(), expected[p->name]) << model_kind_name(kind) << " " << p->name;
+            ++held;
+          }
+          size_t planned = 0;
+          for (const LayerSize& l : plan_model(spec, sample, 5)) planned += l.index >= begin && l.index < end ? 2 : 0;
+          EXPECT_EQ(held, planned) << begin << "-" << end;
+        }
+    }
+}
+
+// Issue 23 item 5: the refusal of a model too large for one rank says how many pipeline stages
+// would fit, and a stage's memory check counts only its layers.
+TEST(Models, TheMemoryRefusalNamesPipelineStagesAndAStageCountsItsOwn) {
+  ModelSpec spec{ModelKind::kMlp, {1024, 1024, 1024, 1024}};
+  const std::vector<LayerSize> plan = plan_model(spec, {1, 28, 28}, 10);
+  int64_t total = 0;
+  for (const LayerSize& l : plan) total += l.parameters;
+  spec.memory_budget_bytes = total * kTrainingBytesPerParameter * 6 / 10;  // 60% of the whole
+  EXPECT_THAT(build_error(spec, {1, 28, 28}, 10),
+              HasSubstr("; cut into 2 pipeline stages (--pipeline-stages 2, a rank per stage) each stage would fit"));
+  spec.pipeline_stages = 2;
+  const std::vector<int64_t> counts = layer_parameter_counts(spec, {1, 28, 28}, 10);
+  EXPECT_EQ(counts.size(), 10u);  // Flatten, 4 x (Linear, ReLU), Linear
+  EXPECT_NO_THROW(build_model(spec, {1, 28, 28}, 10, Device::cpu(), 0, LayerRange{0, 5}));
+  EXPECT_NO_THROW(build_model(spec, {1, 28, 28}, 10, Device::cpu(), 0, LayerRange{5, 10}));
+  try {
+    build_model(spec, {1, 28, 28}, 10, Device::cpu(), 0, LayerRange{0, 8});
+    ADD_FAILURE() << "three of four hidden layers fit 60%";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("mlp stage (layers 0-7) needs"));
+    EXPECT_EQ(e.kind(), ErrorKind::kResources);
+  }
 }
 
 }  // namespace
