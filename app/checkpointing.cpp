@@ -132,7 +132,8 @@ CheckpointerOptions checkpointer_options(const CheckpointSettings& settings) {
 }
 
 std::optional<ResumedRun> restore_checkpoint(Communicator& control, const TrainConfig& c, Module& model,
-                                             Optimizer& optimizer, DistributedDataParallel* ddp) {
+                                             Optimizer& optimizer, DistributedDataParallel* ddp,
+                                             std::span<const safetensors::TensorSpec> stage_of) {
   const CheckpointSettings& k = c.checkpoints;
   if (k.resume == ResumeMode::kNone) return std::nullopt;
   const nlohmann::json config = resume_config(c);
@@ -140,6 +141,9 @@ std::optional<ResumedRun> restore_checkpoint(Communicator& control, const TrainC
   // Note [Sharded optimizer state]: the layout first (the optimizer holds no state yet, so
   // re-laying the store moves nothing between ranks), then the pieces of it this rank owns.
   const PiecesFor pieces_for = [&](const Resumed& r) -> WantedPieces {
+    // A pipeline stage has no buckets (a data-parallel run's layout means nothing to it) and
+    // asks for its own parameters' state.
+    if (!stage_of.empty()) return wanted_pieces(optimizer);
     // Every rank read the same state.json: a layout that does not fit fails alike everywhere.
     if (!r.state.buckets.is_null()) {
       buckets = bucket_layout_from_json(r.state.buckets, model.parameters().size(),
@@ -154,9 +158,10 @@ std::optional<ResumedRun> restore_checkpoint(Communicator& control, const TrainC
     if (!ddp || c.ddp.zero_stage == 0) return std::nullopt;  // every tensor whole
     return wanted_pieces(optimizer);
   };
-  std::optional<Resumed> resumed = k.resume == ResumeMode::kAuto
-                                       ? restore_newest(control, k.dir, model, optimizer, config, pieces_for)
-                                       : restore_from(control, k.resume_path, model, optimizer, config, pieces_for);
+  std::optional<Resumed> resumed =
+      k.resume == ResumeMode::kAuto
+          ? restore_newest(control, k.dir, model, optimizer, config, pieces_for, stage_of)
+          : restore_from(control, k.resume_path, model, optimizer, config, pieces_for, stage_of);
   if (!resumed) return std::nullopt;
   return ResumedRun{std::move(*resumed), buckets};
 }

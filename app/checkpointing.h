@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -62,7 +63,11 @@ struct ResumedRun : Resumed {
 // the buckets (Note [ZeRO shards]), so this rank then asks for exactly its slices of that layout
 // (train/optimizer_transfer.h), whatever world size or --zero the checkpoint was saved at.
 // Collective over `control`.
+// With `stage_of` (a pipeline: Note [Pipeline checkpoints] in train/checkpointer.h), `model` is
+// this rank's stage of the model whose tensors those are, and it asks for its own parameters'
+// optimizer state.
 std::optional<ResumedRun> restore_checkpoint(Communicator& control, const TrainConfig& config, Module& model,
-                                             Optimizer& optimizer, DistributedDataParallel* ddp = nullptr);
+                                             Optimizer& optimizer, DistributedDataParallel* ddp = nullptr,
+                                             std::span<const safetensors::TensorSpec> stage_of = {});
 
 }  // namespace dtrain

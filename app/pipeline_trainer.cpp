@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "app/batch_stager.h"
+#include "app/checkpointing.h"
 #include "app/evaluate.h"
 #include "app/rank_agreement.h"
 #include "app/reporter.h"
@@ -98,16 +99,21 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   const StageRange mine = ranges.at(static_cast<size_t>(grid.stage));
   std::unique_ptr<Sequential> stage_layers =
       build_model(spec, sample_shape, classes, rt.device(), c.seed, LayerRange{mine.begin, mine.end});
-  // --init-weights: a file with the unsplit model's names; this stage takes its own tensors
-  // from it, one at a time, so one file starts any P x D (and P = 1) alike.
-  if (!c.checkpoints.init_weights.empty())
-    classify_errors(ErrorKind::kCheckpoint, [&] {
-      load_stage_weights(rt.control(), c.checkpoints.init_weights, *stage_layers,
-                         whole_model_tensors(spec, sample_shape, classes));
-    });
+  const std::vector<safetensors::TensorSpec> whole = whole_model_tensors(spec, sample_shape, classes);
+  // The optimizer holds the stage's parameters (their addresses do not move with the layers).
+  std::unique_ptr<Optimizer> optimizer = make_optimizer(c.optimizer, stage_layers->parameters());
+  // Note [Pipeline checkpoints] (train/checkpointer.h): a checkpoint of any P x D (or of a
+  // data-parallel run), this stage taking its own tensors; else --init-weights, likewise; else
+  // the seeded initialisation.
+  const CheckpointSettings& k = c.checkpoints;
+  Checkpointer saver(rt.control(), checkpointer_options(k));
+  const std::optional<ResumedRun> resumed =
+      restore_checkpoint(rt.control(), c, *stage_layers, *optimizer, nullptr, whole);
+  if (!resumed && !k.init_weights.empty())
+    classify_errors(ErrorKind::kCheckpoint,
+                    [&] { load_stage_weights(rt.control(), k.init_weights, *stage_layers, whole); });
   const std::string description = describe(Architecture{c.model, sample_shape, classes, c.data.normalize});
   PipelineStage stage(std::move(stage_layers), grid, {p.schedule, p.micro_batches});
-  std::unique_ptr<Optimizer> optimizer = make_optimizer(c.optimizer, stage.module().parameters());
   const LrSchedule schedule{c.lr_schedule, c.optimizer.lr, c.lr_step_size, c.lr_gamma, c.epochs, 0.f};
   const bool last = grid.stage == grid.stages - 1;
   const bool logger = last && grid.replica == 0;
@@ -115,8 +121,16 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   reporter.start(rt, description, c, data.train->size(), data.test->size());
   int64_t stage_parameters = 0;
   for (Parameter* q : stage.module().parameters()) stage_parameters += q->value.numel();
-  if (!c.checkpoints.init_weights.empty())
-    reporter.note(fmt::format("initial weights: {}", c.checkpoints.init_weights));
+  RunPosition pos;
+  if (resumed) {
+    const checkpoint::TrainingState& st = resumed->state;
+    pos = {st.epoch, st.step_in_epoch, st.sample_in_epoch, st.global_step, st.samples_seen};
+    reporter.note(fmt::format("resume: from {} (global step {}; epoch {}, {} step(s) and {} samples into it){}",
+                              resumed->path, st.global_step, st.epoch + 1, st.step_in_epoch, st.sample_in_epoch,
+                              k.init_weights.empty() ? "" : "; --init-weights not used"));
+  } else if (!k.init_weights.empty()) {
+    reporter.note(fmt::format("initial weights: {}", k.init_weights));
+  }
   reporter.note(fmt::format("pipeline: {} stage(s) x {} replica(s), {} micro-batch(es) of {} rows, schedule {}, "
                             "layers {}; this stage (the last) holds {} parameters",
                             grid.stages, grid.replicas, p.micro_batches, c.batch_size / p.micro_batches,
@@ -133,17 +147,40 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   // --trace: each rank (stage s of replica d is world rank d * P + s) its own rows: forwards and
   // backwards on thread 0, its transfer batches' waits on thread 1, so the bubble shows.
   Tracer tracer(!c.output.trace_path.empty());
-  int64_t step = 0;
-  for (int64_t epoch = 0; epoch < c.epochs; ++epoch) {
+  const int64_t global_batch = c.batch_size * grid.replicas;
+  const safetensors::Metadata architecture =
+      architecture_metadata({c.model, sample_shape, classes, c.data.normalize});
+  // Between two steps: where the run stands, saved by every rank together (each stage's
+  // replica 0 holds its tensors).
+  const auto save = [&] {
+    if (k.dir.empty()) return;
+    checkpoint::TrainingState st;
+    st.epoch = pos.epoch;
+    st.step_in_epoch = pos.step_in_epoch;
+    st.sample_in_epoch = pos.sample_in_epoch;
+    st.global_step = pos.global_step;
+    st.samples_seen = pos.samples_seen;
+    st.world_size = rt.size();
+    st.seed = c.seed;
+    st.lr_schedule_position = pos.epoch;  // the schedules are per epoch
+    st.lr = schedule.lr_at(pos.epoch);
+    st.config = resume_config(c);
+    set_collective_context(fmt::format("checkpoint of step {}", pos.global_step));
+    saver.save_stage(std::move(st), stage.module(), *optimizer, grid.replica == 0, whole, architecture);
+    reporter.note(fmt::format("checkpoint: saved {}", saver.last_path()));
+  };
+  for (int64_t epoch = pos.epoch; epoch < c.epochs; ++epoch) {
     sampler.set_epoch(epoch);
-    loader.start_epoch(sampler.indices());
+    // The rest of the epoch: all of it, or what a checkpoint had not used yet.
+    loader.start_epoch(sampler.indices_from(pos.sample_in_epoch));
     optimizer->set_lr(schedule.lr_at(epoch));
     const int64_t batches = loader.num_batches();
-    reporter.start_epoch(epoch, batches, sampler.total_size());
+    const int64_t first = pos.sample_in_epoch / global_batch;  // numbered as an uninterrupted run's
+    reporter.start_epoch(epoch, first + batches, sampler.total_size());
     const auto t0 = Clock::now();
     int64_t i = 0;
     for (StagedBatches b(loader, stager); b.next(); ++i) {
-      set_collective_context(fmt::format("epoch {} step {}", epoch + 1, step + 1));
+      set_collective_context(fmt::format("epoch {} step {}", epoch + 1, pos.global_step + 1));
       optimizer->zero_grad();
       float loss = stage.train_step(b.images(), b.labels()).loss;
       if (tracer.enabled())
@@ -157,18 +194,23 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
         ScopedSpan span(&tracer, "optimizer step");
         optimizer->step();
       }
-      ++step;
       if (last && grid.replicas > 1) grid.data_parallel->allreduce(&loss, 1, DType::kF32, ReduceOp::kAvg);
       loss_tensor.data()[0] = loss;
       if (last && !std::isfinite(loss))
         // The last stage alone sees the loss: its error takes the job down with the diverged
         // status, as the data-parallel trainer's vote ends it (core/exit_status.h).
-        throw Error(fmt::format("the loss is {} at step {}: training diverged", loss, step), ErrorKind::kDiverged);
-      reporter.after_step(epoch, i, i * c.batch_size * grid.replicas, c.batch_size * grid.replicas, loss_tensor,
-                          optimizer->lr(), nullptr);
+        throw Error(fmt::format("the loss is {} at step {}: training diverged", loss, pos.global_step + 1),
+                    ErrorKind::kDiverged);
+      reporter.after_step(epoch, first + i, pos.sample_in_epoch, global_batch, loss_tensor, optimizer->lr(), nullptr);
+      pos.sample_in_epoch += global_batch;
+      pos.samples_seen += global_batch;
+      ++pos.global_step;
+      ++pos.step_in_epoch;
+      // The epoch's last step is saved after its evaluation, as the next epoch's start.
+      if (k.every > 0 && pos.global_step % k.every == 0 && i + 1 < batches) save();
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    const int64_t samples = i * c.batch_size * grid.replicas;
+    const int64_t samples = i * global_batch;
     result.train_samples += samples;
     result.train_seconds += seconds;
     set_collective_context(fmt::format("epoch {} evaluation", epoch + 1));
@@ -176,8 +218,12 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
     result.test_loss = eval.loss;
     result.test_accuracy = eval.accuracy;
     reporter.end_epoch(epoch, eval, data.test->size(), samples, seconds, rt.size());
+    pos = {epoch + 1, 0, 0, pos.global_step, pos.samples_seen};
+    // Every epoch end, or when --checkpoint-every is due; the run's end always.
+    if (k.every == 0 || pos.global_step % k.every == 0 || pos.epoch == c.epochs) save();
   }
-  result.global_step = step;
+  saver.finish();
+  result.global_step = pos.global_step;
   result.samples_per_second = result.train_seconds > 0 ? static_cast<double>(result.train_samples) / result.train_seconds : 0;
   result.parameters_fingerprint = parameters_fingerprint(stage.module());
   // Every stage's idle share and peak held inputs, for the logger's line (replica 0's stages).

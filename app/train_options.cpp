@@ -533,8 +533,6 @@ void check_pipeline(const TrainConfig& c, const cxxopts::ParseResult& r) {
   not_yet(c.amp != AmpMode::kOff, "--amp");
   not_yet(c.accumulate != 1, "--accumulate (the micro-batches are the accumulation)");
   not_yet(c.data.sampler == SamplerTail::kUneven, "--sampler uneven");
-  not_yet(!c.checkpoints.dir.empty() || c.checkpoints.resume != ResumeMode::kNone,
-          "checkpoints (--checkpoint-dir, --resume)");
   not_yet(c.clip_grad_norm != 0.f, "--clip-grad-norm");
   not_yet(c.model.dropout != 0.f, "--dropout");
   // BatchNorm's running statistics would be updated by the shape probe and again by every

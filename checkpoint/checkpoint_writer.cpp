@@ -107,8 +107,11 @@ void write_step_directory(const fs::path& dir, const fs::path& target, Checkpoin
     state.format_version = kFormatVersion;
     state.dtrain_version = dtrain_version();
     state.files.clear();
-    state.files[std::string(kModelFile)] =
-        write_tensor_file(temp / kModelFile, snapshot.model, snapshot.model_metadata, budget);
+    // A pipeline's save streamed the model into the sharded save's directory already (Note
+    // [Pipeline checkpoints] in train/checkpointer.h).
+    if (!snapshot.sharded || !snapshot.sharded->files().contains(std::string(kModelFile)))
+      state.files[std::string(kModelFile)] =
+          write_tensor_file(temp / kModelFile, snapshot.model, snapshot.model_metadata, budget);
     if (snapshot.sharded) {  // Note [Sharded optimizer state]
       state.optimizer_shards = snapshot.sharded->shards();
       state.files.insert(snapshot.sharded->files().begin(), snapshot.sharded->files().end());

@@ -94,29 +94,59 @@ std::string optimizer_source(const fs::path& dir, const checkpoint::TrainingStat
   return (dir / fmt::format("optimizer-rank*-of-{}.safetensors", state.optimizer_shards)).string();
 }
 
+// Every rank takes its stage's tensors of `whole` (Note [Pipeline checkpoints]) from the bytes
+// rank 0's `read_on_root` gives for each name, one tensor at a time.
+void receive_stage_tensors(Communicator& control, Module& stage, std::span<const safetensors::TensorSpec> whole,
+                           const std::string& source, const std::function<std::string(const std::string&)>& read_on_root) {
+  std::map<std::string, Tensor*> mine;
+  for (const NamedTensor& t : state_tensors(stage)) mine[*t.name] = t.value;
+  for (const safetensors::TensorSpec& spec : whole) {
+    const std::vector<std::string> bytes =
+        broadcast_from_root(control, [&]() -> std::vector<std::string> { return {read_on_root(spec.name)}; });
+    if (auto it = mine.find(spec.name); it != mine.end()) {
+      DTRAIN_CHECK(bytes[0].size() == static_cast<size_t>(it->second->nbytes()), "{}: {} bytes for {}", source,
+                   bytes[0].size(), spec.name);
+      copy_bytes(it->second->data(), it->second->device(), bytes[0].data(), Device::cpu(), it->second->nbytes());
+      mine.erase(it);
+    }
+  }
+  DTRAIN_CHECK(mine.empty(), "{}: the stage's tensor '{}' is not among the whole model's", source, mine.begin()->first);
+}
+
 // Rank 0 reads (`read`: nullopt when there is nothing to resume) and checks the config; every
 // rank loads the same model bytes, so that a checkpoint that does not fit fails alike everywhere,
 // and receives its optimizer state from rank 0's files in chunks (train/optimizer_transfer.h).
 std::optional<Resumed> restore(Communicator& control,
                                const std::function<std::optional<checkpoint::LoadedCheckpoint>()>& read,
-                               const json& config, Module& model, Optimizer& optimizer, const PiecesFor& pieces_for) {
+                               const json& config, Module& model, Optimizer& optimizer, const PiecesFor& pieces_for,
+                               std::span<const safetensors::TensorSpec> stage_of) {
+  const bool stage = !stage_of.empty();
   std::optional<checkpoint::LoadedCheckpoint> loaded;  // rank 0's
   const std::vector<std::string> parts = broadcast_from_root(control, [&]() -> std::vector<std::string> {
     loaded = read();
     if (!loaded) return {};
     if (!config.is_null()) checkpoint::check_config_matches(*loaded, config, {});
-    return {loaded->path.string(), checkpoint::encode_state(loaded->state), as_string(loaded->model.file_bytes()),
-            loaded->chosen_because, loaded->optimizer.nonfinite()};
+    if (stage) {  // the model's checks here; its tensors are sent one at a time below
+      refuse_nonfinite(loaded->model);
+      safetensors::check_holds(loaded->model.header(), loaded->model.source(), stage_of);
+    }
+    return {loaded->path.string(), checkpoint::encode_state(loaded->state),
+            stage ? std::string() : as_string(loaded->model.file_bytes()), loaded->chosen_because,
+            loaded->optimizer.nonfinite()};
   });
   if (parts.empty()) return std::nullopt;
   const fs::path dir = parts[0];
   const std::string state_source = (dir / checkpoint::kStateFile).string();
   Resumed resumed = agreed([&] {
     Resumed r{checkpoint::decode_state(parts[1], state_source), parts[0], parts[3]};
-    load_parameters(file_from(parts[2], (dir / checkpoint::kModelFile).string()), model);
+    if (!stage) load_parameters(file_from(parts[2], (dir / checkpoint::kModelFile).string()), model);
     if (!parts[4].empty()) throw Error(parts[4]);  // a non-finite optimizer value, after the model's checks
     return r;
   });
+  if (stage)
+    receive_stage_tensors(control, model, stage_of, (dir / checkpoint::kModelFile).string(), [&](const std::string& name) {
+      return as_string(loaded->model.bytes(loaded->model.at(name)));
+    });
   // Every rank decoded the same state: what it asks for may depend on it (ZeRO: the layout the
   // saving run settled on is applied first, so the pieces are those of the run's buckets).
   const WantedPieces pieces = agreed([&] { return pieces_for(resumed); });
@@ -193,6 +223,63 @@ void Checkpointer::save(checkpoint::TrainingState state, Module& model, const Op
     write();
     return {};
   });
+}
+
+void Checkpointer::save_stage(checkpoint::TrainingState state, Module& stage, const Optimizer& optimizer, bool holds,
+                              std::span<const safetensors::TensorSpec> whole, const safetensors::Metadata& metadata) {
+  if (options_.dir.empty()) return;
+  const int64_t step = state.global_step;
+  const std::string path = (fs::path(options_.dir) / checkpoint::step_dir_name(step)).string();
+  OptimizerState parameters, optimizer_state;  // views: nothing copied
+  if (holds) {
+    for (const NamedTensor& t : state_tensors(stage)) parameters.tensors.push_back({*t.name, *t.value});
+    optimizer_state = optimizer.export_state();
+  }
+  // As save(): an earlier save's error, or a non-finite value on any rank, stops every rank.
+  std::string outcome;
+  try {
+    if (writer_) writer_->wait();
+    std::string bad = first_nonfinite_slice(parameters, std::string(checkpoint::kModelFile), options_.transfer_chunk_bytes);
+    if (bad.empty())
+      bad = first_nonfinite_slice(optimizer_state, checkpoint::optimizer_shard_name(control_.rank(), control_.size()),
+                                  options_.transfer_chunk_bytes);
+    if (!bad.empty()) outcome = "N" + bad;
+  } catch (const Error& e) {
+    outcome = fmt::format("E{}{}", static_cast<int>(e.kind()), e.what());
+  }
+  for (const std::string& o : allgather_strings(control_, outcome)) {
+    if (o.empty()) continue;
+    if (o[0] == 'E') throw AgreedError(o.substr(2), static_cast<ErrorKind>(o[1] - '0'));
+    throw AgreedError(fmt::format("{}: not saved: {}", path, o.substr(1)));
+  }
+  std::shared_ptr<checkpoint::ShardedSave> save;
+  broadcast_from_root(control_, [&]() -> std::vector<std::string> {
+    save = std::make_shared<checkpoint::ShardedSave>(writer_->options(), step, control_.size());
+    return {};
+  });
+  const safetensors::Metadata optimizer_metadata = {{"optimizer", optimizer_name(optimizer.kind())}};
+  try {
+    send_stage_model(control_, parameters, whole, metadata, std::string(checkpoint::kModelFile), save.get(),
+                     options_.transfer_chunk_bytes);
+    send_optimizer_shards(control_, optimizer_state, optimizer_metadata, save.get(), options_.transfer_chunk_bytes);
+  } catch (const Error& e) {
+    throw AgreedError(fmt::format("checkpoint {} not saved: {}", path, e.what()), e.kind());
+  }
+  broadcast_from_root(control_, [&]() -> std::vector<std::string> {
+    checkpoint::CheckpointSnapshot snapshot;
+    snapshot.state = std::move(state);
+    snapshot.state.rng = with_dropout_counters(std::move(snapshot.state.rng), stage);
+    snapshot.model_metadata = metadata;
+    snapshot.optimizer_metadata = optimizer_metadata;
+    snapshot.sharded = std::move(save);
+    last_path_ = path;
+    if (options_.background)
+      writer_->save_async(std::move(snapshot));
+    else
+      writer_->save(std::move(snapshot));
+    return {};
+  });
+  last_path_ = path;
 }
 
 void Checkpointer::finish() {
@@ -321,11 +408,13 @@ std::string Checkpointer::summary() const {
 }
 
 std::optional<Resumed> restore_newest(Communicator& control, const std::string& dir, Module& model,
-                                      Optimizer& optimizer, const json& config, const PiecesFor& pieces_for) {
+                                      Optimizer& optimizer, const json& config, const PiecesFor& pieces_for,
+                                      std::span<const safetensors::TensorSpec> stage_of) {
   // What fails here is about the files (damaged, or made for another model or run): a restart
   // would fail the same way (core/exit_status.h). Failed MPI or CUDA calls keep their kind.
   return classify_errors(ErrorKind::kCheckpoint, [&] {
-    return restore(control, [&] { return checkpoint::read_newest(dir); }, config, model, optimizer, pieces_for);
+    return restore(control, [&] { return checkpoint::read_newest(dir); }, config, model, optimizer, pieces_for,
+                   stage_of);
   });
 }
 
@@ -335,11 +424,11 @@ std::optional<Resumed> restore_newest(Communicator& control, const std::string& 
 }
 
 Resumed restore_from(Communicator& control, const std::string& path, Module& model, Optimizer& optimizer,
-                     const json& config, const PiecesFor& pieces_for) {
+                     const json& config, const PiecesFor& pieces_for, std::span<const safetensors::TensorSpec> stage_of) {
   return classify_errors(ErrorKind::kCheckpoint, [&] {
     return *restore(
         control, [&] { return std::optional<checkpoint::LoadedCheckpoint>(checkpoint::read_checkpoint(path)); },
-        config, model, optimizer, pieces_for);
+        config, model, optimizer, pieces_for, stage_of);
   });
 }
 
@@ -362,19 +451,8 @@ void load_stage_weights(Communicator& control, const std::string& path, Module& 
     safetensors::check_holds(index->header(), path, whole);
     return {};
   });
-  std::map<std::string, Tensor*> mine;
-  for (const NamedTensor& t : state_tensors(stage)) mine[*t.name] = t.value;
-  for (const safetensors::TensorSpec& spec : whole) {
-    const std::vector<std::string> bytes = broadcast_from_root(
-        control, [&]() -> std::vector<std::string> { return {as_string(index->read(index->at(spec.name)))}; });
-    if (auto it = mine.find(spec.name); it != mine.end()) {
-      DTRAIN_CHECK(bytes[0].size() == static_cast<size_t>(it->second->nbytes()), "{}: {} bytes for {}", path,
-                   bytes[0].size(), spec.name);
-      copy_bytes(it->second->data(), it->second->device(), bytes[0].data(), Device::cpu(), it->second->nbytes());
-      mine.erase(it);
-    }
-  }
-  DTRAIN_CHECK(mine.empty(), "{}: the stage's tensor '{}' is not among the whole model's", path, mine.begin()->first);
+  receive_stage_tensors(control, stage, whole, path,
+                        [&](const std::string& name) { return as_string(index->read(index->at(name))); });
 }
 
 safetensors::File read_weights_on_root(Communicator& control, const std::string& path, std::string* chosen_because) {

@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,15 @@
 #include "model/optimizer.h"
 #include "train/optimizer_transfer.h"
 
+// Note [Pipeline checkpoints]: a pipeline's checkpoint is an ordinary one (Note [Checkpoint
+// layout]): one model.safetensors under the unsplit model's names, so PyTorch, `dtrain eval` and
+// a run at any P x D (P = 1 included) load it; the optimizer state in the sharded form of Note
+// [Sharded optimizer state], one file per rank, each stage's replica 0 holding its stage's
+// tensors whole and the other replicas' files empty. Saving, every tensor streams to rank 0 in
+// chunks (the model from the lowest rank that holds it), so no rank holds more than its stage
+// and a chunk. Restoring a stage, rank 0 reads the checkpoint (validated whole, as any resume)
+// and sends the model's tensors one at a time; each stage asks for its own parameters'
+// optimizer state (wanted_pieces), which any checkpoint, sharded or not, serves.
 namespace dtrain {
 
 namespace checkpoint {
@@ -95,6 +105,14 @@ class Checkpointer {
             const safetensors::Metadata& metadata = {});
   // Collective: waits for the save in flight; its error is an AgreedError on every rank.
   void finish();
+  // Collective, Note [Pipeline checkpoints]: saves a pipeline's checkpoint, `stage` being this
+  // rank's stage of the model whose tensors are `whole` (names, shapes, in the unsplit model's
+  // order). `holds` is true on one rank per stage (replica 0's): its parameters go into the one
+  // model.safetensors and its optimizer state into its shard; the others' shards are empty.
+  // The model and the shards are streamed to rank 0 while training waits; state.json follows in
+  // the background unless the options say otherwise. Errors as save()'s.
+  void save_stage(checkpoint::TrainingState state, Module& stage, const Optimizer& optimizer, bool holds,
+                  std::span<const safetensors::TensorSpec> whole, const safetensors::Metadata& metadata = {});
   // Collective: restore_newest() of this directory (nullopt when it holds no checkpoint).
   std::optional<Resumed> restore_latest(Module& model, Optimizer& optimizer, const nlohmann::json& config = nullptr,
                                         const WantedPieces& pieces = std::nullopt);
@@ -165,10 +183,15 @@ Resumed restore_from(Communicator& control, const std::string& path, Module& mod
 // its shards of that layout are the pieces it asks for). Called on every rank with the same
 // checkpoint.
 using PiecesFor = std::function<WantedPieces(const Resumed&)>;
+// With `stage_of` (Note [Pipeline checkpoints]): `model` is a pipeline stage of the model whose
+// tensors are `stage_of`; the checkpoint's model.safetensors must hold exactly those, and rank 0
+// sends them one at a time, each rank keeping its stage's.
 std::optional<Resumed> restore_newest(Communicator& control, const std::string& dir, Module& model,
-                                      Optimizer& optimizer, const nlohmann::json& config, const PiecesFor& pieces_for);
+                                      Optimizer& optimizer, const nlohmann::json& config, const PiecesFor& pieces_for,
+                                      std::span<const safetensors::TensorSpec> stage_of = {});
 Resumed restore_from(Communicator& control, const std::string& path, Module& model, Optimizer& optimizer,
-                     const nlohmann::json& config, const PiecesFor& pieces_for);
+                     const nlohmann::json& config, const PiecesFor& pieces_for,
+                     std::span<const safetensors::TensorSpec> stage_of = {});
 
 // Loads parameters from a safetensors file rank 0 reads: names, dtypes and shapes must match
 // the model's exactly (one line naming the first mismatch, AgreedError on every rank).

@@ -153,6 +153,63 @@ void send_optimizer_shards(Communicator& control, const OptimizerState& state, c
   agree_on(control, error);
 }
 
+void send_stage_model(Communicator& control, const OptimizerState& mine, std::span<const safetensors::TensorSpec> whole,
+                      const safetensors::Metadata& metadata, const std::string& file_name,
+                      checkpoint::ShardedSave* save, size_t chunk_bytes) {
+  const int me = control.rank();
+  DTRAIN_CHECK((me == 0) == (save != nullptr), "rank {} {} the sharded save", me, save ? "holds" : "lacks");
+  // Who holds what: every rank learns every rank's names (the same answer everywhere).
+  std::string names;
+  for (const OptimizerState::Entry& e : mine.tensors) names += e.name + "\n";
+  const std::vector<std::string> held = allgather_strings(control, names);
+  std::map<std::string, std::pair<int, const Tensor*>> owner;  // name -> lowest rank, its tensor here
+  for (int r = static_cast<int>(held.size()) - 1; r >= 0; --r)
+    for (size_t at = 0, nl; (nl = held[static_cast<size_t>(r)].find('\n', at)) != std::string::npos; at = nl + 1)
+      owner[held[static_cast<size_t>(r)].substr(at, nl - at)] = {r, nullptr};
+  for (const OptimizerState::Entry& e : mine.tensors)
+    if (owner[e.name].first == me) owner[e.name].second = &e.value;
+  std::string error;
+  std::unique_ptr<checkpoint::DurableFile> file;
+  auto on_root = [&](auto&& write) {
+    if (me != 0 || !error.empty()) return;
+    try {
+      write();
+    } catch (const Error& e) {
+      error = e.what();
+      file.reset();  // uncommitted: removed
+    }
+  };
+  on_root([&] {
+    file = save->create(file_name);
+    safetensors::write_header(*file, whole, metadata);
+  });
+  std::vector<std::byte> chunk;
+  for (size_t i : safetensors::data_order(whole)) {
+    const auto it = owner.find(whole[i].name);
+    DTRAIN_CHECK(it != owner.end(), "no stage holds '{}'", whole[i].name);
+    const auto [r, value] = it->second;
+    const uint64_t total = safetensors::nbytes_of(whole[i]);
+    const size_t element = safetensors::dtype_size(whole[i].dtype);
+    const uint64_t step = static_cast<uint64_t>(chunk_elements(chunk_bytes, element)) * element;
+    chunk.resize(std::max<size_t>(chunk.size(), static_cast<size_t>(std::min(step, total))));
+    for (uint64_t at = 0; at < total; at += step) {
+      const size_t len = static_cast<size_t>(std::min(step, total - at));
+      if (r == me) {
+        DTRAIN_CHECK(static_cast<uint64_t>(value->nbytes()) == total, "'{}': {} bytes, the whole model's {}",
+                     whole[i].name, value->nbytes(), total);
+        copy_bytes(chunk.data(), Device::cpu(), static_cast<const std::byte*>(value->raw()) + at, value->device(), len);
+      }
+      if (r != 0) control.broadcast(chunk.data(), static_cast<int64_t>(len), DType::kU8, r);
+      on_root([&] { file->write({chunk.data(), len}); });
+    }
+  }
+  on_root([&] {
+    file->commit();
+    save->add(file_name, *file);
+  });
+  agree_on(control, error);
+}
+
 namespace {
 
 // One range of one tensor that rank 0 sends to the ranks that asked for it.

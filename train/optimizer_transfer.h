@@ -47,6 +47,16 @@ std::string first_nonfinite_slice(const OptimizerState& state, const std::string
 void send_optimizer_shards(Communicator& control, const OptimizerState& state, const safetensors::Metadata& metadata,
                            checkpoint::ShardedSave* save, size_t chunk_bytes, TransferStats* stats = nullptr);
 
+// Collective (Note [Pipeline checkpoints] in train/checkpointer.h): rank 0 writes `file_name`
+// (model.safetensors) into `save` (rank 0's; null on the others) holding the whole model's
+// tensors `whole` in that order's names and shapes, with `metadata`; each tensor's bytes come from
+// the lowest rank whose `mine` (its stage's parameters, whole) holds it, in chunks of at most
+// `chunk_bytes`, so no rank holds more than its stage and one chunk. Errors as
+// send_optimizer_shards'.
+void send_stage_model(Communicator& control, const OptimizerState& mine, std::span<const safetensors::TensorSpec> whole,
+                      const safetensors::Metadata& metadata, const std::string& file_name,
+                      checkpoint::ShardedSave* save, size_t chunk_bytes);
+
 // The pieces of the optimizer state a rank asks for when it resumes: nullopt for every tensor of
 // the checkpoint whole (an optimizer without ZeRO), else (ZeRO) exactly its slices for the new
 // run's layout. A piece of a tensor the checkpoint does not hold is left out of the answer (that

@@ -93,6 +93,17 @@ TEST(TrainOptions, WrongFlagsAndValuesAreOneLineUsageErrors) {
 
 // Issue 19 item 13: a float flag's whole value is the number ("0.5abc" used to train at 0.5), and a
 // non-finite one is named as such (not "expected a whole number").
+// --memory-per-rank: the budget the model's memory check honours (Note [Stage construction]).
+TEST(TrainOptions, MemoryPerRankIsASize) {
+  EXPECT_EQ(parse_train_options({"--data", "/tmp", "--memory-per-rank", "3G"}).config.model.memory_budget_bytes,
+            int64_t{3} << 30);
+  EXPECT_EQ(parse_train_options({"--data", "/tmp", "--memory-per-rank", "512M"}).config.model.memory_budget_bytes,
+            int64_t{512} << 20);
+  EXPECT_EQ(parse_train_options({"--data", "/tmp"}).config.model.memory_budget_bytes, 0);
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--memory-per-rank", "2X"}),
+            "--memory-per-rank: expected a size from 1 to 1048576G bytes like 8, 64K or 256M, got '2X'");
+}
+
 // What the pipeline does not handle yet is refused in one line, BatchNorm's models among them
 // (the shape probe and the recomputed forwards would move its running statistics).
 TEST(TrainOptions, PipelineRefusesWhatItCannotTrainYet) {
