@@ -124,6 +124,25 @@ json resume_config(const TrainConfig& c) {
   return out;
 }
 
+checkpoint::TrainingState position_state(const RunPosition& pos, const TrainConfig& c, int world_size, float lr) {
+  checkpoint::TrainingState s;
+  s.epoch = pos.epoch;
+  s.step_in_epoch = pos.step_in_epoch;
+  s.sample_in_epoch = pos.sample_in_epoch;
+  s.global_step = pos.global_step;
+  s.samples_seen = pos.samples_seen;
+  s.world_size = world_size;
+  s.seed = c.seed;
+  s.lr_schedule_position = pos.epoch;  // the schedules are per epoch
+  s.lr = lr;
+  s.config = resume_config(c);
+  return s;
+}
+
+RunPosition position_of(const checkpoint::TrainingState& s) {
+  return {s.epoch, s.step_in_epoch, s.sample_in_epoch, s.global_step, s.samples_seen};
+}
+
 CheckpointerOptions checkpointer_options(const CheckpointSettings& settings) {
   return {.dir = settings.dir,
           .keep = settings.keep,

@@ -40,6 +40,13 @@ struct RunPosition {
   int64_t samples_seen = 0;     // global samples since the start
 };
 
+// What state.json records of an image-model run at `pos` (per-epoch LR schedules, at `lr`): the
+// position, world size, seed and resume_config(); the trainers add their own (DDP's buckets, the
+// loss scale).
+checkpoint::TrainingState position_state(const RunPosition& pos, const TrainConfig& config, int world_size, float lr);
+// Where a checkpoint's state says the run stands.
+RunPosition position_of(const checkpoint::TrainingState& state);
+
 // The library's Checkpointer (train/checkpointer.h) as the flags ask for it.
 CheckpointerOptions checkpointer_options(const CheckpointSettings& settings);
 

@@ -124,7 +124,7 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   RunPosition pos;
   if (resumed) {
     const checkpoint::TrainingState& st = resumed->state;
-    pos = {st.epoch, st.step_in_epoch, st.sample_in_epoch, st.global_step, st.samples_seen};
+    pos = position_of(st);
     reporter.note(fmt::format("resume: from {} (global step {}; epoch {}, {} step(s) and {} samples into it){}",
                               resumed->path, st.global_step, st.epoch + 1, st.step_in_epoch, st.sample_in_epoch,
                               k.init_weights.empty() ? "" : "; --init-weights not used"));
@@ -154,19 +154,9 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   // replica 0 holds its tensors).
   const auto save = [&] {
     if (k.dir.empty()) return;
-    checkpoint::TrainingState st;
-    st.epoch = pos.epoch;
-    st.step_in_epoch = pos.step_in_epoch;
-    st.sample_in_epoch = pos.sample_in_epoch;
-    st.global_step = pos.global_step;
-    st.samples_seen = pos.samples_seen;
-    st.world_size = rt.size();
-    st.seed = c.seed;
-    st.lr_schedule_position = pos.epoch;  // the schedules are per epoch
-    st.lr = schedule.lr_at(pos.epoch);
-    st.config = resume_config(c);
     set_collective_context(fmt::format("checkpoint of step {}", pos.global_step));
-    saver.save_stage(std::move(st), stage.module(), *optimizer, grid.replica == 0, whole, architecture);
+    saver.save_stage(position_state(pos, c, rt.size(), schedule.lr_at(pos.epoch)), stage.module(), *optimizer,
+                     grid.replica == 0, whole, architecture);
     reporter.note(fmt::format("checkpoint: saved {}", saver.last_path()));
   };
   for (int64_t epoch = pos.epoch; epoch < c.epochs; ++epoch) {

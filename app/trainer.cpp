@@ -177,7 +177,7 @@ void Trainer::choose_starting_point() {
   if (!resumed) return;
   const checkpoint::TrainingState& s = resumed->state;
   gate_->restore(s.grad_scaler, resumed->path + "/state.json");
-  pos_ = {s.epoch, s.step_in_epoch, s.sample_in_epoch, s.global_step, s.samples_seen};
+  pos_ = position_of(s);
   reporter_.note(fmt::format("resume: from {} (global step {}; epoch {}, {} step(s) and {} samples into it){}",
                              resumed->path, s.global_step, s.epoch + 1, s.step_in_epoch, s.sample_in_epoch,
                              k.init_weights.empty() ? "" : "; --init-weights not used"));
@@ -309,17 +309,7 @@ bool Trainer::at_step_boundary(bool epoch_end) {
 }
 
 checkpoint::TrainingState Trainer::training_state() const {
-  checkpoint::TrainingState s;
-  s.epoch = pos_.epoch;
-  s.step_in_epoch = pos_.step_in_epoch;
-  s.sample_in_epoch = pos_.sample_in_epoch;
-  s.global_step = pos_.global_step;
-  s.samples_seen = pos_.samples_seen;
-  s.world_size = rt_.size();
-  s.seed = c_.seed;
-  s.lr_schedule_position = pos_.epoch;  // the schedules are per epoch
-  s.lr = schedule_.lr_at(pos_.epoch);
-  s.config = resume_config(c_);
+  checkpoint::TrainingState s = position_state(pos_, c_, rt_.size(), schedule_.lr_at(pos_.epoch));
   if (ddp_ && ddp_->bucket_layout_final()) s.buckets = bucket_layout_json(ddp_->bucket_layout());
   s.grad_scaler = gate_->state_json();
   return s;  // the saver adds the Dropout counters

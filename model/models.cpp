@@ -93,8 +93,10 @@ int stages_to_fit(const std::vector<LayerSize>& layers, double per_parameter, in
   return stages;
 }
 
+// `pipeline_stages`: the stages the model is cut into; 0 for a model the pipeline cannot cut (no
+// hint about stages then).
 void check_fits(const std::string& model, const std::vector<LayerSize>& layers, int64_t budget, bool machine, int ranks,
-                int zero_stage, int pipeline_stages = 1) {
+                int zero_stage, int pipeline_stages = 0) {
   int64_t total = 0;
   const LayerSize* largest = &layers.front();
   for (const LayerSize& l : layers) {
@@ -259,7 +261,7 @@ std::unique_ptr<Sequential> build_model(const ModelSpec& spec, const Shape& samp
   // A stage without parameters (a cut after the last Linear's ReLU) needs nothing checked.
   if (layers.whole() || !mine.empty())
     check_fits(name, layers.whole() ? plan : mine, machine ? host_memory_bytes() : spec.memory_budget_bytes, machine,
-               spec.ranks, spec.zero_stage, spec.pipeline_stages);
+               spec.ranks, spec.zero_stage, spec.kind == ModelKind::kResnet18 ? 0 : spec.pipeline_stages);
   InitRng rng(seed);
   LayerBuilder builder(layers, plan, rng);
   switch (spec.kind) {

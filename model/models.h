@@ -31,8 +31,8 @@ struct ModelSpec {
   // keeps 1/ranks of the optimizer state per rank (the whole parameters and gradient buffer stay).
   int ranks = 1;
   int zero_stage = 0;
-  // The pipeline stages the model is cut into (Note [Stage construction]): at 1, a model that
-  // does not fit is refused saying how many stages would fit.
+  // The pipeline stages the model is cut into (Note [Stage construction]): at 1, an mlp or cnn
+  // that does not fit is refused saying how many stages would fit.
   int pipeline_stages = 1;
 };
 

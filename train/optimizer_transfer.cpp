@@ -73,6 +73,46 @@ void agree_on(Communicator& control, const std::string& error) {
   });
 }
 
+// Rank 0's file during a stream: only rank 0 writes, and a failure stops its writing (the file,
+// uncommitted, is removed), not the stream; `error` keeps the first failure for agree_on.
+class RootFile {
+ public:
+  RootFile(bool root, std::string& error) : root_(root), error_(error) {}
+  template <class Write>
+  void operator()(Write&& write) {
+    if (!root_ || !error_.empty()) return;
+    try {
+      write(file_);
+    } catch (const Error& e) {
+      error_ = e.what();
+      file_.reset();
+    }
+  }
+
+ private:
+  bool root_;
+  std::string& error_;
+  std::unique_ptr<checkpoint::DurableFile> file_;
+};
+
+// Moves `total` bytes of `value` (rank `owner`'s tensor; unread elsewhere) to rank 0 in chunks
+// of at most `chunk_bytes` (whole elements of `element` bytes), each written to `file` there.
+void stream_to_root(Communicator& control, int owner, const Tensor* value, uint64_t total, size_t element,
+                    size_t chunk_bytes, std::vector<std::byte>& chunk, RootFile& file, TransferStats* stats) {
+  const uint64_t step = static_cast<uint64_t>(chunk_elements(chunk_bytes, element)) * element;
+  chunk.resize(std::max<size_t>(chunk.size(), static_cast<size_t>(std::min(step, total))));
+  for (uint64_t at = 0; at < total; at += step) {
+    const size_t len = static_cast<size_t>(std::min(step, total - at));
+    if (owner == control.rank())
+      copy_bytes(chunk.data(), Device::cpu(), static_cast<const std::byte*>(value->raw()) + at, value->device(), len);
+    if (owner != 0) {  // rank 0's own bytes need not move
+      control.broadcast(chunk.data(), static_cast<int64_t>(len), DType::kU8, owner);
+      count(stats, len);
+    }
+    file([&](auto& f) { f->write({chunk.data(), len}); });
+  }
+}
+
 }  // namespace
 
 std::string first_nonfinite_slice(const OptimizerState& state, const std::string& file, size_t chunk_bytes) {
@@ -106,48 +146,24 @@ void send_optimizer_shards(Communicator& control, const OptimizerState& state, c
     const std::string encoded = n > 1 ? broadcast_string(control, r == me ? mine.encode() : "", r) : "";
     const checkpoint::ShardManifest m = r == me ? mine : checkpoint::ShardManifest::decode(encoded);
     const std::string name = checkpoint::optimizer_shard_name(r, n);
-    std::unique_ptr<checkpoint::DurableFile> file;
-    // Rank 0 writes; a failure stops its writing, not the stream.
-    auto on_root = [&](auto&& write) {
-      if (me != 0 || !error.empty()) return;
-      try {
-        write();
-      } catch (const Error& e) {
-        error = e.what();
-        file.reset();  // uncommitted: removed
-      }
-    };
+    RootFile file(me == 0, error);
     const std::vector<safetensors::TensorSpec> specs = m.specs();
-    on_root([&] {
-      file = save->create(name);
-      safetensors::write_header(*file, specs, m.file_metadata());
+    file([&](auto& f) {
+      f = save->create(name);
+      safetensors::write_header(*f, specs, m.file_metadata());
     });
     for (size_t i : safetensors::data_order(specs)) {
       if (i >= m.tensors.size()) {  // a count: rank 0 has its value from the manifest
         const int64_t value = m.counts[i - m.tensors.size()].value;
-        on_root([&] { file->write(std::as_bytes(std::span(&value, 1))); });
+        file([&](auto& f) { f->write(std::as_bytes(std::span(&value, 1))); });
         continue;
       }
-      const uint64_t total = safetensors::nbytes_of(specs[i]);
-      const size_t element = safetensors::dtype_size(specs[i].dtype);
-      const uint64_t step = static_cast<uint64_t>(chunk_elements(chunk_bytes, element)) * element;
-      chunk.resize(std::max<size_t>(chunk.size(), static_cast<size_t>(std::min(step, total))));
-      for (uint64_t at = 0; at < total; at += step) {
-        const size_t len = static_cast<size_t>(std::min(step, total - at));
-        if (r == me) {
-          const Tensor& value = state.tensors[i].value;
-          copy_bytes(chunk.data(), Device::cpu(), static_cast<const std::byte*>(value.raw()) + at, value.device(), len);
-        }
-        if (r != 0) {  // rank 0's own bytes need not move
-          control.broadcast(chunk.data(), static_cast<int64_t>(len), DType::kU8, r);
-          count(stats, len);
-        }
-        on_root([&] { file->write({chunk.data(), len}); });
-      }
+      stream_to_root(control, r, r == me ? &state.tensors[i].value : nullptr, safetensors::nbytes_of(specs[i]),
+                     safetensors::dtype_size(specs[i].dtype), chunk_bytes, chunk, file, stats);
     }
-    on_root([&] {
-      file->commit();
-      save->add(name, *file);
+    file([&](auto& f) {
+      f->commit();
+      save->add(name, *f);
     });
   }
   agree_on(control, error);
@@ -168,20 +184,11 @@ void send_stage_model(Communicator& control, const OptimizerState& mine, std::sp
       owner[held[static_cast<size_t>(r)].substr(at, nl - at)] = {r, nullptr};
   for (const OptimizerState::Entry& e : mine.tensors)
     if (owner[e.name].first == me) owner[e.name].second = &e.value;
-  std::string error;
-  std::unique_ptr<checkpoint::DurableFile> file;
-  auto on_root = [&](auto&& write) {
-    if (me != 0 || !error.empty()) return;
-    try {
-      write();
-    } catch (const Error& e) {
-      error = e.what();
-      file.reset();  // uncommitted: removed
-    }
-  };
-  on_root([&] {
-    file = save->create(file_name);
-    safetensors::write_header(*file, whole, metadata);
+  std::string error;  // rank 0's first failure to write
+  RootFile file(me == 0, error);
+  file([&](auto& f) {
+    f = save->create(file_name);
+    safetensors::write_header(*f, whole, metadata);
   });
   std::vector<std::byte> chunk;
   for (size_t i : safetensors::data_order(whole)) {
@@ -189,23 +196,13 @@ void send_stage_model(Communicator& control, const OptimizerState& mine, std::sp
     DTRAIN_CHECK(it != owner.end(), "no stage holds '{}'", whole[i].name);
     const auto [r, value] = it->second;
     const uint64_t total = safetensors::nbytes_of(whole[i]);
-    const size_t element = safetensors::dtype_size(whole[i].dtype);
-    const uint64_t step = static_cast<uint64_t>(chunk_elements(chunk_bytes, element)) * element;
-    chunk.resize(std::max<size_t>(chunk.size(), static_cast<size_t>(std::min(step, total))));
-    for (uint64_t at = 0; at < total; at += step) {
-      const size_t len = static_cast<size_t>(std::min(step, total - at));
-      if (r == me) {
-        DTRAIN_CHECK(static_cast<uint64_t>(value->nbytes()) == total, "'{}': {} bytes, the whole model's {}",
-                     whole[i].name, value->nbytes(), total);
-        copy_bytes(chunk.data(), Device::cpu(), static_cast<const std::byte*>(value->raw()) + at, value->device(), len);
-      }
-      if (r != 0) control.broadcast(chunk.data(), static_cast<int64_t>(len), DType::kU8, r);
-      on_root([&] { file->write({chunk.data(), len}); });
-    }
+    DTRAIN_CHECK(r != me || static_cast<uint64_t>(value->nbytes()) == total, "'{}': {} bytes, the whole model's {}",
+                 whole[i].name, value->nbytes(), total);
+    stream_to_root(control, r, value, total, safetensors::dtype_size(whole[i].dtype), chunk_bytes, chunk, file, nullptr);
   }
-  on_root([&] {
-    file->commit();
-    save->add(file_name, *file);
+  file([&](auto& f) {
+    f->commit();
+    save->add(file_name, *f);
   });
   agree_on(control, error);
 }
