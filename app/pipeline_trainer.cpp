@@ -24,6 +24,7 @@
 #include "model/models.h"
 #include "pipeline/partition.h"
 #include "train/checkpointer.h"
+#include "train/root_broadcast.h"
 #include "pipeline/pipeline_stage.h"
 
 namespace dtrain {
@@ -97,8 +98,17 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
                             e.what()));
   }
   const StageRange mine = ranges.at(static_cast<size_t>(grid.stage));
-  std::unique_ptr<Sequential> stage_layers =
-      build_model(spec, sample_shape, classes, rt.device(), c.seed, LayerRange{mine.begin, mine.end});
+  // Each stage checks its own memory: one that does not fit stops every rank alike (the others
+  // would wait for it in their first collective).
+  std::unique_ptr<Sequential> stage_layers;
+  std::string refused;
+  try {
+    stage_layers = build_model(spec, sample_shape, classes, rt.device(), c.seed, LayerRange{mine.begin, mine.end});
+  } catch (const Error& e) {
+    refused = fmt::format("{}{}", static_cast<int>(e.kind()), e.what());
+  }
+  for (const std::string& r : allgather_strings(rt.control(), refused))
+    if (!r.empty()) throw AgreedError(r.substr(1), static_cast<ErrorKind>(r[0] - '0'));
   const std::vector<safetensors::TensorSpec> whole = whole_model_tensors(spec, sample_shape, classes);
   // The optimizer holds the stage's parameters (their addresses do not move with the layers).
   std::unique_ptr<Optimizer> optimizer = make_optimizer(c.optimizer, stage_layers->parameters());

@@ -7,7 +7,8 @@
 # relative (M accumulated GEMMs round unlike one), and `dtrain eval` loads it; a pipeline
 # checkpoint resumes in the unsplit model (P = 1) and the unsplit model's checkpoint resumes in
 # the pipeline, each ending within 1e-5 of the unsplit run; a checkpoint of another model is one
-# line and a non-zero exit.
+# line and a non-zero exit, and so is a stage over --memory-per-rank while the other fits (every
+# rank stops, none waits).
 # Usage: pipeline_checkpoint_test.sh DTRAIN NP
 set -uo pipefail
 DTRAIN=$1
@@ -61,4 +62,14 @@ status=$?
 check "a checkpoint of another model: non-zero exit" [ "$status" -ne 0 ]
 check "a checkpoint of another model: one line naming the widths" \
   [ "$(grep -c 'model.hidden: checkpoint \[64, \?48, \?32\]' "$WORK/other.log")" -eq 1 ]
+
+# A stage too large for --memory-per-rank while the other fits: every rank stops with its one line.
+dtrain_at "$NP" "$WORK/big.log" train "${COMMON[@]}" --train-limit 1536 --hidden 256,256,256 "${PIPE[@]}" \
+  --pipeline-split 2 --memory-per-rank 2M
+status=$?
+check "a stage over --memory-per-rank: the resources exit (71), not a hang" [ "$status" -eq 71 ]
+check "a stage over --memory-per-rank: every rank stops on its own (no MPI_Abort)" \
+  sh -c "! grep -q 'errorcode' '$WORK/big.log'"
+check "a stage over --memory-per-rank: one line naming the stage" \
+  [ "$(grep -c 'mlp stage (layers 0-1) needs .* more than its memory budget of 2.1 MB' "$WORK/big.log")" -eq 1 ]
 finish
