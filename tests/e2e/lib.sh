@@ -118,3 +118,15 @@ every_sample_once() {
   echo "# samples used: $(wc -l <"$WORK/used") in all, $(sort -u "$WORK/used" | wc -l) distinct, of $samples"
   cmp -s "$WORK/used" "$WORK/all"
 }
+
+# pipeline_layout NP: the pipeline tests' grid at NP ranks: P stages x D replicas, M micro-batches
+# of a replica's batch B (the global batch D x B: 64 at NP 2 and 4, 48 at NP 3).
+# shellcheck disable=SC2034  # P, D, M, B are the caller's
+pipeline_layout() {
+  case $1 in
+    2) P=2; D=1; M=4; B=64 ;;
+    3) P=3; D=1; M=3; B=48 ;;
+    4) P=2; D=2; M=4; B=32 ;;
+    *) echo "NP must be 2, 3 or 4"; exit 2 ;;
+  esac
+}

@@ -16,11 +16,7 @@ NP=${2:-2}
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
-case $NP in
-  2) P=2; D=1; M=4; B=64 ;;
-  4) P=2; D=2; M=4; B=32 ;;
-  *) echo "NP must be 2 or 4"; exit 2 ;;
-esac
+pipeline_layout "$NP"
 # 1536 samples = 24 steps of the global batch 64 per epoch; 48 in all.
 RUN=("${COMMON[@]}" --train-limit 1536 --hidden 64,48,32 --checkpoint-every 10)
 PIPE=(--batch-size "$B" --pipeline-stages "$P" --micro-batches "$M")

@@ -12,12 +12,7 @@ NP=${2:-2}
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
-case $NP in
-  2) P=2; D=1; M=4; B=64 ;;
-  3) P=3; D=1; M=3; B=48 ;;
-  4) P=2; D=2; M=4; B=32 ;;
-  *) echo "NP must be 2, 3 or 4"; exit 2 ;;
-esac
+pipeline_layout "$NP"
 # Full batches only (the pipeline drops a partial last batch): 1536 = 24 x 64 = 32 x 48.
 RUN=("${COMMON[@]}" --train-limit 1536 --hidden 64,48,32 --epochs 2 --json)
 lines() { grep -E '^(Train Epoch|Test set)' "$1"; }
