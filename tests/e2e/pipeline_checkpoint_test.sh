@@ -8,7 +8,7 @@
 # checkpoint resumes in the unsplit model (P = 1) and the unsplit model's checkpoint resumes in
 # the pipeline, each ending within 1e-5 of the unsplit run; a checkpoint of another model is one
 # line and a non-zero exit, and so is a stage over --memory-per-rank while the other fits (every
-# rank stops, none waits).
+# rank stops, none waits); `dtrain checkpoint consolidate` makes one optimizer file of the shards.
 # Usage: pipeline_checkpoint_test.sh DTRAIN NP
 set -uo pipefail
 DTRAIN=$1
@@ -41,6 +41,10 @@ check "model.safetensors: the unsplit model's names, within 1e-5 of the unsplit 
 dtrain_at 1 "$WORK/eval.log" eval --weights "$WORK/full/step-48" --data "$DATA" --test-limit 500
 check "dtrain eval loads it and gets the run's test-set line" \
   [ "$(grep '^Test set' "$WORK/eval.log")" = "$(grep '^Test set' "$WORK/full.log" | tail -n 1)" ]
+
+dtrain_at 1 "$WORK/consolidate.log" checkpoint consolidate "$WORK/full" -o "$WORK/optimizer.safetensors"
+check "dtrain checkpoint consolidate: the stages' shards make one file of the 8 momentum tensors" \
+  grep -q "from $NP shards: 8 tensors" "$WORK/consolidate.log"
 
 dtrain_at "$D" "$WORK/to1.log" train "${RUN[@]}" "${ONE[@]}" --epochs 2 --resume "$WORK/part/step-20" \
   --checkpoint-dir "$WORK/to1"
