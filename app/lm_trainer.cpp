@@ -51,16 +51,6 @@ struct LmPosition {
   int64_t slots = 0;  // g0: training slots consumed by all ranks
 };
 
-GptSpec gpt_spec(const LmSettings& lm, int64_t vocab) {
-  GptSpec spec;
-  spec.vocab = vocab;
-  spec.context = lm.context;
-  spec.layers = lm.layers;
-  spec.heads = lm.heads;
-  spec.embd = lm.embd;
-  return spec;
-}
-
 class LmTrainer {
  public:
   LmTrainer(Runtime& runtime, const TrainConfig& config);
@@ -274,6 +264,16 @@ TrainResult LmTrainer::run() {
 }
 
 }  // namespace
+
+GptSpec gpt_spec(const LmSettings& lm, int64_t vocab) {
+  GptSpec spec;
+  spec.vocab = vocab;
+  spec.context = lm.context;
+  spec.layers = lm.layers;
+  spec.heads = lm.heads;
+  spec.embd = lm.embd;
+  return spec;
+}
 
 TrainResult train_language_model(Runtime& runtime, const TrainConfig& config) {
   LmTrainer trainer(runtime, config);

@@ -527,7 +527,6 @@ void check_pipeline(const TrainConfig& c, const cxxopts::ParseResult& r) {
   const auto not_yet = [&](bool used, const char* what) {
     require(!used, fmt::format("--pipeline-stages {}: not yet with {}", p.stages, what));
   };
-  not_yet(c.lm.has_value(), "--model gpt");
   not_yet(c.runtime.device.str().rfind("cuda", 0) == 0, "a GPU (NCCL sub-communicators are not built yet)");
   not_yet(c.ddp.zero_stage != 0, "--zero");
   not_yet(c.amp != AmpMode::kOff, "--amp");
@@ -535,7 +534,7 @@ void check_pipeline(const TrainConfig& c, const cxxopts::ParseResult& r) {
   not_yet(c.data.sampler == SamplerTail::kUneven, "--sampler uneven");
   not_yet(!c.checkpoints.dir.empty() || c.checkpoints.resume != ResumeMode::kNone,
           "checkpoints (--checkpoint-dir, --resume)");
-  not_yet(c.clip_grad_norm != 0.f, "--clip-grad-norm");
+  not_yet(c.lm.has_value() && !c.checkpoints.init_weights.empty(), "--model gpt and --init-weights");
   not_yet(c.model.dropout != 0.f, "--dropout");
   // BatchNorm's running statistics would be updated by the shape probe and again by every
   // recomputed forward, and each micro-batch would be normalised on its own rows.
