@@ -27,6 +27,7 @@
 #include "comm/exchange.h"
 #include "comm/mpi_lifecycle.h"
 #include "core/memory.h"
+#include "model/fingerprint.h"
 #include "model/gpt.h"
 #include "model/grad_clip.h"
 #include "model/loss.h"
@@ -259,6 +260,7 @@ TrainResult LmTrainer::run() {
   result.tokens_per_second =
       result.train_seconds > 0 ? tokens_per_step * static_cast<double>(lm_.steps - first_step) / result.train_seconds : 0;
   control_->write_trace(tracer_, result);
+  result.parameters_fingerprint = parameters_fingerprint(*model_);
   reporter_.finish_lm(result);
   return result;
 }
