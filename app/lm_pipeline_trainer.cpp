@@ -72,7 +72,9 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
   PipelineGrid grid = make_pipeline_grid(rt.control(), p.stages);
   const StageRange mine = ranges.at(static_cast<size_t>(grid.stage));
   // The memory check counts this stage's layers only.
-  check_model_fits("gpt", plan_gpt_stage(spec, mine), host_memory_bytes() / std::max(1, rt.local_size()));
+  check_model_fits("gpt", plan_gpt_stage(spec, mine),
+                   c.model.memory_budget_bytes > 0 ? c.model.memory_budget_bytes
+                                                   : host_memory_bytes() / std::max(1, rt.local_size()));
   PipelineStage stage(build_gpt_stage(spec, rt.device(), c.seed, mine), grid,
                       {p.schedule, p.micro_batches, kGptTiedParameter});
   std::unique_ptr<Optimizer> optimizer = make_optimizer(c.optimizer, stage.module().parameters());

@@ -1,6 +1,7 @@
 // The GPT model: its plan (names, shapes, counts, the spec's checks), its blocks and its build.
 #include "model/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -295,16 +296,44 @@ void GptHead::set_grad_ready_hook(GradReadyHook hook) {
 
 std::string GptHead::describe() const { return fmt::format("GptHead({}, tied output layer)", ln_f_.describe()); }
 
-std::unique_ptr<Sequential> build_gpt_layers(const GptSpec& spec, Device device, uint64_t seed) {
+std::unique_ptr<Sequential> build_gpt_layers(const GptSpec& spec, Device device, uint64_t seed, size_t begin,
+                                             size_t end) {
   validate(spec);
-  auto embedding = std::make_unique<TokenEmbedding>(spec.vocab, spec.context, spec.embd, device);
-  std::vector<std::unique_ptr<GptBlock>> blocks;
-  init_gpt(spec, device, seed, *embedding, blocks);
-  auto head = std::make_unique<GptHead>(embedding->wte().value, device);
+  const auto L = static_cast<size_t>(spec.layers);
+  end = std::min(end, L + 2);
+  DTRAIN_CHECK(begin < end, "GPT layers [{}, {}) of {}", begin, end, L + 2);
+  // Note [Stage construction] (model/models.h): the draws are counter-based, so a layer built
+  // alone skips the others' draws (a normal value takes two) and gets Gpt's values.
+  const auto draws = [](int64_t values) { return 2 * static_cast<uint64_t>(values); };
+  const int64_t c = spec.embd;
+  InitRng rng(seed);
   std::vector<std::unique_ptr<Module>> layers;
-  layers.push_back(std::move(embedding));
-  for (auto& b : blocks) layers.push_back(std::move(b));
-  layers.push_back(std::move(head));
+  Tensor wte;  // the head's copy, when the head is built without the embedding
+  if (begin == 0) {
+    auto embedding = std::make_unique<TokenEmbedding>(spec.vocab, spec.context, c, device);
+    normal_init(embedding->wte().value, kInitStd, rng);
+    normal_init(embedding->wpe().value, kInitStd, rng);
+    prefix_names(*embedding, "transformer");
+    wte = embedding->wte().value;
+    layers.push_back(std::move(embedding));
+  } else if (end == L + 2) {
+    wte = Tensor::empty({spec.vocab, c}, device);
+    normal_init(wte, kInitStd, rng);
+    rng.skip(draws(spec.context * c));
+  } else {
+    rng.skip(draws(spec.vocab * c + spec.context * c));
+  }
+  const float proj_std = residual_proj_std(spec.layers);
+  for (size_t i = 0; i < L; ++i) {
+    if (i + 1 < begin || i + 1 >= end) {
+      rng.skip(draws(12 * c * c));  // c_attn 3C x C, attn.c_proj C x C, c_fc 4C x C, mlp.c_proj C x 4C
+      continue;
+    }
+    auto block = std::make_unique<GptBlock>(c, spec.heads, spec.context, device, rng, proj_std);
+    prefix_names(*block, fmt::format("transformer.h.{}", i));
+    layers.push_back(std::move(block));
+  }
+  if (end == L + 2) layers.push_back(std::make_unique<GptHead>(wte, device));
   return Sequential::of_named_layers(std::move(layers));
 }
 

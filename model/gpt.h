@@ -9,6 +9,7 @@
 // LayerNorm 1 / 0, the residual projections (attn.c_proj, mlp.c_proj) normal(0, 0.02/sqrt(2L)).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -88,8 +89,10 @@ class GptHead : public Module {
 // The layers of Note [GPT pipeline stages] with their sizes (the head counts its wte copy):
 // computed, nothing allocated, for the cut and the per-stage memory check.
 std::vector<LayerSize> plan_gpt_layers(const GptSpec& spec);
-// The GPT as those layers, parameters named as Gpt's, the same initial weights from `seed`.
-std::unique_ptr<Sequential> build_gpt_layers(const GptSpec& spec, Device device, uint64_t seed);
+// The GPT's layers [begin, end) of those (a pipeline stage's; the default: all), parameters
+// named as Gpt's, with Gpt's initial weights from `seed`; the other layers are not built.
+std::unique_ptr<Sequential> build_gpt_layers(const GptSpec& spec, Device device, uint64_t seed, size_t begin = 0,
+                                             size_t end = SIZE_MAX);
 // The name of the parameter the first and the last layer share.
 inline constexpr const char* kGptTiedParameter = "transformer.wte.weight";
 

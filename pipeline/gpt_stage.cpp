@@ -11,10 +11,7 @@ std::vector<StageRange> gpt_stage_ranges(const GptSpec& spec, int stages, const 
 }
 
 std::unique_ptr<Sequential> build_gpt_stage(const GptSpec& spec, Device device, uint64_t seed, StageRange range) {
-  std::vector<std::unique_ptr<Module>> layers = build_gpt_layers(spec, device, seed)->release_layers();
-  std::vector<std::unique_ptr<Module>> mine;
-  for (size_t i = range.begin; i < range.end; ++i) mine.push_back(std::move(layers.at(i)));
-  return Sequential::of_named_layers(std::move(mine));
+  return build_gpt_layers(spec, device, seed, range.begin, range.end);
 }
 
 std::vector<LayerSize> plan_gpt_stage(const GptSpec& spec, StageRange range) {

@@ -16,8 +16,7 @@ namespace dtrain {
 // of stages 1..P-1; layer 0 is the embeddings, layer i the block i - 1). Throws one line.
 std::vector<StageRange> gpt_stage_ranges(const GptSpec& spec, int stages, const std::vector<size_t>& split);
 
-// Stage `range`'s layers with the unsplit GPT's names and initial weights from `seed` (the whole
-// model is built, then the rest freed).
+// Stage `range`'s layers alone, with the unsplit GPT's names and initial weights from `seed`.
 std::unique_ptr<Sequential> build_gpt_stage(const GptSpec& spec, Device device, uint64_t seed, StageRange range);
 
 // The sizes of stage `range`'s layers (plan_gpt_layers), for the per-stage memory check.

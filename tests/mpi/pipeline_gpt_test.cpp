@@ -216,6 +216,24 @@ TEST(PipelineGpt, EveryGridsWeightsAfterNAdamWStepsEqualTheUnsplitGptsAndGpipeEq
   }
 }
 
+// Note [Stage construction]: every range of layers built alone holds the whole Gpt's initial
+// values under the same names (the head's wte copy included).
+TEST(PipelineGpt, LayersBuiltAloneHoldTheWholeGptsInitialWeights) {
+  Weights whole;
+  {
+    Gpt gpt(spec(), Device::cpu(), kSeed);
+    for (Parameter* p : gpt.parameters()) whole[p->name] = p->value.to_vector();
+  }
+  const size_t n = static_cast<size_t>(spec().layers + 2);
+  for (size_t begin = 0; begin < n; ++begin)
+    for (size_t end = begin + 1; end <= n; ++end) {
+      auto part = build_gpt_layers(spec(), Device::cpu(), kSeed, begin, end);
+      ASSERT_EQ(part->size(), end - begin);
+      for (Parameter* p : part->parameters())
+        EXPECT_TRUE(p->value.to_vector() == whole.at(p->name)) << p->name << " in layers [" << begin << ", " << end << ")";
+    }
+}
+
 TEST(PipelineGpt, TheHeadHoldsACopyOfWteAndTheCutKeepsEmbeddingsFirstAndHeadLast) {
   const std::vector<LayerSize> layers = plan_gpt_layers(spec());
   ASSERT_EQ(layers.size(), static_cast<size_t>(spec().layers + 2));
