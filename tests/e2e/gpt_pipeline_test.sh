@@ -56,7 +56,6 @@ for x, y in zip(a, b):
 sys.exit(0 if ok else 1)
 PY
 }
-fingerprint() { grep -o '"parameters_fingerprint":[^,}]*' "$1"; }
 
 dtrain_at 1 "$WORK/ref.log" "${gpt[@]}" --batch-size $((B * D))
 check "np 1 reference ran (exit $?)" grep -q "^val loss" "$WORK/ref.log"

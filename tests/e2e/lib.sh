@@ -118,3 +118,5 @@ every_sample_once() {
   echo "# samples used: $(wc -l <"$WORK/used") in all, $(sort -u "$WORK/used" | wc -l) distinct, of $samples"
   cmp -s "$WORK/used" "$WORK/all"
 }
+# fingerprint LOG: the final parameters' fingerprint a --json run printed ("" when none).
+fingerprint() { sed -n 's/.*"parameters_fingerprint":"\([0-9a-f]*\)".*/\1/p' "$1" | tail -1; }
