@@ -4,17 +4,24 @@
   /usr/bin/python3 bench/pipeline_timeline.py TRACE.json OUT.png [--step K] [--stages P]
   /usr/bin/python3 bench/pipeline_timeline.py TRACE.json --idle [--stages P]
 
---idle prints each stage's idle share per step (1 - forwards and backwards / the step's span),
-the median over the steps after the first two (the first step probes shapes; stalls of a shared
-machine land in a few steps and would swamp a mean). Otherwise draws step K (default: the median
-step of stage 0 by duration) with the stages as rows (replica 0: world ranks 0..P-1): forwards,
+--idle prints each stage's idle share (1 - forwards and backwards / the step's span) of the
+fastest step (the one whose slowest stage took least: the steps the cores were free for), then the
+median over the steps; both after the first two steps (the first probes shapes). On a loaded
+machine a rank that waits gives up its core and gets it back a time slice later, so most steps
+stall in their transfers: the median says what the load did, the fastest step what the schedule
+does. Otherwise draws step K (default: the fastest) with the stages as rows (replica 0: world ranks 0..P-1): forwards,
 backwards (the recomputed forward is inside it) and, thinner, the waits in transfer batches.
-Each rank's trace times start at its own first span (app/trace.cpp), so the rows are aligned here:
-stage s's first wait of the step (the receive of micro-batch 0's activation) ends when stage s-1's
-forward 0 ends.
+Each rank's trace times start at its own first span (app/trace.cpp); the rows are lined up by each
+rank's origin on the steady clock (`steady_t0_ns`: exact for ranks of one host).
 """
 import json
 import sys
+
+
+def origins(path):
+    """rank -> its trace's origin on the host's steady clock, in microseconds (0 when not given)."""
+    events = json.load(open(path))["traceEvents"]
+    return {e["pid"]: e.get("args", {}).get("steady_t0_ns", 0) / 1e3 for e in events if e.get("ph") == "M"}
 
 
 def load(path, stages):
@@ -40,6 +47,12 @@ def idle_share(step):
     return 1 - busy / (end - start)
 
 
+def fastest(per_stage):
+    n = min(len(s) for s in per_stage)
+    span = lambda st: st[-1]["ts"] + st[-1]["dur"] - st[0]["ts"]
+    return min(range(2, n), key=lambda i: max(span(steps[i]) for steps in per_stage))
+
+
 def median(xs):
     xs = sorted(xs)
     return xs[len(xs) // 2] if xs else float("nan")
@@ -50,22 +63,15 @@ def main():
     stages = int(args[args.index("--stages") + 1]) if "--stages" in args else 0
     per_stage = load(args[0], stages)
     if "--idle" in args:
-        print(" ".join(f"{100 * median([idle_share(s) for s in steps[2:] if s]):.1f}" for steps in per_stage))
+        k = fastest(per_stage)
+        print(" ".join(f"{100 * idle_share(steps[k]):.1f}" for steps in per_stage),
+              " ".join(f"{100 * median([idle_share(s) for s in steps[2:] if s]):.1f}" for steps in per_stage))
         return
     out = args[1]
-    n = min(len(s) for s in per_stage)
-    if "--step" in args:
-        k = int(args[args.index("--step") + 1])
-    else:  # the median-length step of stage 0 (past the first two)
-        spans = sorted(range(2, n), key=lambda i: per_stage[0][i][-1]["ts"] + per_stage[0][i][-1]["dur"] - per_stage[0][i][0]["ts"])
-        k = spans[len(spans) // 2]
+    k = int(args[args.index("--step") + 1]) if "--step" in args else fastest(per_stage)
     rows = [steps[k] for steps in per_stage]
-    # Align: stage s's first transfer wait ends at the end of stage s-1's forward 0.
-    offsets = [0.0]
-    for s in range(1, len(rows)):
-        prev_f0 = next(e for e in rows[s - 1] if e["name"] == "forward 0")
-        wait = next(e for e in rows[s] if e["name"] == "send/recv")
-        offsets.append(offsets[-1] + (prev_f0["ts"] + prev_f0["dur"]) - (wait["ts"] + wait["dur"]))
+    origin = origins(args[0])
+    offsets = [origin.get(s, 0) - origin.get(0, 0) for s in range(len(rows))]
     t0 = min(r[0]["ts"] + o for r, o in zip(rows, offsets))
     import matplotlib
 
