@@ -33,7 +33,7 @@ using testing::test_comm;
 using testing::worst_relative;
 
 constexpr int64_t kRowsPerReplica = 12;  // sequences; a multiple of every M below
-constexpr int kSteps = 40;
+constexpr int kSteps = 100;  // the count
 constexpr uint64_t kSeed = 11;
 constexpr float kClip = 0.5f;  // below the early norms: the clipping acts
 
