@@ -27,6 +27,7 @@
 #include "comm/exchange.h"
 #include "comm/mpi_lifecycle.h"
 #include "core/memory.h"
+#include "model/fingerprint.h"
 #include "model/gpt.h"
 #include "model/grad_clip.h"
 #include "model/loss.h"
@@ -50,16 +51,6 @@ struct LmPosition {
   int64_t step = 0;   // optimizer steps done
   int64_t slots = 0;  // g0: training slots consumed by all ranks
 };
-
-GptSpec gpt_spec(const LmSettings& lm, int64_t vocab) {
-  GptSpec spec;
-  spec.vocab = vocab;
-  spec.context = lm.context;
-  spec.layers = lm.layers;
-  spec.heads = lm.heads;
-  spec.embd = lm.embd;
-  return spec;
-}
 
 class LmTrainer {
  public:
@@ -269,11 +260,22 @@ TrainResult LmTrainer::run() {
   result.tokens_per_second =
       result.train_seconds > 0 ? tokens_per_step * static_cast<double>(lm_.steps - first_step) / result.train_seconds : 0;
   control_->write_trace(tracer_, result);
+  result.parameters_fingerprint = parameters_fingerprint(*model_);
   reporter_.finish_lm(result);
   return result;
 }
 
 }  // namespace
+
+GptSpec gpt_spec(const LmSettings& lm, int64_t vocab) {
+  GptSpec spec;
+  spec.vocab = vocab;
+  spec.context = lm.context;
+  spec.layers = lm.layers;
+  spec.heads = lm.heads;
+  spec.embd = lm.embd;
+  return spec;
+}
 
 TrainResult train_language_model(Runtime& runtime, const TrainConfig& config) {
   LmTrainer trainer(runtime, config);

@@ -11,9 +11,13 @@
 
 #include "app/train_config.h"
 #include "comm/runtime.h"
+#include "model/gpt.h"
 
 namespace dtrain {
 
 TrainResult train_language_model(Runtime& runtime, const TrainConfig& config);
+
+// The GPT that --layers, --heads, --embd and --context describe, over `vocab` token ids.
+GptSpec gpt_spec(const LmSettings& lm, int64_t vocab);
 
 }  // namespace dtrain

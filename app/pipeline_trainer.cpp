@@ -10,10 +10,10 @@
 #include "app/batch_stager.h"
 #include "app/checkpointing.h"
 #include "app/evaluate.h"
+#include "app/pipeline_report.h"
 #include "app/rank_agreement.h"
 #include "app/reporter.h"
 #include "app/trace.h"
-#include "comm/exchange.h"
 #include "comm/flight_recorder.h"
 #include "core/error.h"
 #include "data/data_loader.h"
@@ -183,13 +183,7 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
       set_collective_context(fmt::format("epoch {} step {}", epoch + 1, pos.global_step + 1));
       optimizer->zero_grad();
       float loss = stage.train_step(b.images(), b.labels()).loss;
-      if (tracer.enabled())
-        for (const PipeSpan& s : stage.last_step_spans())
-          tracer.add(s.kind == PipeSpan::kTransfer ? std::string("send/recv")
-                                                   : fmt::format("{} {}", s.kind == PipeSpan::kForward ? "forward" : "backward",
-                                                                 s.micro_batch),
-                     s.kind == PipeSpan::kTransfer ? "comm" : "compute", s.kind == PipeSpan::kTransfer ? 1 : 0,
-                     s.start_ns, s.end_ns);
+      trace_pipeline_step(tracer, stage);
       {
         ScopedSpan span(&tracer, "optimizer step");
         optimizer->step();
@@ -226,37 +220,7 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   result.global_step = pos.global_step;
   result.samples_per_second = result.train_seconds > 0 ? static_cast<double>(result.train_samples) / result.train_seconds : 0;
   result.parameters_fingerprint = parameters_fingerprint(stage.module());
-  // Every stage's idle share and peak held inputs, for the logger's line (replica 0's stages).
-  struct StageFigures {
-    int64_t busy_ns, step_ns;
-    int32_t peak_held, pad;
-  };
-  const std::vector<StageFigures> all = allgather_values(
-      rt.control(), StageFigures{stage.busy_ns(), stage.step_ns(), stage.peak_held_inputs(), 0});
-  std::string idle, held;
-  nlohmann::json idle_shares = nlohmann::json::array(), held_inputs = nlohmann::json::array();
-  for (int s = 0; s < grid.stages; ++s) {
-    const StageFigures& f = all[static_cast<size_t>(s)];  // world rank s: stage s of replica 0
-    const double share = f.step_ns > 0 ? 1.0 - double(f.busy_ns) / double(f.step_ns) : 0.0;
-    idle += fmt::format("{}{:.1f}%", s ? ", " : "", 100.0 * share);
-    held += fmt::format("{}{}", s ? ", " : "", f.peak_held);
-    idle_shares.push_back(share);
-    held_inputs.push_back(f.peak_held);
-  }
-  // --metrics: the step and epoch records are the last stage's (the loss is there), as data
-  // parallel's are rank 0's; this one record has every stage's figures.
-  reporter.metrics_record({{"type", "pipeline"},
-                           {"stages", grid.stages},
-                           {"replicas", grid.replicas},
-                           {"micro_batches", p.micro_batches},
-                           {"schedule", pipeline_schedule_name(p.schedule)},
-                           {"idle_share", idle_shares},
-                           {"bubble", double(p.stages - 1) / double(p.micro_batches + p.stages - 1)},
-                           {"peak_held_inputs", held_inputs}});
-  reporter.note(fmt::format("pipeline: idle share per stage {} (the bubble (P-1)/(M+P-1) is {:.1f}%; the rest is "
-                            "transfers and recomputation's imbalance); micro-batch inputs held at the peak per stage {} "
-                            "(gpipe: M, 1f1b: at most P - s)",
-                            idle, 100.0 * (p.stages - 1) / (p.micro_batches + p.stages - 1), held));
+  report_pipeline_figures(reporter, rt.control(), stage, p);
   if (tracer.enabled()) {
     tracer.write(c.output.trace_path, rt.control());
     reporter.note(fmt::format("trace: wrote {} (a row per rank: stage s of replica d is rank d x P + s; its forwards "

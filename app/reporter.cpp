@@ -268,7 +268,9 @@ void Reporter::finish_lm(const TrainResult& r) {
                                   {"train_s", r.train_seconds},
                                   {"train_loss", r.train_loss},
                                   {"val_loss", r.val_loss},
-                                  {"allreduce_overlap", r.allreduce_overlap}};
+                                  {"allreduce_overlap", r.allreduce_overlap},
+                                  // The logger's final parameters (a pipeline's: its last stage's).
+                                  {"parameters_fingerprint", fmt::format("{:016x}", r.parameters_fingerprint)}};
   print(summary.dump() + "\n");
 }
 

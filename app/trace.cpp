@@ -55,8 +55,10 @@ Tracer::Overlap Tracer::write(const std::string& path, Communicator& comm) const
     events.push_back({{"name", s.name}, {"cat", s.category}, {"ph", "X"}, {"pid", comm.rank()}, {"tid", s.tid},
                       {"ts", static_cast<double>(s.start_ns - t0) / 1e3},
                       {"dur", static_cast<double>(s.end_ns - s.start_ns) / 1e3}});
+  // The rank's origin on its host's steady clock: ranks of one host can be lined up exactly
+  // (bench/pipeline_timeline.py does).
   events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", comm.rank()},
-                    {"args", {{"name", fmt::format("rank {}", comm.rank())}}}});
+                    {"args", {{"name", fmt::format("rank {}", comm.rank())}, {"steady_t0_ns", t0}}}});
   const std::vector<std::string> all = allgather_strings(comm, events.dump());
 
   const Overlap local = backward_overlap();

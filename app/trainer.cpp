@@ -18,6 +18,7 @@
 #include "app/evaluate.h"
 #include "app/files.h"
 #include "app/lm_trainer.h"
+#include "app/lm_pipeline_trainer.h"
 #include "app/pipeline_trainer.h"
 #include "app/preemption.h"
 #include "app/rank_agreement.h"
@@ -366,7 +367,9 @@ void check_output_paths(Runtime& runtime, const TrainConfig& c) {
 
 TrainResult train(Runtime& runtime, const TrainConfig& config) {
   check_output_paths(runtime, config);
-  if (config.lm) return train_language_model(runtime, config);
+  if (config.lm)
+    return config.pipeline.stages > 1 ? train_language_model_pipeline(runtime, config)
+                                      : train_language_model(runtime, config);
   if (config.pipeline.stages > 1) return train_pipeline(runtime, config);
   Trainer trainer(runtime, config);
   report_reached_training();  // Note [Reaching training]

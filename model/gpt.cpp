@@ -1,6 +1,7 @@
 // The GPT model: its plan (names, shapes, counts, the spec's checks), its blocks and its build.
 #include "model/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -60,6 +61,21 @@ LayerSize part(std::string layer, std::vector<ParameterShape> tensors) {
   return l;
 }
 
+// GPT-2's initialisation of the embeddings, then the blocks made and named, in Gpt's order of
+// draws (Gpt and build_gpt_layers: the same weights).
+void init_gpt(const GptSpec& spec, Device device, uint64_t seed, TokenEmbedding& embedding,
+              std::vector<std::unique_ptr<GptBlock>>& blocks) {
+  InitRng rng(seed);
+  normal_init(embedding.wte().value, kInitStd, rng);
+  normal_init(embedding.wpe().value, kInitStd, rng);
+  prefix_names(embedding, "transformer");
+  const float proj_std = residual_proj_std(spec.layers);
+  for (int64_t i = 0; i < spec.layers; ++i) {
+    blocks.push_back(std::make_unique<GptBlock>(spec.embd, spec.heads, spec.context, device, rng, proj_std));
+    prefix_names(*blocks.back(), fmt::format("transformer.h.{}", i));
+  }
+}
+
 }  // namespace
 
 std::vector<LayerSize> plan_gpt(const GptSpec& s) {
@@ -94,6 +110,17 @@ int64_t gpt_parameter_count(const GptSpec& spec) {
   int64_t n = 0;
   for (const LayerSize& l : plan_gpt(spec)) n = add_counts(n, l.parameters, l.layer);
   return n;
+}
+
+std::vector<LayerSize> plan_gpt_layers(const GptSpec& spec) {
+  std::vector<LayerSize> layers = plan_gpt(spec);
+  LayerSize head = layers.back();  // ln_f, then the output layer's copy of wte
+  layers.pop_back();
+  head.layer = fmt::format("GptHead({}, the output layer tied to wte)", head.layer);
+  head.tensors.push_back(layers.front().tensors.front());
+  head.parameters = add_counts(head.parameters, checked_mul(spec.vocab, spec.embd, "wte"), "wte");
+  layers.push_back(std::move(head));
+  return layers;
 }
 
 // ---- GptBlock ----
@@ -179,15 +206,7 @@ std::string GptBlock::describe() const {
 Gpt::Gpt(const GptSpec& spec, Device device, uint64_t seed)
     : spec_(validated(spec)), embedding_(spec.vocab, spec.context, spec.embd, device), ln_f_(spec.embd, device),
       head_(embedding_.wte()) {
-  InitRng rng(seed);
-  normal_init(embedding_.wte().value, kInitStd, rng);
-  normal_init(embedding_.wpe().value, kInitStd, rng);
-  prefix_names(embedding_, "transformer");
-  const float proj_std = residual_proj_std(spec.layers);
-  for (int64_t i = 0; i < spec.layers; ++i) {
-    blocks_.push_back(std::make_unique<GptBlock>(spec.embd, spec.heads, spec.context, device, rng, proj_std));
-    prefix_names(*blocks_.back(), fmt::format("transformer.h.{}", i));
-  }
+  init_gpt(spec, device, seed, embedding_, blocks_);
   prefix_names(ln_f_, "transformer.ln_f");
 }
 
@@ -238,6 +257,84 @@ void Gpt::set_grad_ready_hook(GradReadyHook hook) {
 std::string Gpt::describe() const {
   return fmt::format("Gpt(vocab={}, context={}, layers={}, heads={}, embd={})", spec_.vocab, spec_.context,
                      spec_.layers, spec_.heads, spec_.embd);
+}
+
+// ---- GptHead ----
+
+GptHead::GptHead(const Tensor& wte, Device device)
+    : ln_f_(wte.dim(1), device),
+      wte_{kGptTiedParameter, Tensor::empty(wte.shape(), device), Tensor::zeros(wte.shape(), device)},
+      head_(wte_) {
+  wte_.value.copy_from(wte);
+  prefix_names(ln_f_, "transformer.ln_f");
+}
+
+Tensor GptHead::forward(const Tensor& x) {
+  DTRAIN_CHECK(x.ndim() == 3 && x.dim(2) == wte_.value.dim(1), "GptHead (embd {}) got input {}", wte_.value.dim(1),
+               shape_str(x.shape()));
+  in_shape_ = x.shape();
+  const Tensor h = ln_f_.forward(x);
+  return head_.forward(h.view({x.dim(0) * x.dim(1), x.dim(2)}));  // [B*T, V]
+}
+
+Tensor GptHead::backward(const Tensor& grad_logits, bool) {
+  const Tensor dx = head_.backward(grad_logits);  // this copy's whole gradient: final here
+  grad_ready(wte_);
+  return ln_f_.backward(dx.view(in_shape_)).view(in_shape_);
+}
+
+std::vector<Parameter*> GptHead::parameters() {
+  std::vector<Parameter*> out = ln_f_.parameters();
+  out.push_back(&wte_);
+  return out;
+}
+
+void GptHead::set_grad_ready_hook(GradReadyHook hook) {
+  ln_f_.set_grad_ready_hook(hook);
+  Module::set_grad_ready_hook(std::move(hook));
+}
+
+std::string GptHead::describe() const { return fmt::format("GptHead({}, tied output layer)", ln_f_.describe()); }
+
+std::unique_ptr<Sequential> build_gpt_layers(const GptSpec& spec, Device device, uint64_t seed, size_t begin,
+                                             size_t end) {
+  validate(spec);
+  const auto L = static_cast<size_t>(spec.layers);
+  end = std::min(end, L + 2);
+  DTRAIN_CHECK(begin < end, "GPT layers [{}, {}) of {}", begin, end, L + 2);
+  // Note [Stage construction] (model/models.h): the draws are counter-based, so a layer built
+  // alone skips the others' draws (a normal value takes two) and gets Gpt's values.
+  const auto draws = [](int64_t values) { return 2 * static_cast<uint64_t>(values); };
+  const int64_t c = spec.embd;
+  InitRng rng(seed);
+  std::vector<std::unique_ptr<Module>> layers;
+  Tensor wte;  // the head's copy, when the head is built without the embedding
+  if (begin == 0) {
+    auto embedding = std::make_unique<TokenEmbedding>(spec.vocab, spec.context, c, device);
+    normal_init(embedding->wte().value, kInitStd, rng);
+    normal_init(embedding->wpe().value, kInitStd, rng);
+    prefix_names(*embedding, "transformer");
+    wte = embedding->wte().value;
+    layers.push_back(std::move(embedding));
+  } else if (end == L + 2) {
+    wte = Tensor::empty({spec.vocab, c}, device);
+    normal_init(wte, kInitStd, rng);
+    rng.skip(draws(spec.context * c));
+  } else {
+    rng.skip(draws(spec.vocab * c + spec.context * c));
+  }
+  const float proj_std = residual_proj_std(spec.layers);
+  for (size_t i = 0; i < L; ++i) {
+    if (i + 1 < begin || i + 1 >= end) {
+      rng.skip(draws(12 * c * c));  // c_attn 3C x C, attn.c_proj C x C, c_fc 4C x C, mlp.c_proj C x 4C
+      continue;
+    }
+    auto block = std::make_unique<GptBlock>(c, spec.heads, spec.context, device, rng, proj_std);
+    prefix_names(*block, fmt::format("transformer.h.{}", i));
+    layers.push_back(std::move(block));
+  }
+  if (end == L + 2) layers.push_back(std::make_unique<GptHead>(wte, device));
+  return Sequential::of_named_layers(std::move(layers));
 }
 
 std::unique_ptr<Gpt> build_gpt(const GptSpec& spec, Device device, uint64_t seed, int64_t memory_budget_bytes, int ranks,

@@ -9,6 +9,7 @@
 // LayerNorm 1 / 0, the residual projections (attn.c_proj, mlp.c_proj) normal(0, 0.02/sqrt(2L)).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "model/embedding.h"
 #include "model/layernorm.h"
 #include "model/models.h"
+#include "model/sequential.h"
 
 namespace dtrain {
 
@@ -59,6 +61,40 @@ class GptBlock : public Module {
   std::unique_ptr<GELU> gelu_;
   Tensor x1_, out_;
 };
+
+// Note [GPT pipeline stages]: for pipeline parallelism (pipeline/) the GPT is a Sequential of
+// L + 2 layers cut at their boundaries: layer 0 the embeddings (wte, wpe), layers 1..L the
+// blocks, layer L + 1 a GptHead (ln_f and the output layer). The output layer is tied to wte:
+// GptHead holds its own copy, named transformer.wte.weight too, equal at the start, so the first
+// and last stages each hold one (Megatron's and DeepSpeed's answer); the pipeline adds the two
+// copies' gradients before each optimizer step (PipelineOptions::tied_parameter), so both take
+// the same update. Same initial weights, same arithmetic per layer as Gpt.
+class GptHead : public Module {
+ public:
+  GptHead(const Tensor& wte, Device device);  // copies wte [V, C]
+  Tensor forward(const Tensor& x) override;   // F32 [B, T, C] -> logits [B*T, V]
+  Tensor backward(const Tensor& grad_logits, bool need_input_grad = true) override;  // -> [B, T, C]
+  std::vector<Parameter*> parameters() override;  // ln_f.weight, ln_f.bias, wte (the copy)
+  void set_amp(AmpMode mode) override { head_.set_amp(mode); }
+  void set_grad_ready_hook(GradReadyHook hook) override;
+  std::string describe() const override;
+
+ private:
+  LayerNorm ln_f_;
+  Parameter wte_;
+  TiedLmHead head_;
+  Shape in_shape_;
+};
+
+// The layers of Note [GPT pipeline stages] with their sizes (the head counts its wte copy):
+// computed, nothing allocated, for the cut and the per-stage memory check.
+std::vector<LayerSize> plan_gpt_layers(const GptSpec& spec);
+// The GPT's layers [begin, end) of those (a pipeline stage's; the default: all), parameters
+// named as Gpt's, with Gpt's initial weights from `seed`; the other layers are not built.
+std::unique_ptr<Sequential> build_gpt_layers(const GptSpec& spec, Device device, uint64_t seed, size_t begin = 0,
+                                             size_t end = SIZE_MAX);
+// The name of the parameter the first and the last layer share.
+inline constexpr const char* kGptTiedParameter = "transformer.wte.weight";
 
 class Gpt : public Module {
  public:

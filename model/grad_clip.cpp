@@ -14,8 +14,13 @@ int64_t grad_norm_chunks(int64_t n) {
   return std::max<int64_t>(1, (n + kElementsPerChunk - 1) / kElementsPerChunk);
 }
 
-GradNormClipper::GradNormClipper(std::vector<Parameter*> params, std::function<float(float)> sum_over_ranks)
-    : params_(std::move(params)), sum_over_ranks_(std::move(sum_over_ranks)) {
+GradNormClipper::GradNormClipper(std::vector<Parameter*> params, std::function<float(float)> sum_over_ranks,
+                                 bool params_are_a_part, std::vector<const Parameter*> copies)
+    : params_(std::move(params)),
+      sum_over_ranks_(std::move(sum_over_ranks)),
+      part_(params_are_a_part),
+      copies_(std::move(copies)) {
+  DTRAIN_CHECK(!part_ || sum_over_ranks_, "clipping a part of a model needs the sum over ranks");
   DTRAIN_CHECK(!params_.empty(), "gradient clipping needs parameters");
   const Device device = params_[0]->value.device();
   result_ = Tensor::zeros({2}, device);
@@ -30,7 +35,18 @@ GradNormClipper::GradNormClipper(std::vector<Parameter*> params, std::function<f
     total += chunks_.back();
   }
   partials_ = Tensor::zeros({total}, device);
-  group_sums_ = Tensor::zeros({(total + kernels::kNormGroup - 1) / kernels::kNormGroup}, device);
+  const int64_t groups = (total + kernels::kNormGroup - 1) / kernels::kNormGroup;
+  DTRAIN_CHECK(!part_ || groups <= kernels::kNormGroup, "{} gradient chunks per stage: too many to clip", total);
+  group_sums_ = Tensor::zeros({groups + (part_ ? 1 : 0)}, device);  // a part: its total in the last element
+}
+
+void GradNormClipper::add_parts_sums(int64_t groups) {
+  // This rank's sum of squares (one group of groups), added over the ranks through the host.
+  const Device device = result_.device();
+  launch(device, 1, kernels::SumGroups{group_sums_.data() + groups, group_sums_.data(), groups});
+  Tensor mine = group_sums_.slice(groups, {1});
+  const float total = sum_over_ranks_(mine.to_vector()[0]);
+  mine.copy_from(Tensor::from_vector(std::vector<float>{total}, {1}, device));
 }
 
 void GradNormClipper::clip_owned(float max_norm) {
@@ -51,9 +67,7 @@ void GradNormClipper::clip_owned(float max_norm) {
   }
   launch(device, groups, kernels::SumGroups{group_sums_.data(), partials_.data(), partials_.numel()});
   // This rank's sum of squares, in the last element (groups <= kNormGroup: one group of groups).
-  launch(device, 1, kernels::SumGroups{group_sums_.data() + groups, group_sums_.data(), groups});
-  const float total = sum_over_ranks_(group_sums_.slice(groups, {1}).to_vector()[0]);
-  group_sums_.slice(groups, {1}).copy_from(Tensor::from_vector(std::vector<float>{total}, {1}, device));
+  add_parts_sums(groups);
   launch(device, 1, kernels::GlobalNormAndClipCoefficient{result_.data(), group_sums_.data() + groups, 1, max_norm});
   if (max_norm > 0.f)
     for (const GradSpan& s : spans) launch(device, s.n, kernels::ScaleByDeviceScalar{s.data, result_.data() + 1});
@@ -61,7 +75,7 @@ void GradNormClipper::clip_owned(float max_norm) {
 
 bool GradNormClipper::flat_path() const {
   const FlatStore* store = params_[0]->store.get();
-  if (!store || store->grads_sharded() || store->params() != params_) return false;
+  if (!store || store->grads_sharded() || store->params() != params_ || !copies_.empty()) return false;
   const Tensor& grads = const_cast<FlatStore*>(store)->grads();
   if (!grads.defined()) return false;
   for (size_t i = 0; i < params_.size(); ++i)
@@ -101,15 +115,18 @@ void GradNormClipper::clip(float max_norm) {
     fill(partials_, 0.f);  // absent gradients contribute nothing
     for (size_t i = 0; i < params_.size(); ++i) {
       Parameter& p = *params_[i];
-      if (p.grad_is_zero) continue;
+      if (p.grad_is_zero || std::find(copies_.begin(), copies_.end(), &p) != copies_.end()) continue;
       launch(device, chunks_[i],
              kernels::SumSquaresStrided{partials_.data() + first_partial_[i], p.grad.data(), p.grad.numel(), chunks_[i]});
       ++launches_;
     }
   }
-  launch(device, group_sums_.numel(), kernels::SumGroups{group_sums_.data(), partials_.data(), partials_.numel()});
+  const int64_t groups = group_sums_.numel() - (part_ ? 1 : 0);
+  launch(device, groups, kernels::SumGroups{group_sums_.data(), partials_.data(), partials_.numel()});
+  if (part_) add_parts_sums(groups);
   launch(device, 1,
-         kernels::GlobalNormAndClipCoefficient{result_.data(), group_sums_.data(), group_sums_.numel(), max_norm});
+         part_ ? kernels::GlobalNormAndClipCoefficient{result_.data(), group_sums_.data() + groups, 1, max_norm}
+               : kernels::GlobalNormAndClipCoefficient{result_.data(), group_sums_.data(), groups, max_norm});
   launches_ += 2;
   if (max_norm <= 0.f) return;
   // Scaled even when the coefficient is 1 (x * 1 is x, bit for bit): the host never looks. The

@@ -22,9 +22,13 @@ namespace dtrain {
 
 class GradNormClipper {
  public:
-  // `sum_over_ranks`: a rank's sum of squares -> every rank's added (collective); needed only
-  // when the gradients are sharded (FlatStore::grads_sharded).
-  explicit GradNormClipper(std::vector<Parameter*> params, std::function<float(float)> sum_over_ranks = nullptr);
+  // `sum_over_ranks`: a rank's sum of squares -> every rank's added (collective); needed when
+  // the gradients are sharded (FlatStore::grads_sharded) and when `params_are_a_part`: the ranks
+  // hold parts of the model (pipeline stages), whose sums of squares add up to the whole
+  // model's. `copies`: parameters of `params` another rank's part counts (a tied weight's second
+  // copy): scaled with the others, left out of the sum.
+  explicit GradNormClipper(std::vector<Parameter*> params, std::function<float(float)> sum_over_ranks = nullptr,
+                           bool params_are_a_part = false, std::vector<const Parameter*> copies = {});
   // Computes the global norm of the gradients written since zero_grad() (an absent gradient
   // counts as none, as PyTorch's None); with max_norm > 0 scales them by the coefficient.
   // Enqueued on the device; returns without waiting.
@@ -36,6 +40,8 @@ class GradNormClipper {
 
  private:
   void clip_owned(float max_norm);  // the sharded case
+  // group_sums_[0, groups) summed into group_sums_[groups], then that added over the ranks.
+  void add_parts_sums(int64_t groups);
   // Every parameter written and each a view of the store's flat gradient: one launch for the
   // sums of squares, one for the scaling (the gaps between parameters are zeros).
   bool flat_path() const;
@@ -44,6 +50,8 @@ class GradNormClipper {
 
   std::vector<Parameter*> params_;
   std::function<float(float)> sum_over_ranks_;
+  bool part_ = false;
+  std::vector<const Parameter*> copies_;
   std::vector<int64_t> first_partial_;  // per parameter: where its chunks' sums go
   std::vector<int64_t> chunks_;         // per parameter
   Tensor partials_;

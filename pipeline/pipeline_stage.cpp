@@ -18,6 +18,7 @@ namespace {
 constexpr int kShapeTag = kMaxP2pTag;  // above every micro-batch's tags (M <= 8191)
 constexpr int kMaxDims = 7;
 constexpr int kEvalTag = kMaxP2pTag - 1;  // evaluation activations (also above the micro-batches')
+constexpr int kTiedTag = kMaxP2pTag - 2;  // Note [Tied stages]: the shared parameter's value, then gradients
 
 std::vector<uint64_t> read_counters(Module& m) {
   std::vector<uint64_t> out;
@@ -44,6 +45,31 @@ PipelineStage::PipelineStage(std::unique_ptr<Sequential> module, PipelineGrid& g
   if (grid_.replicas > 1)
     for (Parameter* p : module_->parameters()) grid_.data_parallel->broadcast(p->value, 0);
   module_->set_grad_ready_hook([this](Parameter& p) { issue_gradient_sum(p); });
+  if (options_.tied_parameter.empty() || grid_.stages == 1 || (!first_ && !last_)) return;
+  for (Parameter* p : module_->parameters())
+    if (p->name == options_.tied_parameter) tied_ = p;
+  DTRAIN_CHECK(tied_, "pipeline stage {}: no parameter {} to tie between the first and the last stage", grid_.stage,
+               options_.tied_parameter);
+  // Note [Tied stages]: the last stage starts from stage 0's copy.
+  Tensor& v = tied_->value;
+  if (first_) grid_.chain->send(v.raw(), v.numel(), v.dtype(), grid_.stages - 1, kTiedTag);
+  else grid_.chain->recv(v.raw(), v.numel(), v.dtype(), 0, kTiedTag);
+  tied_peer_grad_ = Tensor::empty(v.shape(), v.device());
+}
+
+void PipelineStage::sum_tied_gradients() {
+  // Note [Tied stages]: after the replicas' sums, so each copy's gradient is the global batch's.
+  const int64_t start = steady_now_ns();
+  Tensor& g = tied_->grad;
+  const int peer = first_ ? grid_.stages - 1 : 0;
+  order_after(compute_stream(g.device()), *grid_.chain);
+  const ScopedCollectiveDetail detail(fmt::format("pipeline stage {}: tied {}", grid_.stage, tied_->name));
+  grid_.chain
+      ->batch_p2p_async({{P2pOp::kSend, g.raw(), g.numel(), g.dtype(), peer, kTiedTag},
+                         {P2pOp::kRecv, tied_peer_grad_.raw(), g.numel(), g.dtype(), peer, kTiedTag}})
+      ->wait();
+  axpy(g, tied_peer_grad_, 1.f);  // mine + the peer's, and the peer adds mine to its: the same bits
+  spans_.push_back({PipeSpan::kTransfer, -1, start, steady_now_ns()});
 }
 
 void PipelineStage::issue_gradient_sum(Parameter& p) {
@@ -78,7 +104,8 @@ void PipelineStage::prepare(const Tensor& input, int64_t rows) {
                                                                : module_->parameters().front()->value.device();
   if (!same) {
     const std::vector<uint64_t> counters = read_counters(*module_);
-    out_shape_ = module_->forward(Tensor::zeros(in_shape_, device)).shape();
+    // Stage 0's input keeps its type (a language model's int32 tokens: zeros are valid ids).
+    out_shape_ = module_->forward(Tensor::zeros(in_shape_, device, first_ ? input.dtype() : DType::kF32)).shape();
     write_counters(*module_, counters);
     last_forward_ = -1;
   }
@@ -144,7 +171,8 @@ void PipelineStage::forward(int m, const Tensor& input, const Tensor& labels) {
   Tensor out = module_->forward(stage_input(m, input));
   last_forward_ = m;
   if (last_) {
-    const Tensor y = labels.slice(m * rows_, {rows_});
+    const int64_t per_micro_batch = labels.numel() / options_.micro_batches;  // rows_, or rows_ x T tokens
+    const Tensor y = labels.slice(m * per_micro_batch, {per_micro_batch});
     loss_sum_ += loss_value(loss_.forward(out, y));
     correct_ += count_correct(out, y);
     Tensor& g = grad_in_[grad_slot(m)];
@@ -181,9 +209,9 @@ PipelineStage::Result PipelineStage::train_step(const Tensor& input, const Tenso
   int64_t rows = 0;
   if (first_) rows = input.dim(0);
   if (last_) {
-    DTRAIN_CHECK(labels.defined() && labels.ndim() == 1, "pipeline: the last stage needs the batch's labels");
+    DTRAIN_CHECK(labels.defined(), "pipeline: the last stage needs the batch's labels");
     DTRAIN_CHECK(!first_ || labels.dim(0) == rows, "pipeline: {} labels for {} rows", labels.dim(0), rows);
-    rows = labels.dim(0);
+    rows = labels.dim(0);  // [B] or [B, T]: B rows
   }
   if (rows % M != 0)
     throw Error(fmt::format("the batch of {} rows is not a multiple of the {} micro-batches", rows, M));
@@ -202,6 +230,7 @@ PipelineStage::Result PipelineStage::train_step(const Tensor& input, const Tenso
   }
   for (WorkHandle& w : sums_) w->wait();
   sums_.clear();
+  if (tied_) sum_tied_gradients();
   step_ns_ += steady_now_ns() - step_start;
   for (const PipeSpan& s : spans_)
     if (s.kind != PipeSpan::kTransfer) busy_ns_ += s.end_ns - s.start_ns;

@@ -21,6 +21,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -32,8 +34,18 @@
 namespace dtrain {
 
 struct PipelineOptions {
+  PipelineOptions(PipelineSchedule schedule_ = PipelineSchedule::k1f1b, int micro_batches_ = 1,
+                  std::string tied_parameter_ = "")
+      : schedule(schedule_), micro_batches(micro_batches_), tied_parameter(std::move(tied_parameter_)) {}
   PipelineSchedule schedule = PipelineSchedule::k1f1b;
   int micro_batches = 1;
+  // Note [Tied stages]: the name of a parameter that the first and the last stage both hold (the
+  // GPT's transformer.wte.weight, its embedding and its output layer: Note [GPT pipeline
+  // stages] in model/gpt.h); "" for none. At construction the last stage takes stage 0's
+  // value; after each step's gradient sums the two copies' gradients are added (each end adds
+  // the other's: a + b == b + a bit for bit), so both take the same optimizer update and stay
+  // bitwise equal. Nothing at P = 1.
+  std::string tied_parameter;
 };
 
 // One action's time on this stage, for traces: forward, backward, or the wait in a transfer batch.
@@ -50,7 +62,8 @@ class PipelineStage {
   PipelineStage(std::unique_ptr<Sequential> module, PipelineGrid& grid, PipelineOptions options);
 
   // One step's forwards and backwards over this replica's batch of B rows: stage 0 reads `input`
-  // [B, ...], the last stage `labels` [B] (int32); the other arguments may be undefined. B must
+  // [B, ...], the last stage `labels` (int32) [B], or [B, T] for a language model (a micro-batch's
+  // labels are its rows' T each, flattened for the loss); the other arguments may be undefined. B must
   // be a multiple of the micro-batch count (one line otherwise). On return the stage's gradients
   // are the global batch's (Note [Pipeline loss]). On the last stage: this replica's mean loss
   // and correct predictions; elsewhere loss NaN, correct 0.
@@ -70,6 +83,9 @@ class PipelineStage {
   Evaluated evaluate_batch(const Tensor& input, const Tensor& labels);
 
   Sequential& module() { return *module_; }
+  // The last stage's copy of the tied parameter (Note [Tied stages]), or null: the gradient norm
+  // counts the first stage's only.
+  const Parameter* tied_copy() const { return last_ ? tied_ : nullptr; }
   const PipelineGrid& grid() const { return grid_; }
   // The most micro-batches whose input this stage held at once in the last step (its input
   // buffers: Note [Pipeline buffers] in pipeline_stage.cpp).
@@ -89,6 +105,7 @@ class PipelineStage {
   void backward(int m, const Tensor& input);
   Tensor stage_input(int m, const Tensor& input);
   void issue_gradient_sum(Parameter& p);
+  void sum_tied_gradients();
 
   std::unique_ptr<Sequential> module_;
   PipelineGrid& grid_;
@@ -104,6 +121,8 @@ class PipelineStage {
   std::vector<Tensor> act_in_, act_out_, grad_in_, grad_out_;
   std::vector<std::vector<uint64_t>> rng_at_;                  // rng counters before each forward
   CrossEntropyLoss loss_;
+  Parameter* tied_ = nullptr;  // Note [Tied stages]: on the first and the last stage, P > 1
+  Tensor tied_peer_grad_;
   int last_forward_ = -1;
   bool summing_ = false;  // in the last micro-batch's backward: gradients go to the group's sum
   std::vector<WorkHandle> sums_;

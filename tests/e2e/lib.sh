@@ -130,3 +130,6 @@ pipeline_layout() {
     *) echo "NP must be 2, 3 or 4"; exit 2 ;;
   esac
 }
+
+# fingerprint LOG: the final parameters' fingerprint a --json run printed ("" when none).
+fingerprint() { sed -n 's/.*"parameters_fingerprint":"\([0-9a-f]*\)".*/\1/p' "$1" | tail -1; }

@@ -43,8 +43,6 @@ for split, prefix, n in (("train", "train", n_train), ("test", "t10k", n_test)):
     np.save(os.path.join(work, "float", split + "_y.npy"), y.astype(np.int32))
 EOF
 
-# fingerprint LOG: the final parameters' fingerprint of a --json run.
-fingerprint() { sed -n 's/.*"parameters_fingerprint":"\([0-9a-f]*\)".*/\1/p' "$1" | tail -1; }
 
 for model in mlp cnn; do
   args=(train --threads 1 --test-limit "$TEST" --log-interval 10 --model "$model" --batch-size 32 --epochs 2 --json)

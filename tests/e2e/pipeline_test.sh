@@ -37,7 +37,6 @@ for x, y in zip(a, b):
 sys.exit(0 if ok else 1)
 PY
 }
-fingerprint() { grep -o '"parameters_fingerprint":[^,}]*' "$1"; }
 
 dtrain_at 1 "$WORK/ref.log" train "${RUN[@]}" --batch-size $((B * D))
 check "np 1 reference ran" [ "$(lines "$WORK/ref.log" | wc -l)" -gt 4 ]

@@ -18,12 +18,15 @@
 #include "pipeline/pipeline_stage.h"
 #include "tests/mpi/collective_test_util.h"
 #include "tests/mpi/mpi_test_env.h"
+#include "tests/mpi/pipeline_test_util.h"
 
 namespace dtrain {
 namespace {
 
 using testing::error_of;
+using testing::pipeline_grids;
 using testing::test_comm;
+using testing::worst_relative;
 
 constexpr int64_t kRowsPerReplica = 8;
 constexpr int kSteps = 30;
@@ -119,31 +122,8 @@ PipelineRun train_pipeline(PipelineGrid& grid, PipelineSchedule schedule, int mi
   return run;
 }
 
-// max |a - b| / max |b| over each tensor.
-double worst_relative(const std::map<std::string, std::vector<float>>& got,
-                      const std::map<std::string, std::vector<float>>& want) {
-  double worst = 0;
-  for (const auto& [name, values] : got) {
-    const std::vector<float>& ref = want.at(name);
-    double diff = 0, scale = 0;
-    for (size_t i = 0; i < values.size(); ++i) {
-      diff = std::max(diff, std::fabs(static_cast<double>(values[i]) - ref[i]));
-      scale = std::max(scale, std::fabs(static_cast<double>(ref[i])));
-    }
-    worst = std::max(worst, diff / std::max(scale, 1e-12));
-  }
-  return worst;
-}
-
-std::vector<int> grids() {
-  std::vector<int> out;
-  for (int p = 2; p <= test_comm().size(); ++p)
-    if (test_comm().size() % p == 0) out.push_back(p);
-  return out;
-}
-
 TEST(Pipeline, EveryGridsWeightsAfterNStepsEqualTheUnsplitModelsAndGpipeEquals1f1bBitForBit) {
-  for (int stages : grids()) {
+  for (int stages : pipeline_grids()) {
     PipelineGrid grid = make_pipeline_grid(test_comm(), stages);
     const Reference ref = train_unsplit(grid.replicas);
     const int M = 4;  // >= P for every grid here, and divides kRowsPerReplica

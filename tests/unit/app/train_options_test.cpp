@@ -119,6 +119,10 @@ TEST(TrainOptions, PipelineRefusesWhatItCannotTrainYet) {
   EXPECT_EQ(with({"--micro-batches", "1"}),
             "--micro-batches 1 is fewer than --pipeline-stages 2: every stage needs a micro-batch in flight (use "
             "--micro-batches >= 2)");
+  // The GPT trains through the pipeline (clipping included); its --init-weights not yet.
+  EXPECT_EQ(with({"--model", "gpt", "--batch-size", "8", "--clip-grad-norm", "1"}), "<no error>");
+  EXPECT_EQ(with({"--model", "gpt", "--batch-size", "8", "--init-weights", "w.safetensors"}),
+            "--pipeline-stages 2: not yet with --model gpt and --init-weights");
 }
 
 TEST(TrainOptions, FloatFlagsAreParsedStrictly) {

@@ -1,0 +1,185 @@
+#include "app/lm_pipeline_trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "app/lm_batches.h"
+#include "app/lm_trainer.h"
+#include "app/pipeline_report.h"
+#include "app/rank_agreement.h"
+#include "app/reporter.h"
+#include "app/trace.h"
+#include "comm/flight_recorder.h"
+#include "comm/launch_channel.h"
+#include "core/error.h"
+#include "core/memory.h"
+#include "model/fingerprint.h"
+#include "model/grad_clip.h"
+#include "model/loss.h"
+#include "model/lr_schedule.h"
+#include "model/optimizer.h"
+#include "pipeline/gpt_stage.h"
+#include "pipeline/pipeline_stage.h"
+
+namespace dtrain {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// The mean validation loss over `batches` slots: replica d takes i = d, d + D, ...; the last
+// stage's sum over the replicas (elsewhere 0). Collective over every stage of every replica.
+double pipeline_validation_loss(PipelineStage& stage, LmBatches& data, int64_t batches) {
+  const PipelineGrid& g = stage.grid();
+  double sum = 0;
+  for (int64_t i = g.replica; i < batches; i += g.replicas) {
+    data.stage_val(i);
+    const PipelineStage::Evaluated e = stage.evaluate_batch(data.inputs(), data.targets());
+    sum += e.loss_sum / static_cast<double>(data.targets().numel());  // the slot's mean
+  }
+  if (g.stage != g.stages - 1) return 0;
+  float total = static_cast<float>(sum);
+  g.data_parallel->allreduce(&total, 1, DType::kF32, ReduceOp::kSum);
+  return static_cast<double>(total) / static_cast<double>(batches);
+}
+
+}  // namespace
+
+TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
+  const PipelineSettings& p = c.pipeline;
+  const LmSettings& lm = *c.lm;
+  LmBatches data = open_lm_batches(rt, c);
+  check_ranks_agree(rt.control(), shared_settings(c, data.train_tokens(), data.val_tokens()));
+  if (std::string problem = pipeline_grid_problem(rt.size(), p.stages); !problem.empty())
+    throw Error(fmt::format("--pipeline-stages {}: {}", p.stages, problem));
+  const GptSpec spec = gpt_spec(lm, data.vocab());
+  std::vector<StageRange> ranges;
+  try {
+    ranges = gpt_stage_ranges(spec, p.stages, p.split);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{} {}: {} (the GPT's layers: 0 the embeddings, 1..{} the blocks, {} ln_f and the head)",
+                            p.split.empty() ? "--pipeline-stages" : "--pipeline-split",
+                            p.split.empty() ? fmt::format("{}", p.stages) : fmt::format("{}", fmt::join(p.split, ",")),
+                            e.what(), lm.layers, lm.layers + 1),
+                ErrorKind::kUsage);
+  }
+  PipelineGrid grid = make_pipeline_grid(rt.control(), p.stages);
+  const StageRange mine = ranges.at(static_cast<size_t>(grid.stage));
+  // The memory check counts this stage's layers only.
+  check_model_fits("gpt", plan_gpt_stage(spec, mine),
+                   c.model.memory_budget_bytes > 0 ? c.model.memory_budget_bytes
+                                                   : host_memory_bytes() / std::max(1, rt.local_size()));
+  PipelineStage stage(build_gpt_stage(spec, rt.device(), c.seed, mine), grid,
+                      {p.schedule, p.micro_batches, kGptTiedParameter});
+  std::unique_ptr<Optimizer> optimizer = make_optimizer(c.optimizer, stage.module().parameters());
+  // The global norm: each stage's sum of squares (the tied weight once), added over the pipeline's
+  // stages (the replicas hold the same gradients after their sums), so every rank takes the
+  // same decision.
+  // Over a communicator of the pipeline's own: the chain runs point-to-point only.
+  std::unique_ptr<Communicator> pipeline_sums;
+  std::optional<GradNormClipper> clipper;
+  if (c.clip_grad_norm > 0.f) {
+    pipeline_sums = rt.control().split(grid.replica, grid.stage, fmt::format("pipeline{}-norm", grid.replica));
+    std::vector<const Parameter*> copies;
+    if (stage.tied_copy()) copies.push_back(stage.tied_copy());
+    clipper.emplace(
+        stage.module().parameters(),
+        [&pipeline_sums](float x) {
+          pipeline_sums->allreduce(&x, 1, DType::kF32, ReduceOp::kSum);
+          return x;
+        },
+        /*params_are_a_part=*/true, std::move(copies));
+  }
+  const StepLrSchedule schedule{c.optimizer.lr, c.min_lr, c.warmup_steps, lm.steps,
+                                c.lr_schedule == LrSchedule::Kind::kCosine};
+  const bool last = grid.stage == grid.stages - 1;
+  Reporter reporter(c.output, last && grid.replica == 0, false);
+  int64_t parameters = 0;
+  for (const LayerSize& l : plan_gpt(spec)) parameters += l.parameters;
+  reporter.start_lm(rt, fmt::format("Gpt(vocab={}, context={}, layers={}, heads={}, embd={})", spec.vocab,
+                                    spec.context, spec.layers, spec.heads, spec.embd),
+                    c, data.train_tokens(), data.val_tokens(), parameters);
+  int64_t stage_parameters = 0;
+  for (Parameter* q : stage.module().parameters()) stage_parameters += q->value.numel();
+  reporter.note(fmt::format("pipeline: {} stage(s) x {} replica(s), {} micro-batch(es) of {} sequences, schedule {}, "
+                            "layers {} (0: the embeddings, {}: ln_f and the head, which holds its copy of the tied "
+                            "wte); this stage (the last) holds {} parameters",
+                            grid.stages, grid.replicas, p.micro_batches, c.batch_size / p.micro_batches,
+                            pipeline_schedule_name(p.schedule), describe_partition(ranges), lm.layers + 1,
+                            stage_parameters));
+  report_reached_training();
+  TrainResult result;
+  result.world_size = rt.size();
+  result.device = rt.device().str();
+  result.parameters = parameters;
+  Tracer tracer(!c.output.trace_path.empty());
+  const double tokens_per_step = static_cast<double>(c.batch_size * lm.context * grid.replicas);
+  const auto start = Clock::now();
+  auto interval_start = start;
+  int64_t interval_steps = 0;
+  double eval_seconds = 0;
+  float loss = 0;
+  for (int64_t step = 0; step < lm.steps;) {
+    set_collective_context(fmt::format("step {}", step + 1));
+    // Note [A language model's position] (app/lm_trainer.cpp) with --accumulate 1 and N = D.
+    data.stage_train(step * grid.replicas + grid.replica);
+    optimizer->zero_grad();
+    const Tensor targets = data.targets().view({c.batch_size, lm.context});
+    loss = stage.train_step(data.inputs(), targets).loss;
+    trace_pipeline_step(tracer, stage);
+    optimizer->set_lr(static_cast<float>(schedule.lr_at(step)));
+    if (clipper) clipper->clip(c.clip_grad_norm);
+    {
+      ScopedSpan span(&tracer, "optimizer step");
+      optimizer->step();
+    }
+    ++step;
+    if (last && grid.replicas > 1) grid.data_parallel->allreduce(&loss, 1, DType::kF32, ReduceOp::kAvg);
+    if (last && !std::isfinite(loss))
+      // As the image pipeline's: the last stage alone sees the loss (core/exit_status.h).
+      throw Error(fmt::format("the loss is {} at step {}: training diverged", loss, step), ErrorKind::kDiverged);
+    ++interval_steps;
+    const bool end = step == lm.steps;
+    if (step % c.output.log_interval == 0 || step == 1 || end) {
+      const double seconds = seconds_since(interval_start);
+      reporter.lm_step({step, lm.steps, loss, clipper ? clipper->last_norm() : -1.f, schedule.lr_at(step - 1),
+                        1e3 * seconds / static_cast<double>(interval_steps),
+                        tokens_per_step * static_cast<double>(interval_steps) / seconds});
+      interval_start = Clock::now();
+      interval_steps = 0;
+    }
+    if (end || (lm.eval_every > 0 && step % lm.eval_every == 0)) {
+      const auto t0 = Clock::now();
+      set_collective_context(fmt::format("step {} evaluation", step));
+      result.val_loss = pipeline_validation_loss(stage, data, std::min(lm.eval_batches, data.val_slots()));
+      reporter.lm_eval(step, result.val_loss);
+      eval_seconds += seconds_since(t0);
+      interval_start = Clock::now();
+    }
+  }
+  result.train_seconds = seconds_since(start) - eval_seconds;
+  result.global_step = lm.steps;
+  result.train_loss = loss;
+  result.tokens_per_second =
+      result.train_seconds > 0 ? tokens_per_step * static_cast<double>(lm.steps) / result.train_seconds : 0;
+  result.parameters_fingerprint = parameters_fingerprint(stage.module());
+  report_pipeline_figures(reporter, rt.control(), stage, p);
+  if (tracer.enabled()) {
+    tracer.write(c.output.trace_path, rt.control());
+    reporter.note(fmt::format("trace: wrote {} (a row per rank: stage s of replica d is rank d x P + s)",
+                              c.output.trace_path));
+  }
+  reporter.finish_lm(result);
+  grid.chain->shutdown();
+  grid.data_parallel->shutdown();
+  if (pipeline_sums) pipeline_sums->shutdown();
+  return result;
+}
+
+}  // namespace dtrain

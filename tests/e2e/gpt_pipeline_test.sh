@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# `dtrain train --model gpt --pipeline-stages` end to end (Note [GPT pipeline stages] in
+# model/gpt.h): on byte shards of /usr/lib/python3.11/json (`dtrain data shard --bytes`), at NP 2
+# (P 2), NP 3 (P 3) and NP 4 (P 2 x D 2) every step's loss and gradient norm equal one process's
+# on the same global batch (AdamW, warm-up, cosine, clipping; within the printed precision), and
+# so does the validation loss at D 1 (at D 2 a validation slot holds B sequences, not 2B: other
+# text); GPipe and 1F1B end with the same parameters bit for bit; a --pipeline-split
+# that leaves a stage no layer is one line and a non-zero exit.
+# Usage: gpt_pipeline_test.sh DTRAIN NP
+set -uo pipefail
+DTRAIN=$1
+NP=${2:-2}
+E2E_NO_IDX=1
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+TEXT=/usr/lib/python3.11/json
+[ -d "$TEXT" ] || { echo "SKIPPED: $TEXT not found (Python 3.11's standard library)"; exit 77; }
+case $NP in
+  2) P=2; D=1; M=4 ;;
+  3) P=3; D=1; M=3 ;;
+  4) P=2; D=2; M=2 ;;
+  *) echo "NP must be 2, 3 or 4"; exit 2 ;;
+esac
+B=12
+if ! "$DTRAIN" data shard --bytes "$TEXT" -o "$WORK/shards" >"$WORK/shard.log" 2>&1; then
+  not_ok "byte shards of $TEXT" "$(tail -3 "$WORK/shard.log")"
+  finish
+fi
+gpt=(train --model gpt --layers 2 --heads 2 --embd 32 --context 32 --data "$WORK/shards" --shuffle off --seed 3
+  --steps 20 --warmup-steps 5 --lr-schedule cosine --optimizer adamw --lr 0.001 --beta2 0.95 --adam-eps 1e-6
+  --weight-decay 0.1 --clip-grad-norm 1.0 --eval-every 10 --eval-batches 2 --threads 1 --log-interval 1 --json)
+# same_steps A B: the same step and val lines, each number within 1.5e-4 (the 4 decimals printed)
+# of the other's, the timing fields left out.
+same_steps() {
+  python3 - "$1" "$2" "$D" <<'PY'
+import re, sys
+def lines(path):
+    out = []
+    for l in open(path):
+        if l.startswith("step ") or (l.startswith("val loss") and sys.argv[3] == "1"):
+            out.append([f for f in l.strip().split(" | ") if not re.search(r"ms$|tokens/s$", f)])
+    return out
+a, b = lines(sys.argv[1]), lines(sys.argv[2])
+num = re.compile(r"[-0-9.e+]+$")
+ok = len(a) == len(b) and len(a) >= 20
+for x, y in zip(a, b):
+    for f, g in zip(x, y):
+        mf, mg = num.search(f), num.search(g)
+        if f[: mf.start() if mf else len(f)] != g[: mg.start() if mg else len(g)]:
+            ok = False
+        elif mf and mg and "/" not in f and abs(float(mf.group()) - float(mg.group())) > 1.5e-4:
+            ok = False
+    if not ok:
+        print(f"# differs: {x!r} vs {y!r}")
+        break
+sys.exit(0 if ok else 1)
+PY
+}
+
+dtrain_at 1 "$WORK/ref.log" "${gpt[@]}" --batch-size $((B * D))
+check "np 1 reference ran (exit $?)" grep -q "^val loss" "$WORK/ref.log"
+for schedule in 1f1b gpipe; do
+  dtrain_at "$NP" "$WORK/$schedule.log" "${gpt[@]}" --batch-size "$B" --pipeline-stages "$P" --micro-batches "$M" \
+    --pipeline-schedule "$schedule"
+  check "$schedule: P $P x D $D logs the np 1 run's losses, norms and val losses" \
+    same_steps "$WORK/ref.log" "$WORK/$schedule.log"
+done
+check "gpipe and 1f1b end bit for bit alike" [ -n "$(fingerprint "$WORK/1f1b.log")" ] && \
+  [ "$(fingerprint "$WORK/1f1b.log")" = "$(fingerprint "$WORK/gpipe.log")" ]
+check "the bubble line" grep -q "^pipeline: idle share per stage" "$WORK/1f1b.log"
+
+# Layer 0 (the embeddings) cannot start a stage.
+bad_split=$([ "$P" = 2 ] && echo 0 || echo 0,2)
+dtrain_at "$NP" "$WORK/split.log" "${gpt[@]}" --batch-size "$B" --pipeline-stages "$P" --micro-batches "$M" \
+  --pipeline-split "$bad_split"
+status=$?
+check "--pipeline-split $bad_split: non-zero exit ($status)" [ "$status" -ne 0 ]
+check "--pipeline-split: one line naming the GPT's layers" grep -q "the GPT's layers: 0 the embeddings" "$WORK/split.log"
+finish
