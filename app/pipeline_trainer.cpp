@@ -14,6 +14,7 @@
 #include "app/rank_agreement.h"
 #include "app/reporter.h"
 #include "app/trace.h"
+#include "comm/exchange.h"
 #include "comm/flight_recorder.h"
 #include "core/error.h"
 #include "data/data_loader.h"
