@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/ops.h"
+#include "model/cpu_norm.h"
 #include "model/norm_kernels.h"
 
 namespace dtrain {
@@ -68,6 +69,14 @@ Tensor BatchNorm::forward(const Tensor& input) {
   return output_;
 }
 
+// The per-channel statistics: the row kernel on a GPU, its CPU lane's loops vectorised (bitwise).
+void BatchNorm::stats(const kernels::BatchNormStats& k) {
+  if (weight_.value.device().is_cpu())
+    cpu::batchnorm_stats(k);
+  else
+    launch_rows(weight_.value.device(), channels_, k);
+}
+
 void BatchNorm::batch_statistics(const Tensor& input) {
   const Device dev = weight_.value.device();
   float* s = stats_.data();
@@ -76,11 +85,10 @@ void BatchNorm::batch_statistics(const Tensor& input) {
     // PyTorch refuses this too: one value per channel has no variance.
     DTRAIN_CHECK(batch_ * plane_ > 1, "{} in training needs more than one value per channel, got input {}",
                  describe(), shape_str(input.shape()));
-    launch_rows(dev, c,
-                kernels::BatchNormStats{s + kMean * c, s + kInvstd * c, s + kAlpha * c, s + kShift * c,
-                                   running_mean_.value.data(), running_var_.value.data(), input.data(),
-                                   weight_.value.data(), bias_.value.data(), batch_, c, plane_, options_.eps,
-                                   options_.momentum});
+    stats(kernels::BatchNormStats{s + kMean * c, s + kInvstd * c, s + kAlpha * c, s + kShift * c,
+                                  running_mean_.value.data(), running_var_.value.data(), input.data(),
+                                  weight_.value.data(), bias_.value.data(), batch_, c, plane_, options_.eps,
+                                  options_.momentum});
     return;
   }
   // Note [SyncBatchNorm]: this rank's [mean, invstd, count], every rank's, combined.
@@ -88,10 +96,9 @@ void BatchNorm::batch_statistics(const Tensor& input) {
   ensure_tensor(gathered_, {sync_->ranks(), 2 * c + 1}, dev);
   float* l = local_.data();
   if (batch_ > 0)
-    launch_rows(dev, c,
-                kernels::BatchNormStats{l, l + c, s + kAlpha * c, s + kShift * c, nullptr, nullptr, input.data(),
-                                   weight_.value.data(), bias_.value.data(), batch_, c, plane_, options_.eps,
-                                   options_.momentum});
+    stats(kernels::BatchNormStats{l, l + c, s + kAlpha * c, s + kShift * c, nullptr, nullptr, input.data(),
+                                  weight_.value.data(), bias_.value.data(), batch_, c, plane_, options_.eps,
+                                  options_.momentum});
   launch(dev, 1, kernels::SetValue{l + 2 * c, static_cast<float>(batch_ * plane_)});
   sync_->allgather(local_, gathered_);
   launch(dev, c,
@@ -110,10 +117,14 @@ Tensor BatchNorm::backward(const Tensor& grad_output, bool need_input_grad) {
   const int64_t c = channels_;
   const float* y = relu_ ? output_.data() : nullptr;
   const float weight_beta = take_grad_beta(weight_), bias_beta = take_grad_beta(bias_);
-  launch_rows(dev, c,
-              kernels::BatchNormBackwardReduce{weight_.grad.data(), bias_.grad.data(), s + kSumDy * c, s + kSumDyXmu * c,
-                                          grad_output.data(), y, input_.data(), s + kMean * c, s + kInvstd * c, batch_,
-                                          c, plane_, weight_beta, bias_beta});
+  const kernels::BatchNormBackwardReduce reduce{weight_.grad.data(), bias_.grad.data(), s + kSumDy * c,
+                                                s + kSumDyXmu * c, grad_output.data(), y, input_.data(),
+                                                s + kMean * c, s + kInvstd * c, batch_, c, plane_, weight_beta,
+                                                bias_beta};
+  if (dev.is_cpu())
+    cpu::batchnorm_backward_reduce(reduce);  // the row kernel's CPU lane, vectorised (bitwise)
+  else
+    launch_rows(dev, c, reduce);
   grad_ready(weight_);
   grad_ready(bias_);
   if (!need_input_grad) return {};  // SyncBatchNorm too: every rank skips alike (the same model)

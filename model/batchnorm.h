@@ -8,6 +8,10 @@
 
 #include "model/module.h"
 
+namespace dtrain::kernels {
+struct BatchNormStats;
+}  // namespace dtrain::kernels
+
 namespace dtrain {
 
 // Note [SyncBatchNorm]: PyTorch's SyncBatchNorm, on any device. In training, each rank computes
@@ -53,6 +57,7 @@ class BatchNorm : public Module {
  private:
   // The training statistics: this rank's, or every rank's (Note [SyncBatchNorm]).
   void batch_statistics(const Tensor& input);
+  void stats(const kernels::BatchNormStats& k);
   // [N, C, plane] of the input, checked against the layer's kind and channels.
   void check_input(const Tensor& input);
 

@@ -1,5 +1,7 @@
 #include "model/conv.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/ops.h"
 #include "model/cpu_conv.h"
@@ -33,9 +35,41 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_
   uniform_init(bias_.value, fan_in_bound(fan_in), rng);
 }
 
+// Note [Chunked CPU convolution]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// On the GPU, and with 16-bit operands, a call runs one im2col of the whole batch and one GEMM,
+// and keeps the columns for backward. On the CPU in float32 that buffer, [in_c*k*k, batch*oh*ow],
+// is far beyond the caches (29 MB for ResNet-18's layer1 at width 16 and batch 64, 450 MB at
+// evaluation's batch of 1000): the im2col, the GEMM's packing, the moves to and from NCHW and
+// col2im all streamed it through memory, and its first touch cost page clearing (issue 24's
+// profile: the GEMM kernel was 43% of a step, those passes together about 40%). So the CPU
+// goes a chunk of images at a time, as PyTorch's slow_conv2d goes image by image: im2col of
+// the chunk, the GEMM, the result to NCHW with the bias and ReLU (with one image the GEMM's
+// [out_c, oh*ow] is already NCHW: it writes the output directly); backward takes the chunk's
+// dY to the columns layout (again nothing to move for one image without a ReLU or bias),
+// rebuilds its columns (an im2col is a copy, a small part of the two GEMMs it feeds), adds
+// its dW (beta 1 after the first chunk) and scatters its dcols by col2im at once. No column
+// buffer outlives a call, and what the passes touch stays in L2. A chunk is the most images
+// whose columns fit in kCpuConvChunkBytes (at least one): a function of the layer and the
+// batch, never of the thread count, so a run stays bitwise repeatable. dW and db are now sums
+// over chunks in order (the GEMM's own order within one), not the whole batch's single GEMM:
+// equal within float rounding, not the same bits; Y and dX are unchanged in value (each
+// element is still one sum over the same k).
+namespace {
+
+constexpr int64_t kCpuConvChunkBytes = int64_t{512} << 10;
+
+int64_t chunk_images(int64_t rows, int64_t plane, int64_t batch) {
+  const int64_t per_image = std::max<int64_t>(1, rows * plane * static_cast<int64_t>(sizeof(float)));
+  return std::clamp<int64_t>(kCpuConvChunkBytes / per_image, 1, std::max<int64_t>(1, batch));
+}
+
+}  // namespace
+
 // Per call, whatever the batch: forward im2col, GEMM, to-NCHW with bias (and ReLU); backward
 // to-columns (with the ReLU mask; on the CPU with the bias gradient too), the bias GEMM on the
-// GPU, the weight GEMM, plus the GEMM and col2im with the input gradient.
+// GPU, the weight GEMM, plus the GEMM and col2im with the input gradient. The CPU's float32
+// path does the same a chunk of images at a time (forward_cpu_chunks).
 Tensor Conv2d::forward(const Tensor& input) {
   geom_ = geometry(input, k_, stride_, pad_);
   DTRAIN_CHECK(geom_.c == in_c_, "Conv2d expects {} channels, got {}", in_c_, geom_.c);
@@ -44,13 +78,17 @@ Tensor Conv2d::forward(const Tensor& input) {
   checked_mul(batch, plane, "Conv2d columns (batch x output pixels)");  // the column buffers' widths
   input_ = input;
   ensure_tensor(output_, {batch, out_c_, geom_.oh, geom_.ow}, dev);
+  half_ = amp_operand_dtype(amp_);
+  if (dev.is_cpu() && half_ == DType::kF32) {
+    forward_cpu_chunks(input);
+    return output_;
+  }
   ensure_tensor(cols_, {rows, batch * plane}, dev);
   ensure_tensor(out_cols_, {out_c_, batch * plane}, dev);
   if (dev.is_cpu())
     cpu::im2col(input.data(), geom_, batch, cols_.data());
   else
     launch(dev, cols_.numel(), kernels::Im2col{cols_.data(), input.data(), geom_, batch});
-  half_ = amp_operand_dtype(amp_);
   if (half_ != DType::kF32) {  // the columns stay packed for backward's dW
     pack_half(half_, cols_, cols_half_);
     pack_half(half_, weight_.value, weight_half_);
@@ -70,11 +108,66 @@ Tensor Conv2d::forward(const Tensor& input) {
   return output_;
 }
 
+void Conv2d::forward_cpu_chunks(const Tensor& input) {
+  const Device dev = weight_.value.device();
+  const int64_t batch = input.dim(0), plane = geom_.oh * geom_.ow, rows = in_c_ * k_ * k_;
+  const int64_t in_size = in_c_ * geom_.h * geom_.w, out_size = out_c_ * plane;
+  const int64_t chunk = chunk_images(rows, plane, batch);
+  ensure_tensor(cols_, {rows, chunk * plane}, dev);
+  ensure_tensor(out_cols_, {out_c_, chunk * plane}, dev);
+  for (int64_t n0 = 0; n0 < batch; n0 += chunk) {
+    const int64_t nb = std::min(chunk, batch - n0);
+    float* y = output_.data() + n0 * out_size;
+    cpu::im2col(input.data() + n0 * in_size, geom_, nb, cols_.data());
+    if (nb == 1) {  // [out_c, plane] is this image's NCHW output
+      gemm(dev, false, false, out_c_, plane, rows, 1.f, weight_.value.data(), cols_.data(), 0.f, y);
+      cpu::bias_relu(y, bias_data(), out_c_, plane, relu_);
+      continue;
+    }
+    gemm(dev, false, false, out_c_, nb * plane, rows, 1.f, weight_.value.data(), cols_.data(), 0.f,
+         out_cols_.data());
+    cpu::columns_to_nchw_bias(out_cols_.data(), bias_data(), nb, out_c_, plane, relu_, y);
+  }
+}
+
+// The chunks of forward_cpu_chunks again. A batch of 0 still runs once (nb 0), so the
+// gradients are written (beta 0) or kept (beta 1) as the whole-batch GEMMs would.
+Tensor Conv2d::backward_cpu_chunks(const Tensor& grad_output, bool need_input_grad) {
+  const Device dev = weight_.value.device();
+  const int64_t batch = input_.dim(0), plane = geom_.oh * geom_.ow, rows = in_c_ * k_ * k_;
+  const int64_t in_size = in_c_ * geom_.h * geom_.w, out_size = out_c_ * plane;
+  const int64_t chunk = chunk_images(rows, plane, batch);
+  const float beta_b = has_bias_ ? take_grad_beta(bias_) : 0.f;  // before reading bias_.grad (module.h)
+  const float beta_w = take_grad_beta(weight_);
+  if (need_input_grad) ensure_tensor(grad_input_, input_.shape(), dev);
+  for (int64_t n0 = 0; n0 == 0 || n0 < batch; n0 += chunk) {
+    const int64_t nb = std::min(chunk, batch - n0);
+    const float* dyc = grad_output.data() + n0 * out_size;  // one image's dY is already [out_c, plane]
+    if (nb != 1 || relu_ || has_bias_) {
+      cpu::nchw_to_columns(dyc, relu_ ? output_.data() + n0 * out_size : nullptr, nb, out_c_, plane,
+                           out_cols_.data(), has_bias_ ? bias_.grad.data() : nullptr, n0 == 0 ? beta_b : 1.f);
+      dyc = out_cols_.data();
+    }
+    cpu::im2col(input_.data() + n0 * in_size, geom_, nb, cols_.data());
+    gemm(dev, false, true, out_c_, rows, nb * plane, 1.f, dyc, cols_.data(), n0 == 0 ? beta_w : 1.f,
+         weight_.grad.data());  // dW (+)= dY' cols^T
+    if (!need_input_grad) continue;
+    // The chunk's columns are no longer needed: dcols = W^T dY' takes their place.
+    gemm(dev, true, false, rows, nb * plane, out_c_, 1.f, weight_.value.data(), dyc, 0.f, cols_.data());
+    cpu::col2im(cols_.data(), geom_, nb, grad_input_.data() + n0 * in_size);
+  }
+  if (has_bias_) grad_ready(bias_);
+  grad_ready(weight_);
+  if (!need_input_grad) return {};
+  return grad_input_;
+}
+
 Tensor Conv2d::backward(const Tensor& grad_output, bool need_input_grad) {
   const Device dev = weight_.value.device();
   const int64_t batch = input_.dim(0), plane = geom_.oh * geom_.ow, rows = in_c_ * k_ * k_;
   const int64_t ncols = batch * plane;
   DTRAIN_CHECK(grad_output.numel() == output_.numel(), "Conv2d backward got {}", shape_str(grad_output.shape()));
+  if (dev.is_cpu() && half_ == DType::kF32) return backward_cpu_chunks(grad_output, need_input_grad);
   // out_cols_ held forward's GEMM result, no longer needed: it now takes dY in the columns layout.
   const float beta_b = has_bias_ ? take_grad_beta(bias_) : 0.f;  // before reading bias_.grad (module.h)
   if (dev.is_cpu()) {

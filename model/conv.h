@@ -36,10 +36,15 @@ class Conv2d : public Module {
   bool relu_ = false;  // output is ReLU(conv): Note [Fused ReLU]
   Parameter weight_, bias_;  // weight [out_c, in_c, k, k]
   const float* bias_data() { return has_bias_ ? bias_.value.data() : nullptr; }
+  // Note [Chunked CPU convolution] (conv.cpp): the CPU's float32 path, a few images at a time.
+  void forward_cpu_chunks(const Tensor& input);
+  Tensor backward_cpu_chunks(const Tensor& grad_output, bool need_input_grad);
   kernels::ConvGeometry geom_{};
   Tensor input_, output_, grad_input_;
-  Tensor cols_;      // [in_c*k*k, batch*oh*ow], column n*oh*ow + p: kept for backward, then dcols
-  Tensor out_cols_;  // [out_c, batch*oh*ow]: forward's GEMM result, then dY in the same layout
+  // GPU and 16-bit operands: the whole batch, [in_c*k*k, batch*oh*ow] (column n*oh*ow + p), kept
+  // for backward, then dcols; the CPU's float32 path: one chunk of images, rebuilt in backward.
+  Tensor cols_;
+  Tensor out_cols_;  // [out_c, batch (or chunk) * oh*ow]: the GEMM's result, then dY in the same layout
   Tensor ones_;      // >= batch*oh*ow ones: the bias gradient as a GEMM (GPU)
   Tensor masked_;    // GPU with a fused ReLU: dY masked by the output, before the columns layout
 };

@@ -149,6 +149,22 @@ DTRAIN_CPU_CLONES void columns_to_nchw_bias(const float* yc, const float* bias, 
     }
 }
 
+DTRAIN_CPU_CLONES void bias_relu(float* y, const float* bias, int64_t channels, int64_t plane, bool relu) {
+  if (!bias && !relu) return;
+  for (int64_t c = 0; c < channels; ++c) {
+    float* __restrict row = y + c * plane;
+    const float b = bias ? bias[c] : 0.f;
+    if (relu) {
+      for (int64_t p = 0; p < plane; ++p) {
+        const float v = row[p] + b;
+        row[p] = v > 0.f ? v : 0.f;
+      }
+    } else {
+      for (int64_t p = 0; p < plane; ++p) row[p] += b;
+    }
+  }
+}
+
 DTRAIN_CPU_CLONES void nchw_to_columns(const float* dy, const float* relu_output, int64_t batch, int64_t channels,
                                        int64_t plane, float* dyc, float* db, float db_beta) {
   for (int64_t c = 0; c < channels; ++c) {

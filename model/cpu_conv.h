@@ -23,6 +23,10 @@ void col2im(const float* col, const kernels::ConvGeometry& g, int64_t batch, flo
 void columns_to_nchw_bias(const float* yc, const float* bias, int64_t batch, int64_t channels, int64_t plane,
                           bool relu, float* y);
 
+// The same for one image in place: y[c, p] += bias[c], then max(., 0) when relu (the GEMM wrote
+// [channels, plane], which is one image's NCHW). Neither: nothing to do.
+void bias_relu(float* y, const float* bias, int64_t channels, int64_t plane, bool relu);
+
 // dyc[c, n*plane + p] = dy[n, c, p], zeroed where relu_output <= 0 when relu_output is given
 // (the gradient through a fused ReLU); and the bias gradient db[c] = db_beta * db[c] + the sum of
 // row c in the same pass (db_beta 0 overwrites, 1 accumulates; db nullptr: no bias). dyc is bitwise

@@ -78,7 +78,11 @@ struct BatchNormStats {
       const double d = at(n, p) - m;
       return d * d;
     });
-    if (lanes.lane() != 0) return;
+    if (lanes.lane() == 0) finish(c, m, squares);
+  }
+  // Lane 0's writes from the channel's mean m and sum of squared deviations (also cpu::batchnorm_stats's).
+  DTRAIN_HD void finish(int64_t c, double m, double squares) const {
+    const double count = static_cast<double>(batch * plane);
     const float is = static_cast<float>(1.0 / sqrt(squares / count + static_cast<double>(eps)));
     const float mf = static_cast<float>(m);
     mean[c] = mf;
@@ -173,7 +177,10 @@ struct BatchNormBackwardReduce {  // a row kernel over the channels
     const double dotp = channel_sum(lanes, batch, plane, [&](int64_t n, int64_t p) {
       return (static_cast<double>(x[(n * channels + c) * plane + p]) - m) * g(n, p);
     });
-    if (lanes.lane() != 0) return;
+    if (lanes.lane() == 0) finish(c, sum, dotp);
+  }
+  // Lane 0's writes from the channel's two sums (also cpu::batchnorm_backward_reduce's).
+  DTRAIN_HD void finish(int64_t c, double sum, double dotp) const {
     const float gw = static_cast<float>(dotp * static_cast<double>(invstd[c])), gb = static_cast<float>(sum);
     // Not beta * old: memory left stale by zero_grad may hold NaN (model/module.h).
     grad_weight[c] = weight_beta == 0.f ? gw : grad_weight[c] + gw;
