@@ -183,7 +183,7 @@ BENCHMARK_CAPTURE(BM_Im2col, conv2_functor, kConv2, true);
 void BM_Col2im(benchmark::State& state, ConvShape s, bool reference) {
   const kernels::ConvGeometry g = s.geometry();
   const int64_t n_col = s.c * s.k * s.k * s.batch * g.oh * g.ow, n = s.batch * s.c * s.hw * s.hw;
-  const std::vector<float> col = random_floats(static_cast<size_t>(n_col), 4);
+  std::vector<float> col = random_floats(static_cast<size_t>(n_col), 4);  // scratch for cpu::col2im
   std::vector<float> dx(static_cast<size_t>(n)), want(static_cast<size_t>(n));
   launch(Device::cpu(), n, kernels::Col2im{want.data(), col.data(), g, s.batch});
   cpu::col2im(col.data(), g, s.batch, dx.data());

@@ -85,8 +85,57 @@ inline float lane_sum(const float* x, int64_t n) {
 
 }  // namespace
 
+namespace {
+
+// Stride 1 with the output as large as the input (ResNet's 3x3 padding 1): a tap's whole plane
+// is the input plane shifted by one offset, so the rows the tap reads inside the image are one
+// contiguous run (one copy or one add loop, not one short loop per output row), and only the
+// padding columns the run wraps into need zeros (Note [CPU convolution]).
+bool flat_taps(const kernels::ConvGeometry& g) { return g.stride == 1 && g.ow == g.w && g.oh == g.h; }
+
+// A tap's run: output indices [first, last), input index = output index + offset.
+struct FlatTap {
+  Range ry, rx;
+  int64_t first, last, offset;
+};
+FlatTap flat_tap(const kernels::ConvGeometry& g, int64_t ky, int64_t kx) {
+  FlatTap t{inside(ky, g.h, g.oh, 1, g.pad), inside(kx, g.w, g.ow, 1, g.pad), 0, 0, (ky - g.pad) * g.w + kx - g.pad};
+  if (t.ry.lo < t.ry.hi && t.rx.lo < t.rx.hi) {
+    t.first = t.ry.lo * g.ow + t.rx.lo;
+    t.last = (t.ry.hi - 1) * g.ow + t.rx.hi;
+  }
+  return t;
+}
+
+// out[oy, ox] = 0 for ox outside [rx.lo, rx.hi) in rows [ry.lo, ry.hi): the elements a run wraps into.
+inline void zero_edges(float* out, const FlatTap& t, int64_t ow) {
+  for (int64_t oy = t.ry.lo; oy < t.ry.hi; ++oy) {
+    for (int64_t ox = 0; ox < t.rx.lo; ++ox) out[oy * ow + ox] = 0.f;
+    for (int64_t ox = t.rx.hi; ox < ow; ++ox) out[oy * ow + ox] = 0.f;
+  }
+}
+
+}  // namespace
+
 DTRAIN_CPU_CLONES void im2col(const float* x, const kernels::ConvGeometry& g, int64_t batch, float* col) {
   const int64_t plane = g.oh * g.ow, ncols = batch * plane, in_plane = g.h * g.w;
+  if (flat_taps(g)) {
+    for (int64_t ci = 0; ci < g.c; ++ci)
+      for (int64_t ky = 0; ky < g.kh; ++ky)
+        for (int64_t kx = 0; kx < g.kw; ++kx) {
+          const FlatTap t = flat_tap(g, ky, kx);
+          float* row = col + ((ci * g.kh + ky) * g.kw + kx) * ncols;
+          for (int64_t n = 0; n < batch; ++n) {
+            const float* xc = x + (n * g.c + ci) * in_plane;
+            float* out = row + n * plane;
+            std::fill(out, out + t.first, 0.f);
+            std::memcpy(out + t.first, xc + t.first + t.offset, sizeof(float) * static_cast<size_t>(t.last - t.first));
+            std::fill(out + t.last, out + plane, 0.f);
+            zero_edges(out, t, g.ow);
+          }
+        }
+    return;
+  }
   for (int64_t ci = 0; ci < g.c; ++ci)
     for (int64_t ky = 0; ky < g.kh; ++ky) {
       const Range ry = inside(ky, g.h, g.oh, g.stride, g.pad);
@@ -105,9 +154,26 @@ DTRAIN_CPU_CLONES void im2col(const float* x, const kernels::ConvGeometry& g, in
     }
 }
 
-DTRAIN_CPU_CLONES void col2im(const float* col, const kernels::ConvGeometry& g, int64_t batch, float* dx) {
+DTRAIN_CPU_CLONES void col2im(float* col, const kernels::ConvGeometry& g, int64_t batch, float* dx) {
   const int64_t plane = g.oh * g.ow, ncols = batch * plane, in_plane = g.h * g.w;
   std::memset(dx, 0, sizeof(float) * static_cast<size_t>(batch * g.c * in_plane));
+  if (flat_taps(g)) {
+    // A tap's run is added in one loop once its wrapped elements are zero in col: adding +0
+    // changes no sum here (each starts from +0, so none is ever -0), and every pixel still
+    // receives its taps in (ky, kx) order.
+    for (int64_t ci = 0; ci < g.c; ++ci)
+      for (int64_t n = 0; n < batch; ++n) {
+        float* __restrict xc = dx + (n * g.c + ci) * in_plane;
+        for (int64_t ky = 0; ky < g.kh; ++ky)
+          for (int64_t kx = 0; kx < g.kw; ++kx) {
+            const FlatTap t = flat_tap(g, ky, kx);
+            float* __restrict in = col + ((ci * g.kh + ky) * g.kw + kx) * ncols + n * plane;
+            zero_edges(in, t, g.ow);
+            for (int64_t i = t.first; i < t.last; ++i) xc[i + t.offset] += in[i];
+          }
+      }
+    return;
+  }
   // Samples in blocks whose input gradient (one channel) fits in L1, taps outside the samples
   // of a block: each column row is read in long runs, front to back, and every pixel still
   // receives its taps in (ky, kx) order.

@@ -15,7 +15,9 @@ void im2col(const float* x, const kernels::ConvGeometry& g, int64_t batch, float
 
 // kernels::Col2im as a scatter: each input pixel receives its taps in the order the reference
 // adds them (ky, then kx, ascending), starting from zero, so the sums are bitwise equal.
-void col2im(const float* col, const kernels::ConvGeometry& g, int64_t batch, float* dx);
+// col is scratch: with stride 1 and the output the input's size (flat taps) the loop zeroes the
+// elements of col that fall in the padding before adding each tap's run in one piece.
+void col2im(float* col, const kernels::ConvGeometry& g, int64_t batch, float* dx);
 
 // y[n, c, p] = yc[c, n*plane + p] + bias[c], then max(., 0) when relu: the GEMM's result to NCHW
 // with the bias (and a following ReLU) in the same pass; bias nullptr: none. Bitwise kernels::ColumnsToNchwBias

@@ -4,10 +4,12 @@
 #include "gradcheck.h"
 
 #include <algorithm>
+#include <cstring>
 #include <set>
 
 #include "core/ops.h"
 #include "model/batchnorm.h"
+#include "model/cpu_norm.h"
 #include "model/models.h"
 #include "model/norm_kernels.h"
 #include "model/resnet.h"
@@ -153,6 +155,54 @@ TEST(BatchNormKernels, PlanesEqualElementsBitwise) {
            kernels::BatchNormBackwardInputPlanes{db.data(), dy.data(), y, x.data(), per_c.data(), per_c2.data(),
                                                  per_c.data(), per_c2.data(), c, plane});
     EXPECT_EQ(da, db) << "backward input, relu " << relu;
+  }
+}
+
+
+// The CPU loops of model/cpu_norm.h compute the row kernels' CPU lane (OneLane, launch_rows on the
+// CPU) bitwise: statistics with and without the running update, backward's sums with and without
+// the fused ReLU's mask (y has zeros, negatives and a NaN), gradients written and accumulated,
+// over planes that leave a tail after the groups of four (1, 3, 7) and that do not (4, 16).
+TEST(BatchNormKernels, CpuReductionsEqualTheRowKernelsBitwise) {
+  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  for (int64_t plane : {1, 3, 4, 7, 16}) {
+    const int64_t n = 3, c = 5, count = n * c * plane;
+    std::vector<float> x = testing::random_values(count, 1, -2.f, 3.f), dy = testing::random_values(count, 2);
+    std::vector<float> y = testing::random_values(count, 5);
+    y[0] = NAN;
+    y[1 % count] = 0.f;
+    const std::vector<float> weight = testing::random_values(c, 3, 0.5f, 1.5f), bias = testing::random_values(c, 4);
+    for (bool running : {false, true}) {
+      // [mean, invstd, alpha, shift, running_mean, running_var] per side
+      std::vector<std::vector<float>> want(6, std::vector<float>(c, 0.25f)), got = want;
+      auto stats = [&](std::vector<std::vector<float>>& o) {
+        return kernels::BatchNormStats{o[0].data(), o[1].data(), o[2].data(), o[3].data(),
+                                       running ? o[4].data() : nullptr, o[5].data(), x.data(), weight.data(),
+                                       bias.data(), n, c, plane, 1e-5f, 0.1f};
+      };
+      launch_rows(Device::cpu(), c, stats(want));
+      cpu::batchnorm_stats(stats(got));
+      for (size_t i = 0; i < want.size(); ++i)
+        EXPECT_TRUE(same(want[i], got[i])) << "statistics output " << i << ", plane " << plane << ", running " << running;
+    }
+    const std::vector<float> mean = testing::random_values(c, 6), invstd = testing::random_values(c, 7, 0.5f, 2.f);
+    for (bool relu : {false, true})
+      for (float beta : {0.f, 1.f}) {
+        // [grad_weight, grad_bias, sum_dy, sum_dy_xmu] per side
+        std::vector<std::vector<float>> want(4, std::vector<float>(c, beta == 0.f ? NAN : 0.5f)), got = want;
+        auto reduce = [&](std::vector<std::vector<float>>& o) {
+          return kernels::BatchNormBackwardReduce{o[0].data(), o[1].data(), o[2].data(), o[3].data(), dy.data(),
+                                                  relu ? y.data() : nullptr, x.data(), mean.data(), invstd.data(),
+                                                  n, c, plane, beta, beta};
+        };
+        launch_rows(Device::cpu(), c, reduce(want));
+        cpu::batchnorm_backward_reduce(reduce(got));
+        for (size_t i = 0; i < want.size(); ++i)
+          EXPECT_TRUE(same(want[i], got[i])) << "backward output " << i << ", plane " << plane << ", relu " << relu
+                                             << ", beta " << beta;
+      }
   }
 }
 

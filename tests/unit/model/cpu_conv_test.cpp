@@ -41,6 +41,8 @@ const std::vector<Case> kCases = {
     {2, 2, 8, 7, 5, 3, 2},    // stride 3, padding 2
     {1, 3, 5, 5, 1, 1, 0},    // kernel 1
     {2, 1, 4, 3, 3, 1, 2},    // padding wider than the image's reach at the edges
+    {3, 2, 6, 5, 3, 1, 1},    // ResNet's 3x3 padding 1 (flat taps: output as large as the input)
+    {1, 2, 4, 3, 7, 1, 3},    // flat taps with some wholly in the padding
 };
 
 // Bitwise equality, so -0 vs +0 and NaN payloads would count (memcmp).
@@ -69,9 +71,9 @@ TEST(CpuConv, Col2imEqualsTheFunctorBitwise) {
     const ConvGeometry g = geometry(t);
     const std::vector<float> col = random_values(static_cast<size_t>(t.c * t.k * t.k * t.batch * g.oh * g.ow), 2);
     const size_t n = static_cast<size_t>(t.batch * t.c * t.h * t.w);
-    std::vector<float> want(n, NAN), got(n, NAN);
+    std::vector<float> want(n, NAN), got(n, NAN), scratch = col;  // col2im may zero its padding taps
     launch(Device::cpu(), static_cast<int64_t>(n), kernels::Col2im{want.data(), col.data(), g, t.batch});
-    cpu::col2im(col.data(), g, t.batch, got.data());
+    cpu::col2im(scratch.data(), g, t.batch, got.data());
     expect_bitwise(got, want, describe(t));
   }
 }
