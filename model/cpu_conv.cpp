@@ -35,6 +35,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 namespace dtrain::cpu {
 
@@ -115,10 +116,54 @@ inline void zero_edges(float* out, const FlatTap& t, int64_t ow) {
   }
 }
 
+// Strided windows (ResNet's stride-2 downsampling) and small planes (its 7x7 and 4x4 layers):
+// per output row the loops above copy a handful of elements, one at a time with a stride, or
+// call memcpy/memset for a few, and the per-row and per-call overheads dominated. There each
+// tap's source index per output pixel is tabulated once per call (-1 in the padding) and a
+// plane is one gather (im2col) or scatter (col2im) over the table.
+constexpr int64_t kSmallPlane = 64;
+bool tabulated_taps(const kernels::ConvGeometry& g) {
+  return g.stride > 1 || (flat_taps(g) && g.oh * g.ow <= kSmallPlane);
+}
+
+// [kh*kw][plane]: the input index in one channel's plane that output pixel p reads for tap
+// (ky, kx), or -1 where that lies in the padding.
+std::vector<int32_t> tap_table(const kernels::ConvGeometry& g) {
+  const int64_t plane = g.oh * g.ow;
+  std::vector<int32_t> table(static_cast<size_t>(g.kh * g.kw * plane), -1);
+  for (int64_t ky = 0; ky < g.kh; ++ky)
+    for (int64_t kx = 0; kx < g.kw; ++kx) {
+      int32_t* t = table.data() + (ky * g.kw + kx) * plane;
+      const Range ry = inside(ky, g.h, g.oh, g.stride, g.pad), rx = inside(kx, g.w, g.ow, g.stride, g.pad);
+      for (int64_t oy = ry.lo; oy < ry.hi; ++oy)
+        for (int64_t ox = rx.lo; ox < rx.hi; ++ox)
+          t[oy * g.ow + ox] = static_cast<int32_t>((oy * g.stride - g.pad + ky) * g.w + ox * g.stride - g.pad + kx);
+    }
+  return table;
+}
+
 }  // namespace
 
 DTRAIN_CPU_CLONES void im2col(const float* x, const kernels::ConvGeometry& g, int64_t batch, float* col) {
   const int64_t plane = g.oh * g.ow, ncols = batch * plane, in_plane = g.h * g.w;
+  if (tabulated_taps(g)) {
+    const std::vector<int32_t> table = tap_table(g);
+    for (int64_t ci = 0; ci < g.c; ++ci)
+      for (int64_t tap = 0; tap < g.kh * g.kw; ++tap) {
+        const int32_t* __restrict t = table.data() + tap * plane;
+        float* row = col + (ci * g.kh * g.kw + tap) * ncols;
+        for (int64_t n = 0; n < batch; ++n) {
+          const float* __restrict xc = x + (n * g.c + ci) * in_plane;
+          float* __restrict out = row + n * plane;
+          for (int64_t p = 0; p < plane; ++p) {
+            const int32_t i = t[p];
+            const float v = xc[i < 0 ? 0 : i];
+            out[p] = i < 0 ? 0.f : v;
+          }
+        }
+      }
+    return;
+  }
   if (flat_taps(g)) {
     for (int64_t ci = 0; ci < g.c; ++ci)
       for (int64_t ky = 0; ky < g.kh; ++ky)
@@ -157,6 +202,21 @@ DTRAIN_CPU_CLONES void im2col(const float* x, const kernels::ConvGeometry& g, in
 DTRAIN_CPU_CLONES void col2im(float* col, const kernels::ConvGeometry& g, int64_t batch, float* dx) {
   const int64_t plane = g.oh * g.ow, ncols = batch * plane, in_plane = g.h * g.w;
   std::memset(dx, 0, sizeof(float) * static_cast<size_t>(batch * g.c * in_plane));
+  if (tabulated_taps(g)) {
+    // A pixel is read by at most one output per tap, so taps in order keep each pixel's order.
+    const std::vector<int32_t> table = tap_table(g);
+    for (int64_t ci = 0; ci < g.c; ++ci)
+      for (int64_t n = 0; n < batch; ++n) {
+        float* __restrict xc = dx + (n * g.c + ci) * in_plane;
+        for (int64_t tap = 0; tap < g.kh * g.kw; ++tap) {
+          const int32_t* __restrict t = table.data() + tap * plane;
+          const float* __restrict in = col + (ci * g.kh * g.kw + tap) * ncols + n * plane;
+          for (int64_t p = 0; p < plane; ++p)
+            if (t[p] >= 0) xc[t[p]] += in[p];
+        }
+      }
+    return;
+  }
   if (flat_taps(g)) {
     // A tap's run is added in one loop once its wrapped elements are zero in col: adding +0
     // changes no sum here (each starts from +0, so none is ever -0), and every pixel still

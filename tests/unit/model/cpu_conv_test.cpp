@@ -1,7 +1,8 @@
 // The CPU loops of model/cpu_conv.h against the device-generic functors they stand in for
 // (model/kernels.h, run here through launch() on the CPU): bitwise where the sums keep the
 // reference's order, within float rounding for the bias gradient, over geometries with odd
-// sizes, stride 2 and 3, padding, kernel 1, batch 1.
+// sizes, stride 2 and 3, padding, kernel 1, batch 1, and each of cpu_conv.cpp's paths (rows,
+// flat taps, tabulated taps).
 #include "model/cpu_conv.h"
 
 #include <gtest/gtest.h>
@@ -41,8 +42,10 @@ const std::vector<Case> kCases = {
     {2, 2, 8, 7, 5, 3, 2},    // stride 3, padding 2
     {1, 3, 5, 5, 1, 1, 0},    // kernel 1
     {2, 1, 4, 3, 3, 1, 2},    // padding wider than the image's reach at the edges
-    {3, 2, 6, 5, 3, 1, 1},    // ResNet's 3x3 padding 1 (flat taps: output as large as the input)
-    {1, 2, 4, 3, 7, 1, 3},    // flat taps with some wholly in the padding
+    {3, 2, 6, 5, 3, 1, 1},    // ResNet's 3x3 padding 1 on a small plane (tabulated taps)
+    {1, 2, 4, 3, 7, 1, 3},    // the same with taps wholly in the padding
+    {2, 2, 10, 9, 3, 1, 1},   // 3x3 padding 1 on a plane over 64 pixels (flat taps: one run per tap)
+    {1, 1, 9, 8, 19, 1, 9},   // flat taps with some wholly in the padding
 };
 
 // Bitwise equality, so -0 vs +0 and NaN payloads would count (memcmp).
