@@ -119,18 +119,20 @@ inline void zero_edges(float* out, const FlatTap& t, int64_t ow) {
 // Strided windows (ResNet's stride-2 downsampling) and small planes (its 7x7 and 4x4 layers):
 // per output row the loops above copy a handful of elements, one at a time with a stride, or
 // call memcpy/memset for a few, and the per-row and per-call overheads dominated. There each
-// tap's source index per output pixel is tabulated once per call (-1 in the padding) and a
-// plane is one gather (im2col) or scatter (col2im) over the table.
+// tap's source index per output pixel is tabulated once per call and a plane is one gather
+// (im2col) or scatter (col2im) over the table, without a branch: the plane is staged in a copy
+// with one more element, a zero, which the padding's entries index (col2im scatters their
+// values there and drops them).
 constexpr int64_t kSmallPlane = 64;
 bool tabulated_taps(const kernels::ConvGeometry& g) {
   return g.stride > 1 || (flat_taps(g) && g.oh * g.ow <= kSmallPlane);
 }
 
 // [kh*kw][plane]: the input index in one channel's plane that output pixel p reads for tap
-// (ky, kx), or -1 where that lies in the padding.
+// (ky, kx), or h*w (the staged plane's extra element) where that lies in the padding.
 std::vector<int32_t> tap_table(const kernels::ConvGeometry& g) {
   const int64_t plane = g.oh * g.ow;
-  std::vector<int32_t> table(static_cast<size_t>(g.kh * g.kw * plane), -1);
+  std::vector<int32_t> table(static_cast<size_t>(g.kh * g.kw * plane), static_cast<int32_t>(g.h * g.w));
   for (int64_t ky = 0; ky < g.kh; ++ky)
     for (int64_t kx = 0; kx < g.kw; ++kx) {
       int32_t* t = table.data() + (ky * g.kw + kx) * plane;
@@ -148,18 +150,15 @@ DTRAIN_CPU_CLONES void im2col(const float* x, const kernels::ConvGeometry& g, in
   const int64_t plane = g.oh * g.ow, ncols = batch * plane, in_plane = g.h * g.w;
   if (tabulated_taps(g)) {
     const std::vector<int32_t> table = tap_table(g);
+    std::vector<float> staged(static_cast<size_t>(in_plane + 1), 0.f);  // the last stays 0
     for (int64_t ci = 0; ci < g.c; ++ci)
-      for (int64_t tap = 0; tap < g.kh * g.kw; ++tap) {
-        const int32_t* __restrict t = table.data() + tap * plane;
-        float* row = col + (ci * g.kh * g.kw + tap) * ncols;
-        for (int64_t n = 0; n < batch; ++n) {
-          const float* __restrict xc = x + (n * g.c + ci) * in_plane;
-          float* __restrict out = row + n * plane;
-          for (int64_t p = 0; p < plane; ++p) {
-            const int32_t i = t[p];
-            const float v = xc[i < 0 ? 0 : i];
-            out[p] = i < 0 ? 0.f : v;
-          }
+      for (int64_t n = 0; n < batch; ++n) {
+        std::memcpy(staged.data(), x + (n * g.c + ci) * in_plane, sizeof(float) * static_cast<size_t>(in_plane));
+        const float* __restrict xs = staged.data();
+        for (int64_t tap = 0; tap < g.kh * g.kw; ++tap) {
+          const int32_t* __restrict t = table.data() + tap * plane;
+          float* __restrict out = col + (ci * g.kh * g.kw + tap) * ncols + n * plane;
+          for (int64_t p = 0; p < plane; ++p) out[p] = xs[t[p]];
         }
       }
     return;
@@ -201,22 +200,24 @@ DTRAIN_CPU_CLONES void im2col(const float* x, const kernels::ConvGeometry& g, in
 
 DTRAIN_CPU_CLONES void col2im(float* col, const kernels::ConvGeometry& g, int64_t batch, float* dx) {
   const int64_t plane = g.oh * g.ow, ncols = batch * plane, in_plane = g.h * g.w;
-  std::memset(dx, 0, sizeof(float) * static_cast<size_t>(batch * g.c * in_plane));
   if (tabulated_taps(g)) {
     // A pixel is read by at most one output per tap, so taps in order keep each pixel's order.
     const std::vector<int32_t> table = tap_table(g);
+    std::vector<float> staged(static_cast<size_t>(in_plane + 1));
     for (int64_t ci = 0; ci < g.c; ++ci)
       for (int64_t n = 0; n < batch; ++n) {
-        float* __restrict xc = dx + (n * g.c + ci) * in_plane;
+        std::fill(staged.begin(), staged.end(), 0.f);
+        float* xs = staged.data();
         for (int64_t tap = 0; tap < g.kh * g.kw; ++tap) {
           const int32_t* __restrict t = table.data() + tap * plane;
           const float* __restrict in = col + (ci * g.kh * g.kw + tap) * ncols + n * plane;
-          for (int64_t p = 0; p < plane; ++p)
-            if (t[p] >= 0) xc[t[p]] += in[p];
+          for (int64_t p = 0; p < plane; ++p) xs[t[p]] += in[p];
         }
+        std::memcpy(dx + (n * g.c + ci) * in_plane, xs, sizeof(float) * static_cast<size_t>(in_plane));
       }
     return;
   }
+  std::memset(dx, 0, sizeof(float) * static_cast<size_t>(batch * g.c * in_plane));
   if (flat_taps(g)) {
     // A tap's run is added in one loop once its wrapped elements are zero in col: adding +0
     // changes no sum here (each starts from +0, so none is ever -0), and every pixel still
