@@ -2,7 +2,7 @@
 // (model/kernels.h, run here through launch() on the CPU): bitwise where the sums keep the
 // reference's order, within float rounding for the bias gradient, over geometries with odd
 // sizes, stride 2 and 3, padding, kernel 1, batch 1, and each of cpu_conv.cpp's paths (rows,
-// flat taps, tabulated taps).
+// flat taps, tabulated taps for im2col).
 #include "model/cpu_conv.h"
 
 #include <gtest/gtest.h>
