@@ -1,6 +1,8 @@
 // Conv2d against a direct convolution loop, and its scratch reuse across batch sizes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "gradcheck.h"
 #include "core/error.h"
 #include "model/conv.h"
@@ -48,6 +50,64 @@ TEST(Conv2d, ForwardEqualsDirectConvolution) {
   std::vector<float> got = y.to_vector();
   ASSERT_EQ(got.size(), expected.size());
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], expected[i], 1e-5f) << "y[" << i << "]";
+}
+
+// Note [Chunked CPU convolution]: batches that span several chunks, against the direct loops in
+// double: one image per chunk (columns over 512 KB: the GEMM writes the output, and dY is used
+// in place when there is no bias or ReLU) and several per chunk with a short last one (9 = 4 +
+// 4 + 1), with and without bias and a fused ReLU; the gradients written, then accumulated.
+TEST(Conv2d, ChunkedCpuPathEqualsDirectLoops) {
+  struct Case {
+    int64_t batch, in_c, out_c, hw;
+    bool bias, relu;
+  };
+  for (const Case& t : {Case{3, 16, 4, 28, false, false}, Case{3, 16, 4, 28, true, true},
+                        Case{9, 64, 3, 7, false, false}, Case{9, 64, 3, 7, true, true}}) {
+    const int64_t k = 3, plane = t.hw * t.hw, in_plane = plane;
+    InitRng rng(21);
+    Conv2d layer(t.in_c, t.out_c, k, 1, 1, Device::cpu(), rng, t.bias);
+    if (t.relu) layer.absorb_following_relu();
+    const std::vector<float> x = random_values(static_cast<size_t>(t.batch * t.in_c * in_plane), 22);
+    const std::vector<float> w = layer.parameters()[0]->value.to_vector();
+    const std::vector<float> b = t.bias ? layer.parameters()[1]->value.to_vector() : std::vector<float>(t.out_c, 0.f);
+    const std::string what = fmt::format("batch {} in {} {}x{} bias {} relu {}", t.batch, t.in_c, t.hw, t.hw, t.bias, t.relu);
+    std::vector<float> want_y = direct_conv(x, w, b, t.batch, t.in_c, t.hw, t.hw, t.out_c, k, 1, 1);
+    if (t.relu)
+      for (float& v : want_y) v = std::max(v, 0.f);
+    const Tensor y = layer.forward(Tensor::from_vector(x, {t.batch, t.in_c, t.hw, t.hw}));
+    const std::vector<float> got_y = y.to_vector();
+    for (size_t i = 0; i < got_y.size(); ++i) ASSERT_NEAR(got_y[i], want_y[i], 1e-4f) << what << " y[" << i << "]";
+    // dY' = dY masked by the ReLU's output; dW, db, dX by the direct loops in double.
+    const std::vector<float> dy = random_values(got_y.size(), 23);
+    std::vector<double> dw(w.size()), db(static_cast<size_t>(t.out_c)), dx(x.size());
+    for (int64_t n = 0; n < t.batch; ++n)
+      for (int64_t oc = 0; oc < t.out_c; ++oc)
+        for (int64_t p = 0; p < plane; ++p) {
+          const size_t o = static_cast<size_t>((n * t.out_c + oc) * plane + p);
+          const double g = t.relu && !(got_y[o] > 0.f) ? 0.0 : dy[o];
+          db[static_cast<size_t>(oc)] += g;
+          for (int64_t ci = 0; ci < t.in_c; ++ci)
+            for (int64_t ky = 0; ky < k; ++ky)
+              for (int64_t kx = 0; kx < k; ++kx) {
+                const int64_t iy = p / t.hw - 1 + ky, ix = p % t.hw - 1 + kx;
+                if (iy < 0 || iy >= t.hw || ix < 0 || ix >= t.hw) continue;
+                const size_t wi = static_cast<size_t>(((oc * t.in_c + ci) * k + ky) * k + kx);
+                const size_t xi = static_cast<size_t>((n * t.in_c + ci) * in_plane + iy * t.hw + ix);
+                dw[wi] += g * x[xi];
+                dx[xi] += g * w[wi];
+              }
+        }
+    for (int pass = 1; pass <= 2; ++pass) {  // pass 2 accumulates onto pass 1's gradients
+      for (Parameter* q : layer.parameters()) q->grad_is_zero = pass == 1;
+      const Tensor got_dx = layer.backward(Tensor::from_vector(dy, y.shape()));
+      const std::vector<float> gdx = got_dx.to_vector(), gdw = layer.parameters()[0]->grad.to_vector();
+      for (size_t i = 0; i < gdx.size(); ++i) ASSERT_NEAR(gdx[i], dx[i], 1e-4) << what << " dx[" << i << "]";
+      for (size_t i = 0; i < gdw.size(); ++i) ASSERT_NEAR(gdw[i], pass * dw[i], 1e-3) << what << " pass " << pass << " dw[" << i << "]";
+      if (!t.bias) continue;
+      const std::vector<float> gdb = layer.parameters()[1]->grad.to_vector();
+      for (size_t i = 0; i < gdb.size(); ++i) ASSERT_NEAR(gdb[i], pass * db[i], 1e-3) << what << " pass " << pass << " db[" << i << "]";
+    }
+  }
 }
 
 // A layer that has seen a larger batch (larger scratch, e.g. the ones for the bias gradient)
