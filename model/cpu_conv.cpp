@@ -10,7 +10,12 @@
 // element. col2im is the same walk as a scatter-add; max-pool backward scatters through the
 // argmax that forward records. The bias, a ReLU that follows the layer, and the move from the
 // GEMM's [channel, sample*pixel] layout to NCHW share one pass after the GEMM; backward's move
-// back shares its pass with the ReLU mask and the bias gradient.
+// back shares its pass with the ReLU mask and the bias gradient. Two shapes of ResNet's take
+// other walks (issue 24): with stride 1 and the output as large as the input (3x3 padding 1) a
+// tap's plane is the input plane shifted, so im2col copies and col2im adds one run per tap and
+// plane instead of one per output row (flat taps); strided windows and planes of 64 pixels or
+// fewer gather through a table of source indices (im2col only). Conv2d calls these a chunk of
+// images at a time on the CPU (Note [Chunked CPU convolution] in conv.cpp).
 //
 // Libraries weighed (a one-off comparison and bench/kernel_bench.cpp on this 2-core AMD EPYC,
 // AVX2, 1 thread, batch 64, best of 30 runs; the machine was shared, so ratios, not times):
