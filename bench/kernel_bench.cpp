@@ -145,6 +145,20 @@ BENCHMARK_CAPTURE(BM_Gemm, conv2_fwd_16x6400x150, false, false, 16, 6400, 150);
 BENCHMARK_CAPTURE(BM_Gemm, conv2_dW_16x150x6400, false, true, 16, 150, 6400);
 BENCHMARK_CAPTURE(BM_Gemm, conv2_dcols_150x6400x16, true, false, 150, 6400, 16);
 BENCHMARK_CAPTURE(BM_Gemm, cnn_fc1_fwd_64x120x400, false, true, 64, 120, 400);
+// ResNet-18 width 16: one image of layer1 (16 channels, 3x3, 28x28: the chunk the CPU's Conv2d
+// runs, Note [Chunked CPU convolution]) as Conv2d multiplies, and each product transposed
+// (C^T = B^T A^T: the same sums, the other operand as the library's packed A).
+BENCHMARK_CAPTURE(BM_Gemm, resnet_l1_fwd_16x784x144, false, false, 16, 784, 144);
+BENCHMARK_CAPTURE(BM_Gemm, resnet_l1_fwd_T_784x16x144, true, true, 784, 16, 144);
+BENCHMARK_CAPTURE(BM_Gemm, resnet_l1_dW_16x144x784, false, true, 16, 144, 784);
+BENCHMARK_CAPTURE(BM_Gemm, resnet_l1_dW_T_144x16x784, false, true, 144, 16, 784);
+BENCHMARK_CAPTURE(BM_Gemm, resnet_l1_dcols_144x784x16, true, false, 144, 784, 16);
+BENCHMARK_CAPTURE(BM_Gemm, resnet_l1_dcols_T_784x144x16, true, false, 784, 144, 16);
+// layer3 (64 channels, 7x7: chunks of 4 images) and layer4 (128, 4x4: chunks of 7), dW both ways.
+BENCHMARK_CAPTURE(BM_Gemm, resnet_l3_dW_64x576x196, false, true, 64, 576, 196);
+BENCHMARK_CAPTURE(BM_Gemm, resnet_l3_dW_T_576x64x196, false, true, 576, 64, 196);
+BENCHMARK_CAPTURE(BM_Gemm, resnet_l4_dW_128x1152x112, false, true, 128, 1152, 112);
+BENCHMARK_CAPTURE(BM_Gemm, resnet_l4_dW_T_1152x128x112, false, true, 1152, 128, 112);
 
 // ---- im2col / col2im / pooling: the CPU loops, and the functors they replace ----
 

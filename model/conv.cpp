@@ -48,13 +48,17 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_
 // [out_c, oh*ow] is already NCHW: it writes the output directly); backward takes the chunk's
 // dY to the columns layout (again nothing to move for one image without a ReLU or bias),
 // rebuilds its columns (an im2col is a copy, a small part of the two GEMMs it feeds), adds
-// its dW (beta 1 after the first chunk) and scatters its dcols by col2im at once. No column
-// buffer outlives a call, and what the passes touch stays in L2. A chunk is the most images
-// whose columns fit in kCpuConvChunkBytes (at least one): a function of the layer and the
-// batch, never of the thread count, so a run stays bitwise repeatable. dW and db are now sums
-// over chunks in order (the GEMM's own order within one), not the whole batch's single GEMM:
-// equal within float rounding, not the same bits; Y and dX are unchanged in value (each
-// element is still one sum over the same k).
+// its dW (beta 1 after the first chunk) and scatters its dcols by col2im at once. dW is
+// computed transposed, dW^T = cols dY'^T into [in_c*k*k, out_c], and moved into the gradient
+// after the last chunk: OpenBLAS ran that product 20-30% faster than dY' cols^T at layer1's
+// shapes and 3-11% at layer3's and layer4's (bench/kernel_bench.cpp, resnet_l*_dW*, CPU time,
+// Haswell and SkylakeX kernels). No column buffer outlives a call, and what the passes touch
+// stays in L2. A chunk is the most images whose columns fit in kCpuConvChunkBytes (at least
+// one; 256 KB to 2 MB ran alike here): a function of the layer and the batch, never of the
+// thread count, so a run stays bitwise repeatable. dW and db are now sums over chunks in
+// order (the GEMM's own order within one), not the whole batch's single GEMM: equal within
+// float rounding, not the same bits. Y and dX are each element still one GEMM sum over the
+// same k.
 namespace {
 
 constexpr int64_t kCpuConvChunkBytes = int64_t{512} << 10;
@@ -140,6 +144,7 @@ Tensor Conv2d::backward_cpu_chunks(const Tensor& grad_output, bool need_input_gr
   const float beta_b = has_bias_ ? take_grad_beta(bias_) : 0.f;  // before reading bias_.grad (module.h)
   const float beta_w = take_grad_beta(weight_);
   if (need_input_grad) ensure_tensor(grad_input_, input_.shape(), dev);
+  ensure_tensor(dw_t_, {rows, out_c_}, dev);
   for (int64_t n0 = 0; n0 == 0 || n0 < batch; n0 += chunk) {
     const int64_t nb = std::min(chunk, batch - n0);
     const float* dyc = grad_output.data() + n0 * out_size;  // one image's dY is already [out_c, plane]
@@ -149,13 +154,15 @@ Tensor Conv2d::backward_cpu_chunks(const Tensor& grad_output, bool need_input_gr
       dyc = out_cols_.data();
     }
     cpu::im2col(input_.data() + n0 * in_size, geom_, nb, cols_.data());
-    gemm(dev, false, true, out_c_, rows, nb * plane, 1.f, dyc, cols_.data(), n0 == 0 ? beta_w : 1.f,
-         weight_.grad.data());  // dW (+)= dY' cols^T
+    // dW^T (+)= cols dY'^T: the product transposed, as OpenBLAS runs it faster with out_c
+    // columns than with out_c rows (bench/kernel_bench.cpp resnet_l*_dW*: 30% at layer1).
+    gemm(dev, false, true, rows, out_c_, nb * plane, 1.f, cols_.data(), dyc, n0 == 0 ? 0.f : 1.f, dw_t_.data());
     if (!need_input_grad) continue;
     // The chunk's columns are no longer needed: dcols = W^T dY' takes their place.
     gemm(dev, true, false, rows, nb * plane, out_c_, 1.f, weight_.value.data(), dyc, 0.f, cols_.data());
     cpu::col2im(cols_.data(), geom_, nb, grad_input_.data() + n0 * in_size);
   }
+  cpu::transpose_into(dw_t_.data(), rows, out_c_, weight_.grad.data(), beta_w);
   if (has_bias_) grad_ready(bias_);
   grad_ready(weight_);
   if (!need_input_grad) return {};

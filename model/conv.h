@@ -45,6 +45,7 @@ class Conv2d : public Module {
   // for backward, then dcols; the CPU's float32 path: one chunk of images, rebuilt in backward.
   Tensor cols_;
   Tensor out_cols_;  // [out_c, batch (or chunk) * oh*ow]: the GEMM's result, then dY in the same layout
+  Tensor dw_t_;      // CPU float32: dW^T [in_c*k*k, out_c], summed over the chunks
   Tensor ones_;      // >= batch*oh*ow ones: the bias gradient as a GEMM (GPU)
   Tensor masked_;    // GPU with a fused ReLU: dY masked by the output, before the columns layout
 };

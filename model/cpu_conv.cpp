@@ -297,6 +297,11 @@ DTRAIN_CPU_CLONES void nchw_to_columns(const float* dy, const float* relu_output
   }
 }
 
+DTRAIN_CPU_CLONES void transpose_into(const float* t, int64_t rows, int64_t cols, float* out, float beta) {
+  for (int64_t c = 0; c < cols; ++c)
+    for (int64_t r = 0; r < rows; ++r) out[c * rows + r] = beta == 0.f ? t[r * cols + c] : out[c * rows + r] + t[r * cols + c];
+}
+
 namespace {
 
 // One output of max-pool: the reference's taps in its order and its test (the first valid tap,

@@ -37,6 +37,10 @@ void bias_relu(float* y, const float* bias, int64_t channels, int64_t plane, boo
 void nchw_to_columns(const float* dy, const float* relu_output, int64_t batch, int64_t channels, int64_t plane,
                      float* dyc, float* db, float db_beta);
 
+// out[c, r] = t[r, c] for t [rows, cols] (beta 0), or out[c, r] + t[r, c] (beta 1; not beta *
+// out: stale memory may hold NaN). Conv2d's weight gradient, computed transposed.
+void transpose_into(const float* t, int64_t rows, int64_t cols, float* out, float beta);
+
 // Bitwise kernels::MaxPoolForward over `planes` planes (n * channels; g.c is ignored).
 void maxpool_forward(const float* x, const kernels::ConvGeometry& g, int64_t planes, float* y, int32_t* argmax);
 
