@@ -197,12 +197,20 @@ Tensor Conv2d::backward(const Tensor& grad_output, bool need_input_grad) {
   const bool half = half_ != DType::kF32;
   if (half) pack_half(half_, out_cols_, dy_half_);
   const float beta_w = take_grad_beta(weight_);
-  if (half)
+  if (half && dev.is_cpu()) {
+    // dW^T and its move, as the float32 path computes dW (Note [Chunked CPU convolution]): the
+    // same products on 16-bit-rounded operands give the same bits.
+    ensure_tensor(dw_t_, {rows, out_c_}, dev);
+    gemm_half(dev, half_, false, true, rows, out_c_, ncols, 1.f, cols_half_.data_as<uint16_t>(),
+              dy_half_.data_as<uint16_t>(), 0.f, dw_t_.data());
+    cpu::transpose_into(dw_t_.data(), rows, out_c_, weight_.grad.data(), beta_w);
+  } else if (half) {
     gemm_half(dev, half_, false, true, out_c_, rows, ncols, 1.f, dy_half_.data_as<uint16_t>(),
               cols_half_.data_as<uint16_t>(), beta_w, weight_.grad.data());
-  else
+  } else {
     gemm(dev, false, true, out_c_, rows, ncols, 1.f, out_cols_.data(), cols_.data(), beta_w,
          weight_.grad.data());  // dW (+)= dY' cols^T
+  }
   grad_ready(weight_);
   if (!need_input_grad) return {};
   ensure_tensor(grad_input_, input_.shape(), dev);
