@@ -491,19 +491,6 @@ void detect_format(TrainConfig& c) {
 
 namespace {
 
-// Note [ZeRO shards] (ddp/zero_plan.h): what --zero cannot be combined with, yet or at all.
-void check_zero(const TrainConfig& c) {
-  const int z = c.ddp.zero_stage;
-  if (z == 0) return;
-  require(!c.ddp.bucket_cap_auto, fmt::format("--zero {}: not with --bucket-cap-mb auto (each trial would re-cut the "
-                                              "shards, moving optimizer state between ranks); give a cap in MiB",
-                                              z));
-  require(z < 2 || c.ddp.comm_hook == CommHookKind::kAllreduce,
-          fmt::format("--zero 2: reduce-scatters float32 gradients; --comm-hook {} compresses all-reduces only (use "
-                      "--zero 1 or --comm-hook allreduce)",
-                      comm_hook_name(c.ddp.comm_hook)));
-}
-
 // Note [Pipeline schedules] (pipeline/schedule.h): what --pipeline-stages needs, and what it is
 // not (yet) combined with, each one line.
 void check_pipeline(const TrainConfig& c, const cxxopts::ParseResult& r) {
@@ -574,7 +561,6 @@ ParsedTrain parse_train_options(const std::vector<std::string>& args) {
   require(c.data.sampler != SamplerTail::kUneven || c.checkpoints.every == 0,
           fmt::format("--sampler uneven: checkpoints are saved at epoch ends only (--checkpoint-every 0), got {}",
                       c.checkpoints.every));
-  check_zero(c);
   check_pipeline(c, r);
   return out;
 }

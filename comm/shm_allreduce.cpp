@@ -245,8 +245,9 @@ void ShmAllreduce::allgather(const float* send, float* recv, int64_t count_per_r
         },
         [&](int64_t base, int64_t m) {
           for (int r = 0; r < size_; ++r)
-            std::memcpy(recv + r * count_per_rank + base, slots_.bases[static_cast<size_t>(r)],
-                        static_cast<size_t>(m) * sizeof(float));
+            if (recv + r * count_per_rank != send)  // in place: this rank's block is already there
+              std::memcpy(recv + r * count_per_rank + base, slots_.bases[static_cast<size_t>(r)],
+                          static_cast<size_t>(m) * sizeof(float));
         });
   }
   reductions_.fetch_add(1, std::memory_order_relaxed);

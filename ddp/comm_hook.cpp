@@ -27,26 +27,27 @@ class AllreduceHook final : public CommHook {
   std::string name() const override { return "allreduce"; }
 };
 
-// Waits for the 16-bit all-reduce, then unpacks into the float32 bucket on the compute stream.
+// Waits for the 16-bit reduction, then unpacks `n` words of `wire` from `from` into `to` (the
+// bucket, or under ZeRO-2 this rank's chunk of it) on the compute stream.
 class UnpackWork final : public Work {
  public:
-  UnpackWork(WorkHandle inner, Tensor wire, Tensor bucket) : inner_(std::move(inner)), wire_(std::move(wire)),
-                                                             bucket_(std::move(bucket)) {}
+  UnpackWork(WorkHandle inner, Tensor wire, int64_t from, float* to, int64_t n)
+      : inner_(std::move(inner)), wire_(std::move(wire)), from_(from), to_(to), n_(n) {}
   void wait() override {
     if (done_) return;
     inner_->wait();
-    const uint16_t* src = wire_.data_as<uint16_t>();
+    const uint16_t* src = wire_.data_as<uint16_t>() + from_;
     if (wire_.dtype() == DType::kBF16)
-      launch(bucket_.device(), bucket_.numel(), kernels::UnpackBF16{bucket_.data(), src});
+      launch(wire_.device(), n_, kernels::UnpackBF16{to_, src});
     else
-      launch(bucket_.device(), bucket_.numel(), kernels::UnpackFP16{bucket_.data(), src});
+      launch(wire_.device(), n_, kernels::UnpackFP16{to_, src});
     done_ = true;
   }
   bool test() override {
     if (!done_ && inner_->test()) wait();  // the data is there: unpack (never blocks)
     return done_;
   }
-  // The 16-bit all-reduce's times (the unpack is compute).
+  // The 16-bit reduction's times (the unpack is compute).
   int64_t started_ns() const override { return inner_->started_ns(); }
   int64_t finished_ns() const override { return inner_->finished_ns(); }
   bool device_timed() const override { return inner_->device_timed(); }
@@ -54,17 +55,26 @@ class UnpackWork final : public Work {
 
  private:
   WorkHandle inner_;
-  Tensor wire_, bucket_;
+  Tensor wire_;
+  int64_t from_;
+  float* to_;
+  int64_t n_;
   bool done_ = false;
 };
 
+// Note [Compressed reduce-scatter]: under ZeRO-2 the 16-bit words are reduce-scattered instead
+// of all-reduced (DeepSpeed's fp16 reduce-scatter): a quarter of the float32 all-reduce's bytes
+// reach this rank, and only its chunk is unpacked (into the owned gradients under the ring).
+// Each element is the same 16-bit sum of the same packed words as the 16-bit all-reduce's, so
+// the two agree bit for bit where the backend adds the ranks in the same order (always at two
+// ranks; MPI's algorithms for 16-bit words may pair them otherwise at three or more:
+// tests/mpi/zero_test.cpp).
 class CompressHook final : public CommHook {
  public:
   explicit CompressHook(DType wire) : wire_dtype_(wire) {
     DTRAIN_CHECK(wire == DType::kBF16 || wire == DType::kF16, "compression to {}", dtype_name(wire));
   }
   WorkHandle run(GradBucket& bucket, Communicator& comm, Stream& producer) override {
-    DTRAIN_CHECK(bucket.shard_elements == 0, "the {} compression hook does not reduce-scatter (ZeRO-2)", name());
     Tensor& wire = wire_buffers_[bucket.index];  // one 16-bit buffer per bucket, reused every step
     ensure_tensor(wire, bucket.buffer.shape(), bucket.buffer.device(), wire_dtype_);
     // The bucket is already divided by the world size (Note [Averaging folded into backward]),
@@ -73,9 +83,17 @@ class CompressHook final : public CommHook {
       launch(wire.device(), wire.numel(), kernels::PackBF16{wire.data_as<uint16_t>(), bucket.buffer.data(), 1.f});
     else
       launch(wire.device(), wire.numel(), kernels::PackFP16{wire.data_as<uint16_t>(), bucket.buffer.data(), 1.f});
-    // The pack is queued on the producer (compute) stream: the all-reduce is ordered after it.
+    // The pack is queued on the producer (compute) stream: the collective is ordered after it.
+    if (bucket.shard_elements > 0) {
+      const int64_t n = bucket.shard_elements, at = comm.rank() * n;
+      order_after(producer, comm);
+      WorkHandle inner = comm.reduce_scatter_async(wire.data_as<uint16_t>(), wire.data_as<uint16_t>() + at, n,
+                                                   wire_dtype_, ReduceOp::kSum);
+      float* out = bucket.shard_out ? bucket.shard_out : bucket.buffer.data() + at;
+      return std::make_shared<UnpackWork>(std::move(inner), wire, at, out, n);
+    }
     WorkHandle inner = allreduce_after(producer, comm, wire.raw(), wire.numel(), wire_dtype_, ReduceOp::kSum);
-    return std::make_shared<UnpackWork>(std::move(inner), wire, bucket.buffer);
+    return std::make_shared<UnpackWork>(std::move(inner), wire, 0, bucket.buffer.data(), bucket.buffer.numel());
   }
   std::string name() const override { return wire_dtype_ == DType::kBF16 ? "bf16" : "fp16"; }
   void buckets_changed() override { wire_buffers_.clear(); }  // else old sizes stay allocated

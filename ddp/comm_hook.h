@@ -7,7 +7,8 @@
 //
 // The default hook all-reduces float32 with ReduceOp::kSum. The compression hooks (PyTorch's
 // bf16/fp16_compress_hook) pack the bucket to 16 bits, all-reduce the 16-bit words (half the
-// bytes), and unpack into the bucket when the work is waited on.
+// bytes), and unpack into the bucket when the work is waited on; under ZeRO-2 they
+// reduce-scatter the 16-bit words (Note [Compressed reduce-scatter] in comm_hook.cpp).
 #pragma once
 
 #include <memory>

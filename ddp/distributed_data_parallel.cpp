@@ -100,9 +100,6 @@ DistributedDataParallel::DistributedDataParallel(Module& module, Communicator& g
                    "DDP's compute stream must be {}'s compute stream, where launch() runs kernels",
                    p->value.device().str());
   verify_same_model_on_all_ranks(module_, control);
-  DTRAIN_CHECK(options_.zero_stage == 0 || !options_.bucket_cap_auto, "ZeRO with bucket cap autotuning");
-  DTRAIN_CHECK(options_.zero_stage < 2 || options_.comm_hook == CommHookKind::kAllreduce,
-               "ZeRO-2 with the {} compression hook", comm_hook_name(options_.comm_hook));
   ReducerOptions ro{options_.first_bucket_bytes, options_.bucket_cap_bytes, options_.find_unused_parameters,
                     options_.zero_stage, options_.gradient_ring};
   reducer_ = std::make_unique<Reducer>(module_.parameters(), comm_, make_comm_hook(options_.comm_hook), ro, compute);
@@ -114,7 +111,10 @@ DistributedDataParallel::DistributedDataParallel(Module& module, Communicator& g
   pending.push_back(comm_.broadcast_async(values.raw(), values.numel(), values.dtype(), 0));
   for (auto& w : pending) w->wait();
   broadcast_buffers(0);
-  if (options_.zero_stage > 0) reducer_->store().set_after_step([this] { reducer_->gather_updated_values(); });
+  if (options_.zero_stage > 0) {
+    reducer_->store().set_after_range([this](size_t k) { reducer_->updated_range(k); });
+    reducer_->store().set_after_step([this] { reducer_->gather_updated_values(); });
+  }
   module_.set_grad_ready_hook([this](Parameter& p) { reducer_->mark_ready(p); });
   if (options_.sync_batchnorm) convert_sync_batchnorm(module_, comm_, compute_);
 }
@@ -122,7 +122,10 @@ DistributedDataParallel::DistributedDataParallel(Module& module, Communicator& g
 DistributedDataParallel::~DistributedDataParallel() {
   module_.set_grad_ready_hook(nullptr);
   if (options_.sync_batchnorm) module_.set_batch_stats_sync(nullptr);
-  if (options_.zero_stage > 0) reducer_->store().set_after_step(nullptr);
+  if (options_.zero_stage > 0) {
+    reducer_->store().set_after_range(nullptr);
+    reducer_->store().set_after_step(nullptr);
+  }
 }
 
 // Note [Buffer broadcast]: PyTorch's DDP (broadcast_buffers=True) broadcasts the module's buffers

@@ -47,8 +47,10 @@ struct DdpOptions {
   bool device_timing = false;
   // Note [ZeRO shards] (ddp/zero_plan.h): 1 shards the optimizer state (each rank updates its
   // chunk of every bucket, then the values are all-gathered), 2 also reduce-scatters the
-  // gradients during backward. Not with bucket_cap_auto (the chunks would move with optimizer
-  // state in them) nor, at 2, a compression hook.
+  // gradients during backward (the compression hooks reduce-scatter their 16-bit words: Note
+  // [Compressed reduce-scatter] in ddp/comm_hook.cpp). With the bucket rebuild and bucket_cap_auto, whose new buckets
+  // re-cut the chunks, optimizer state included (Note [Re-cutting sharded state] in
+  // model/flat_store.h).
   int zero_stage = 0;
   // Note [Buffer broadcast]: the source rank's buffers (BatchNorm's running statistics) are
   // broadcast before each step's first training forward (PyTorch's broadcast_buffers=True).

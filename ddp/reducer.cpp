@@ -59,6 +59,11 @@ Reducer::Reducer(std::vector<Parameter*> params, Communicator& comm, std::unique
   }
   if (!ring_)
     storage_ = comm_.allocate_reduce_buffer(total + pad * static_cast<int64_t>(params_.size()), DType::kF32, device);
+  // ZeRO's all-gather of the updated values reads and writes them where they lie, as the
+  // all-reduce does the gradients (on one node: pushed into every rank's copy of the window, no
+  // staging copy in or out).
+  if (options_.zero_stage > 0 && comm_.size() > 1)
+    value_storage_ = comm_.allocate_reduce_buffer(total + pad * static_cast<int64_t>(params_.size()), DType::kF32, device);
   store_ = FlatStore::of(params_, /*lay_out_now=*/false);  // apply_layout lays it out
   store_->set_grads_sharded(options_.zero_stage == 2 && comm_.size() > 1);
   if (ring_) {
@@ -107,8 +112,17 @@ void Reducer::apply_layout(const BucketLayout& layout) {
     if (options_.zero_stage > 0 && c.range.size() > 0) owned.push_back(c.range);
   }
   if (owned.empty()) owned.push_back({0, 0});  // owns nothing (never with N <= elements of a bucket)
+  // Note [Re-cutting sharded state]: the old layout's shards and the new one's.
+  const bool resharding = options_.zero_stage > 0 && comm_.size() > 1 && !buckets_.empty();
+  ShardCut from, to{flat, plan, chunks, chunk_at, owned_size};
+  if (resharding) {
+    from = {flat_, {}, chunks_, chunk_at_, 0};
+    for (const GradBucket& b : buckets_) from.plan.push_back(b.params);
+  }
   if (ring_) {
-    Tensor owned_grads = recut_owned_grads(plan, chunks, chunk_at, owned_size);  // before the old layout is gone
+    // Before the old layout is gone.
+    Tensor owned_grads = resharding ? recut(owned_grads_, from, to)
+                                    : Tensor::zeros({std::max<int64_t>(owned_size, 1)}, store_->device());
     const int64_t largest = *std::max_element(flat.bucket_size.begin(), flat.bucket_size.end());
     slot_floats_ = std::max<int64_t>(largest, 1);
     slots_.clear();
@@ -118,9 +132,23 @@ void Reducer::apply_layout(const BucketLayout& layout) {
     owned_grads_ = owned_grads;
     store_->lend_grads(owned_grads_, static_cast<size_t>(slot_floats_) * sizeof(float) * kRingSlots);
   }
+  for (const WorkHandle& w : gathers_) DTRAIN_CHECK(!w, "buckets rebuilt during the all-gather of the values");
+  gathers_.assign(plan.size(), nullptr);
+  owned_bucket_.clear();
+  for (const ZeroChunk& c : chunks)
+    if (c.range.size() > 0) owned_bucket_.push_back(c.bucket);
   chunks_ = std::move(chunks);
   chunk_at_ = std::move(chunk_at);
-  store_->lay_out(flat.param_offset, flat.total, storage_, options_.zero_stage > 0 ? owned : std::vector<FlatRange>{});
+  // The optimizer's state moves with the shards, through the same re-cut as the gradients.
+  if (resharding) store_->set_recut([&](const Tensor& old_compact) { return recut(old_compact, from, to); });
+  try {
+    store_->lay_out(flat.param_offset, flat.total, storage_, options_.zero_stage > 0 ? owned : std::vector<FlatRange>{},
+                    value_storage_);
+  } catch (...) {
+    store_->set_recut(nullptr);
+    throw;
+  }
+  store_->set_recut(nullptr);
   param_offset_ = flat.param_offset;
   buckets_.clear();
   for (size_t k = 0; k < plan.size(); ++k) {
@@ -151,27 +179,28 @@ Reducer::~Reducer() {
     for (Parameter* p : params_) p->before_grad_write = nullptr;
 }
 
-Tensor Reducer::recut_owned_grads(const std::vector<std::vector<size_t>>& plan, const std::vector<ZeroChunk>& chunks,
-                                  const std::vector<int64_t>& chunk_at, int64_t size) {
-  Tensor fresh = Tensor::zeros({std::max<int64_t>(size, 1)}, store_->device());
-  if (buckets_.empty()) return fresh;  // the first layout: no gradients yet
+Tensor Reducer::recut(const Tensor& compact, const ShardCut& from, const ShardCut& to) {
+  Tensor fresh = Tensor::zeros({std::max<int64_t>(to.size, 1)}, store_->device());
   // Which new bucket holds each parameter.
   std::vector<size_t> new_bucket(params_.size());
-  for (size_t k = 0; k < plan.size(); ++k)
-    for (size_t p : plan[k]) new_bucket[p] = k;
-  for (const GradBucket& b : buckets_) {
-    const int64_t per_rank = b.shard_elements;
-    Tensor whole = Tensor::empty({per_rank * comm_.size()}, store_->device());  // the all-gather fills it
-    order_after(compute_, comm_);  // the optimizer may have written the owned gradients (clipping, unscaling)
-    comm_.allgather_async(owned_grads_.data() + chunk_at_[b.index], whole.data(), per_rank, DType::kF32)->wait();
-    // The old bucket's parameters: copy the part of each that a new chunk of this rank holds.
-    for (size_t p : b.params) {
-      const ZeroChunk& c = chunks[new_bucket[p]];
+  for (size_t k = 0; k < to.plan.size(); ++k)
+    for (size_t p : to.plan[k]) new_bucket[p] = k;
+  const int world = comm_.size();
+  // One old bucket at a time (no rank holds more than its shard and one bucket): every rank's
+  // chunk of it gathered, then the parts of it this rank's new chunks hold copied out.
+  for (size_t b = 0; b < from.plan.size(); ++b) {
+    const int64_t per_rank = from.flat.bucket_size[b] / world;
+    Tensor whole = Tensor::empty({std::max<int64_t>(per_rank * world, 1)}, store_->device());  // the all-gather fills it
+    order_after(compute_, comm_);  // the compute stream wrote `compact` (the optimizer, clipping, unscaling)
+    ScopedCollectiveDetail detail(fmt::format("re-cut of bucket {}", b));
+    comm_.allgather_async(compact.data() + from.chunk_at[b], whole.data(), per_rank, DType::kF32)->wait();
+    for (size_t p : from.plan[b]) {
+      const ZeroChunk& c = to.chunks[new_bucket[p]];
       for (const ZeroPiece& piece : c.pieces) {
         if (piece.param != p) continue;
-        const int64_t from = flat_.param_offset[p] - flat_.bucket_begin[b.index] + piece.param_offset;
-        const int64_t to = chunk_at[new_bucket[p]] + (piece.flat_offset - c.range.begin);
-        fresh.slice(to, {piece.count}).copy_from(whole.slice(from, {piece.count}));
+        const int64_t src = from.flat.param_offset[p] - from.flat.bucket_begin[b] + piece.param_offset;
+        const int64_t dst = to.chunk_at[new_bucket[p]] + (piece.flat_offset - c.range.begin);
+        fresh.slice(dst, {piece.count}).copy_from(whole.slice(src, {piece.count}));
       }
     }
   }
@@ -229,23 +258,37 @@ void Reducer::return_slots() {
   std::fill(slot_of_.begin(), slot_of_.end(), -1);
 }
 
+void Reducer::gather_bucket_values(size_t k) {
+  if (options_.zero_stage == 0 || comm_.size() == 1 || gathers_[k]) return;
+  // The optimizer's kernels wrote the chunk on the compute stream.
+  order_after(compute_, comm_);
+  const int64_t per_rank = flat_.bucket_size[k] / comm_.size();
+  float* bucket = store_->values().data() + flat_.bucket_begin[k];
+  ScopedCollectiveDetail detail(fmt::format("parameters of bucket {}", k));
+  gathers_[k] = comm_.allgather_async(bucket + comm_.rank() * per_rank, bucket, per_rank, DType::kF32);
+}
+
+void Reducer::updated_range(size_t k) {
+  if (k < owned_bucket_.size()) gather_bucket_values(owned_bucket_[k]);
+}
+
 void Reducer::gather_updated_values() {
   if (options_.zero_stage == 0 || comm_.size() == 1) return;
-  // The optimizer's kernels wrote the chunks on the compute stream.
-  order_after(compute_, comm_);
-  std::vector<WorkHandle> pending;
-  float* values = store_->values().data();
-  for (size_t k = 0; k < buckets_.size(); ++k) {
-    const int64_t per_rank = buckets_[k].buffer.numel() / comm_.size();
-    float* bucket = values + (chunks_[k].range.begin - comm_.rank() * per_rank);
-    ScopedCollectiveDetail detail(fmt::format("parameters of bucket {}", k));
-    pending.push_back(comm_.allgather_async(bucket + comm_.rank() * per_rank, bucket, per_rank, DType::kF32));
-  }
-  for (WorkHandle& w : pending) w->wait();
+  // Those the optimizer did not report range by range (every rank's optimizer reports the same).
+  for (size_t k = 0; k < buckets_.size(); ++k) gather_bucket_values(k);
+  for (WorkHandle& w : gathers_) std::exchange(w, nullptr)->wait();
 }
 
 void Reducer::abort_backward() noexcept {
   in_backward_ = false;
+  for (WorkHandle& w : gathers_) {  // a step that failed half-way (none else is in flight here)
+    if (!w) continue;
+    try {
+      w->wait();
+    } catch (...) {
+    }
+    w = nullptr;
+  }
   for (GradBucket& b : buckets_) {
     if (!b.work) continue;
     try {

@@ -27,7 +27,9 @@
 // owned range. Under ZeRO (Note [ZeRO shards] in ddp/zero_plan.h) the buckets are padded to a
 // multiple of the world size and the store's owned ranges are this rank's chunks; under ZeRO-2
 // a rebuild first all-gathers the reduced chunks, since a new chunk covers elements another rank
-// reduced.
+// reduced, and the optimizer's state for the new chunks is re-cut from every rank's old ones,
+// one old bucket at a time (Note [Re-cutting sharded state] in model/flat_store.h): so the
+// layout may change after optimizer steps too, as --bucket-cap-mb auto's trials change it.
 //
 // Note [ZeRO-2 gradient ring]: DeepSpeed's stage 2 keeps only the rank's shard of the reduced
 // gradient, so a rank holds 4Psi/N bytes of gradients plus a few bucket buffers, not 4Psi. Here:
@@ -51,7 +53,12 @@
 // (DeepSpeed reduces every micro-batch instead, which is not DDP's order of sums). Nor, unless
 // asked (kRing), where the two slots and the owned chunks would hold more than the whole local
 // gradient: a bucket holds at least one whole parameter, so a small model in few buckets keeps
-// its whole gradient (as before the ring; decided once, from the first layout).
+// its whole gradient (as before the ring; decided once, from the first layout, counting two
+// slots). The GPT's tied embedding needs no third: its bucket holds one slot all backward and the
+// others take turns in the second, each waiting for the one before to be reduced (less overlap,
+// not more memory; mpi_zero_test pins it). A model that writes two buckets' gradients
+// interleaved would grow the ring, which kAuto does not foresee (the memory report counts the
+// grown slot from then on).
 // A rebuild re-cuts owned_grads_ one old bucket at a time (an all-gather into a bucket-sized
 // buffer): no rank ever holds the whole gradient.
 #pragma once
@@ -139,8 +146,14 @@ class Reducer {
   FlatStore& store() { return *store_; }
   // This rank's chunk of every bucket (ZeRO), or every bucket whole.
   const std::vector<ZeroChunk>& chunks() const { return chunks_; }
-  // After a ZeRO optimizer step: the updated chunks of the parameter values, all-gathered in
-  // place, one collective per bucket. No-op without ZeRO.
+  // Note [Overlapped all-gather]: after a ZeRO optimizer step the updated chunks of the
+  // parameter values are all-gathered in place, one collective per bucket. The optimizer reports
+  // each owned range (a chunk, in bucket order) as soon as it is updated (FlatStore::after_range),
+  // and that bucket's all-gather starts at once, so it runs while the next chunk is updated
+  // instead of after the whole step; gather_updated_values (the after-step hook) starts any not
+  // yet started, in bucket order, and waits for all. Copies only: the bits are those of one
+  // all-gather after the step. No-op without ZeRO.
+  void updated_range(size_t owned_range);
   void gather_updated_values();
   const ReducerStats& stats() const { return stats_; }
   // Every bucket of the last synced backward, in launch order.
@@ -153,9 +166,20 @@ class Reducer {
   // into it (no-op when it holds one, or outside a synced backward).
   void borrow_slot(size_t k);
   void return_slots();
-  // The reduced gradients of the layout before `flat`, re-cut into `flat`'s chunks.
-  Tensor recut_owned_grads(const std::vector<std::vector<size_t>>& plan, const std::vector<ZeroChunk>& chunks,
-                           const std::vector<int64_t>& chunk_at, int64_t size);
+  void gather_bucket_values(size_t k);  // starts bucket k's all-gather, once per step
+  // A layout's shards under ZeRO: its flat layout, buckets, this rank's chunks, where each
+  // chunk starts in the compact arrays (owned gradients, optimizer state) and their size.
+  struct ShardCut {
+    FlatLayout flat;
+    std::vector<std::vector<size_t>> plan;
+    std::vector<ZeroChunk> chunks;
+    std::vector<int64_t> chunk_at;
+    int64_t size = 0;
+  };
+  // Note [Re-cutting sharded state] (model/flat_store.h): `compact` (this rank's chunks of
+  // `from`, back to back) as this rank's chunks of `to`. Collective: one all-gather per bucket
+  // of `from`.
+  Tensor recut(const Tensor& compact, const ShardCut& from, const ShardCut& to);
 
   std::vector<Parameter*> params_;
   Communicator& comm_;
@@ -164,8 +188,11 @@ class Reducer {
   Stream& compute_;
   std::vector<size_t> param_bytes_;
   Tensor storage_;                           // every bucket's buffer is a slice of it
+  Tensor value_storage_;                     // ZeRO: the parameters' values, from the communicator
   std::shared_ptr<FlatStore> store_;
   std::vector<ZeroChunk> chunks_;
+  std::vector<size_t> owned_bucket_;        // per owned range of the store: its bucket
+  std::vector<WorkHandle> gathers_;         // per bucket: its values' all-gather this step
   // Note [ZeRO-2 gradient ring]
   bool ring_ = false;
   FlatLayout flat_;

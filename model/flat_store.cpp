@@ -61,16 +61,28 @@ FlatStore::FlatStore(std::vector<Parameter*> params, bool lay_out_now)
   lay_out(std::move(offsets), size);
 }
 
-void FlatStore::lay_out(std::vector<int64_t> offsets, int64_t size, Tensor grad_storage, std::vector<FlatRange> owned) {
+void FlatStore::lay_out(std::vector<int64_t> offsets, int64_t size, Tensor grad_storage, std::vector<FlatRange> owned,
+                        Tensor value_storage) {
   DTRAIN_CHECK(offsets.size() == params_.size(), "{} offsets for {} parameters", offsets.size(), params_.size());
   for (size_t i = 0; i < params_.size(); ++i)
     DTRAIN_CHECK(offsets[i] >= 0 && offsets[i] + params_[i]->value.numel() <= size, "parameter {} at {} outside {} elements",
                  params_[i]->name, offsets[i], size);
   if (owned.empty()) owned = {{0, size}};
   if (grads_lent_) grad_storage = Tensor();  // no flat gradient: nothing moves
-  // Values: a new buffer (zero between parameters), each value copied in. Gradients: through a
-  // copy of the old ones, since the new place may be the same buffer.
-  Tensor values = Tensor::zeros({size}, device_);
+  // Values: a new buffer (zero between parameters), each value copied in; a given one may be
+  // where they are now: copy them out first. Gradients: through a copy of the old ones likewise.
+  Tensor values = value_storage.defined() ? value_storage : Tensor::zeros({size}, device_);
+  if (value_storage.defined()) {
+    DTRAIN_CHECK(value_storage.numel() >= size && value_storage.dtype() == DType::kF32,
+                 "value storage of {} elements for {}", value_storage.numel(), size);
+    if (values_.defined() && value_storage.shares_storage(values_)) {
+      Tensor old_values = Tensor::empty(values_.shape(), device_);
+      old_values.copy_from(values_);
+      for (size_t i = 0; i < params_.size(); ++i)
+        params_[i]->value = old_values.slice(offsets_[i], params_[i]->value.shape());
+    }
+    values.zero_();
+  }
   // Only a gradient buffer that is reused needs the copy (a peak of one more buffer otherwise).
   Tensor old_grads;
   if (!grads_lent_ && grads_.defined() && grad_storage.defined() && grad_storage.shares_storage(grads_)) {

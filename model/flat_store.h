@@ -96,9 +96,24 @@ class FlatStore {
   // Parameter i moves to offsets[i] of a space of `size` elements (no two overlap); gradients
   // move into `grad_storage` (zeroed here, at least `size` elements; may be the buffer they are
   // in now) or, undefined, a buffer of the store's own. Values and gradients keep their
-  // contents; `owned` empty means the whole space. Then each listener moves its state. The
-  // caller has synchronised the compute stream.
-  void lay_out(std::vector<int64_t> offsets, int64_t size, Tensor grad_storage = {}, std::vector<FlatRange> owned = {});
+  // contents; `owned` empty means the whole space. Values move likewise into `value_storage`
+  // (ZeRO: the communicator's buffer, so the all-gather of the updated shards writes straight
+  // into every rank's copy) or a buffer of the store's own. Then each listener moves its state.
+  // The caller has synchronised the compute stream.
+  void lay_out(std::vector<int64_t> offsets, int64_t size, Tensor grad_storage = {}, std::vector<FlatRange> owned = {},
+               Tensor value_storage = {});
+
+  // Note [Re-cutting sharded state]: under ZeRO a new layout moves owned elements between ranks
+  // (bucket rebuild, --bucket-cap-mb auto's trials after optimizer steps), and a listener's
+  // compact state for the new owned ranges is partly on other ranks. While lay_out runs, the
+  // layout's owner (DDP) may lend a re-cut: from a compact array of the old owned ranges (this
+  // rank's part of the old layout) it returns the compact array of the new ones, gathering the
+  // other ranks' parts. Collective: every rank's listeners call it for the same arrays in the
+  // same order. Unset: a listener moves its state locally.
+  using Recut = std::function<Tensor(const Tensor& old_compact)>;
+  void set_recut(Recut recut) { recut_ = std::move(recut); }
+  bool can_recut() const { return static_cast<bool>(recut_); }
+  Tensor recut(const Tensor& old_compact) { return recut_(old_compact); }
 
   // Listeners live until removed (an optimizer removes its own when destroyed).
   int add_listener(Listener listener);
@@ -108,6 +123,12 @@ class FlatStore {
   void set_after_step(std::function<void()> hook) { after_step_ = std::move(hook); }
   void after_step() {
     if (after_step_) after_step_();
+  }
+  // Called by the optimizer within step() once owned()[k] is updated, in order (DDP starts that
+  // shard's all-gather there, so it overlaps the update of the next: ddp/reducer.h).
+  void set_after_range(std::function<void(size_t)> hook) { after_range_ = std::move(hook); }
+  void after_range(size_t k) {
+    if (after_range_) after_range_(k);
   }
 
   // Layout version: bumped by every lay_out.
@@ -129,6 +150,8 @@ class FlatStore {
   std::vector<std::pair<int, Listener>> listeners_;
   int next_listener_ = 0;
   std::function<void()> after_step_;
+  std::function<void(size_t)> after_range_;
+  Recut recut_;
   int64_t version_ = 0;
 };
 

@@ -52,12 +52,18 @@ void Optimizer::init_state() {
 }
 
 // Each parameter's state moves from its old piece to its new one; a part it newly owns starts at
-// zero, which is right only while it has no state (ZeRO re-cut after the first update would need
-// the other ranks' state: refused).
+// zero, which is right only while it has no state: under ZeRO the store's re-cut brings the
+// other ranks' parts (Note [Re-cutting sharded state] in model/flat_store.h); without one, a
+// part that moves between ranks after the first update is refused.
 void Optimizer::relayout(const FlatStore::Relayout&) {
   const std::vector<Piece> old = pieces_;
   std::vector<Tensor*> arrays = state_arrays();
   place_pieces();
+  if (store_->can_recut()) {
+    // Every rank, every array, state or not (a collective: no rank may skip it).
+    for (Tensor* a : arrays) *a = store_->recut(*a);
+    return;
+  }
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!has_state(i)) continue;
     const Piece& n = pieces_[i];
@@ -90,12 +96,15 @@ void Optimizer::step() {
     if (!params_[i]->grad_is_zero) advance(i);
   int64_t at = 0;
   const std::function<std::optional<std::vector<int64_t>>(size_t)> key = [this](size_t i) { return run_key(i); };
-  for (const FlatRange& r : store_->owned()) {
+  const std::vector<FlatRange>& owned = store_->owned();
+  for (size_t k = 0; k < owned.size(); ++k) {
+    const FlatRange& r = owned[k];
     for (const FlatRun& run : flat_runs(*store_, order_, r, key)) {
       update(run, at + (run.range.begin - r.begin), run.range.size());
       ++launches_;
     }
     at += r.size();
+    store_->after_range(k);
   }
   finish_step();
   store_->after_step();

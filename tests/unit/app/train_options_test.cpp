@@ -395,8 +395,8 @@ TEST(TrainOptions, AutoDataFormatDetectsAndRefusesTheWrongModel) {
 namespace dtrain {
 namespace {
 
-// Note [ZeRO shards]: --zero is 0, 1 or 2, and each combination it cannot serve is one line.
-TEST(TrainOptions, ZeroStagesAndTheCombinationsTheyRefuse) {
+// Note [ZeRO shards]: --zero is 0, 1 or 2, and combines with autotuning and the compression hooks.
+TEST(TrainOptions, ZeroStagesAndTheirCombinations) {
   EXPECT_EQ(parse_train_options({"--data", "/tmp"}).config.ddp.zero_stage, 0);
   EXPECT_EQ(parse_train_options({"--data", "/tmp", "--zero", "2"}).config.ddp.zero_stage, 2);
   EXPECT_EQ(usage_error_of({"--data", "/tmp", "--zero", "3"}), "--zero: expected 0, 1 or 2, got 3");
@@ -405,18 +405,11 @@ TEST(TrainOptions, ZeroStagesAndTheCombinationsTheyRefuse) {
   EXPECT_EQ(parse_train_options({"--data", "/tmp", "--zero", "2", "--checkpoint-dir", "/tmp/x", "--resume", "auto"})
                 .config.ddp.zero_stage,
             2);
-  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
-      {{"--zero", "1", "--bucket-cap-mb", "auto"},
-       "--zero 1: not with --bucket-cap-mb auto (each trial would re-cut the shards, moving optimizer state between "
-       "ranks); give a cap in MiB"},
-      {{"--zero", "2", "--comm-hook", "fp16"},
-       "--zero 2: reduce-scatters float32 gradients; --comm-hook fp16 compresses all-reduces only (use --zero 1 or "
-       "--comm-hook allreduce)"}};
-  for (const auto& [flags, message] : refused) {
-    std::vector<std::string> args = {"--data", "/tmp"};
-    args.insert(args.end(), flags.begin(), flags.end());
-    EXPECT_EQ(usage_error_of(args), message);
-  }
+  // --bucket-cap-mb auto re-cuts the shards (Note [Re-cutting sharded state]).
+  EXPECT_TRUE(parse_train_options({"--data", "/tmp", "--zero", "2", "--bucket-cap-mb", "auto"}).config.ddp.bucket_cap_auto);
+  // --comm-hook bf16|fp16 reduce-scatter their 16-bit words (Note [Compressed reduce-scatter]).
+  EXPECT_EQ(parse_train_options({"--data", "/tmp", "--zero", "2", "--comm-hook", "fp16"}).config.ddp.comm_hook,
+            CommHookKind::kFp16);
 }
 
 }  // namespace

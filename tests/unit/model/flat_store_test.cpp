@@ -144,6 +144,42 @@ TEST(FlatStore, RelayoutKeepsValuesGradientsAndOptimizerState) {
   }
 }
 
+// ZeRO lays the values out in the communicator's buffer (FlatStore::lay_out's value_storage),
+// and a rebuild lays them out again in that same buffer: every value is kept, through a copy.
+// The optimizer reports each owned range once it is updated (FlatStore::after_range), in order.
+TEST(FlatStore, RelayoutIntoTheSameValueBufferKeepsValuesAndRangesAreReportedInOrder) {
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdamW}) {
+    Params moved(3), kept(3);
+    std::unique_ptr<Optimizer> a = make(kind, moved.list(), false), b = make(kind, kept.list(), false);
+    Tensor buffer = Tensor::empty({128});
+    FlatStore& store = a->store();
+    store.lay_out(store.offsets(), store.size(), {}, {{0, 40}, {40, store.size()}}, buffer);
+    EXPECT_TRUE(store.values().shares_storage(buffer));
+    std::vector<size_t> reported;
+    std::vector<float> first_value_at_report;
+    store.set_after_range([&](size_t k) {
+      reported.push_back(k);
+      first_value_at_report.push_back(store.values().slice(store.owned()[k].begin, {1}).to_vector()[0]);
+    });
+    for (int s = 0; s < 4; ++s) {
+      moved.set_grads(s);
+      kept.set_grads(s);
+      if (s == 2) store.lay_out({0, 40, 48, 70}, 100, {}, {{0, 48}, {48, 100}}, buffer);  // the same buffer
+      reported.clear();
+      first_value_at_report.clear();
+      a->step();
+      b->step();
+      EXPECT_EQ(reported, (std::vector<size_t>{0, 1})) << optimizer_name(kind) << " step " << s;
+      // Each range was updated when reported: its first value is the final one.
+      for (size_t k = 0; k < reported.size(); ++k)
+        EXPECT_EQ(first_value_at_report[k], store.values().slice(store.owned()[k].begin, {1}).to_vector()[0])
+            << "range " << k;
+    }
+    for (size_t k = 0; k < moved.owned.size(); ++k)
+      EXPECT_TRUE(bitwise_equal(moved.owned[k]->value, kept.owned[k]->value)) << optimizer_name(kind) << " " << k;
+  }
+}
+
 // Two "ranks" each own half of the space (ranges cutting parameters in two), each steps its half
 // of the same values; their halves together equal the unsharded step, and their slice entries
 // load into an unsharded optimizer that then continues as the unsharded one.
