@@ -36,16 +36,21 @@ class CausalSelfAttention : public Module {
 
  private:
   int64_t heads_per_pass(int64_t heads_total) const;
+  // The CPU's path: Note [Attention in the rows layout] (model/attention.cpp).
+  bool rows_layout() const { return device_.is_cpu() && forced_heads_per_pass_ == 0; }
 
   int64_t embd_, heads_, head_size_, context_;
   Device device_;
   Linear c_attn_, c_proj_;
   int64_t batch_ = 0, time_ = 0;  // of the last forward
   int64_t forced_heads_per_pass_ = 0;
-  // Kept from forward for backward: q|k|v as heads (3, B*H, T, hs) and the probabilities (B*H, T, T).
-  Tensor qkv_heads_, att_;
-  Tensor y_heads_, y_rows_;                 // att v (B*H, T, hs) and as rows (B*T, C)
-  Tensor dy_heads_, datt_, dqkv_heads_, dqkv_rows_;  // backward's, reused step after step
+  // Kept from forward for backward: q|k|v as heads (3, B*H, T, hs), or c_attn's output (B*T, 3C) in
+  // the rows layout, and the probabilities (B*H, T, T).
+  Tensor qkv_heads_, qkv_, att_;
+  Tensor y_heads_, y_rows_;  // att v (B*H, T, hs) and as rows (B*T, C); the rows layout writes y_rows_ alone
+  // Backward's, reused step after step; the rows layout uses dscores of one head (T, T) as datt_
+  // and writes dq|dk|dv straight into dqkv_rows_.
+  Tensor dy_heads_, datt_, dqkv_heads_, dqkv_rows_;
 };
 
 }  // namespace dtrain
