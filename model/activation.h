@@ -27,6 +27,7 @@ class GELU : public Module {
   Tensor forward(const Tensor& input) override;
   Tensor backward(const Tensor& grad_output, bool need_input_grad = true) override;
   std::string describe() const override { return "GELU(approximate='tanh')"; }
+  void release_backward_scratch() override { grad_input_ = {}; }
 
  private:
   Tensor input_, output_, grad_input_;

@@ -218,6 +218,12 @@ std::string CausalSelfAttention::describe() const {
   return fmt::format("CausalSelfAttention(embd={}, heads={}, context={})", embd_, heads_, context_);
 }
 
+void CausalSelfAttention::release_backward_scratch() {
+  for (Tensor* t : {&dy_heads_, &datt_, &dqkv_heads_, &dqkv_rows_}) *t = {};
+  c_attn_.release_backward_scratch();
+  c_proj_.release_backward_scratch();
+}
+
 void CausalSelfAttention::set_amp(AmpMode mode) {
   c_attn_.set_amp(mode);
   c_proj_.set_amp(mode);

@@ -25,6 +25,7 @@ class CausalSelfAttention : public Module {
   std::string describe() const override;
   void set_amp(AmpMode mode) override;
   void set_grad_ready_hook(GradReadyHook hook) override;
+  void release_backward_scratch() override;
 
   // Query rows per causal block of the score products (Note [Causal blocks] in attention_kernels.h).
   static constexpr int64_t kCausalBlock = 64;

@@ -196,6 +196,11 @@ void GptBlock::set_grad_ready_hook(GradReadyHook hook) {
   Module::set_grad_ready_hook(std::move(hook));
 }
 
+void GptBlock::release_backward_scratch() {
+  for (Module* m : std::initializer_list<Module*>{&ln_1_, attn_.get(), &ln_2_, c_fc_.get(), gelu_.get(), c_proj_.get()})
+    m->release_backward_scratch();
+}
+
 std::string GptBlock::describe() const {
   return fmt::format("Block({}, {}, {}, mlp({}, GELU, {}))", ln_1_.describe(), attn_->describe(), ln_2_.describe(),
                      c_fc_->describe(), c_proj_->describe());
@@ -222,7 +227,12 @@ Tensor Gpt::forward(const Tensor& tokens) {
 Tensor Gpt::backward(const Tensor& grad_logits, bool) {
   Tensor dx = head_.backward(grad_logits);  // wte's first part: Note [Tied embedding gradient]
   dx = ln_f_.backward(dx);
-  for (size_t i = blocks_.size(); i-- > 0;) dx = blocks_[i]->backward(dx);
+  for (size_t i = blocks_.size(); i-- > 0;) {
+    dx = blocks_[i]->backward(dx);
+    // Note [Backward scratch] (model/module.h). The CPU's only: a GPU allocator would see a free
+    // and an allocation per block and step for no first-touch cost to save.
+    if (dx.device().is_cpu()) blocks_[i]->release_backward_scratch();
+  }
   embedding_.backward(dx);  // wpe, then wte's second part and its one hook
   return {};
 }
