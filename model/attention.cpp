@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/ops.h"
 #include "model/attention_kernels.h"
+#include "model/cpu_kernels.h"
 
 namespace dtrain {
 
@@ -89,7 +90,7 @@ Tensor CausalSelfAttention::forward(const Tensor& input) {
       for_each_block(T, [&](int64_t r0, int64_t r1) {
         gemm_batched(dev, false, true, r1 - r0, r1, hs, scale, q + r0 * ld, ld, k, ld, 0.f, att + r0 * T, T, {});
       });
-      launch_rows(dev, T, kernels::CausalSoftmaxForward{att, T, kCausalBlock});
+      cpu::causal_softmax_forward(att, T, T, kCausalBlock);  // Note [CPU softmax]
       for_each_block(T, [&](int64_t r0, int64_t r1) {
         gemm_batched(dev, false, false, r1 - r0, hs, r1, 1.f, att + r0 * T, T, v, ld, 0.f, y + r0 * C, C, {});
       });
@@ -112,7 +113,10 @@ Tensor CausalSelfAttention::forward(const Tensor& input) {
     for_each_block(T, [&](int64_t r0, int64_t r1) {
       gemm_batched(dev, false, true, r1 - r0, r1, hs, scale, q + r0 * hs, hs, k, hs, 0.f, att + r0 * T, T, heads_qk);
     });
-    launch_rows(dev, n * T, kernels::CausalSoftmaxForward{att, T, kCausalBlock});
+    if (dev.is_cpu())  // the rows layout's floats (Note [CPU softmax])
+      cpu::causal_softmax_forward(att, n * T, T, kCausalBlock);
+    else
+      launch_rows(dev, n * T, kernels::CausalSoftmaxForward{att, T, kCausalBlock});
     // y = att v: rows of a block read the keys up to the block's end.
     const GemmBatch heads_av{n, T * T, T * hs, T * hs};
     for_each_block(T, [&](int64_t r0, int64_t r1) {

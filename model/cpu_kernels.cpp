@@ -1,10 +1,13 @@
 // The CPU loops of model/cpu_kernels.h.
 #include "model/cpu_kernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "core/launch.h"
+#include "model/attention_kernels.h"
+#include "model/gpt_kernels.h"
 
 namespace dtrain::cpu {
 
@@ -59,6 +62,80 @@ DTRAIN_CPU_CLONES void cross_entropy(const float* logits, const int32_t* labels,
   }
   totals[0] = loss_sum * s;
   totals[1] = s;
+}
+
+DTRAIN_CPU_CLONES void layernorm_backward(const float* dy, const float* x, const float* mean, const float* rstd,
+                                          const float* w, const float* residual, int64_t rows, int64_t cols,
+                                          float* partial, float* dx) {
+  const int64_t chunks = (rows + kernels::kLayerNormChunk - 1) / kernels::kLayerNormChunk;
+  const kernels::LayerNormBackward row_dx{dx, dy, x, mean, rstd, w, residual, cols};
+  for (int64_t k = 0; k < chunks; ++k) {
+    float* __restrict sw = partial + k * cols;             // the dw sums of chunk k
+    float* __restrict sb = partial + (chunks + k) * cols;  // the db sums
+    std::memset(sw, 0, sizeof(float) * static_cast<size_t>(cols));  // 0 + s is s: the functor's start
+    std::memset(sb, 0, sizeof(float) * static_cast<size_t>(cols));
+    const int64_t end = std::min(rows, (k + 1) * kernels::kLayerNormChunk);
+    for (int64_t r = k * kernels::kLayerNormChunk; r < end; ++r) {
+      const float* __restrict g = dy + r * cols;
+      const float* __restrict xr = x + r * cols;
+      const float m = mean[r], rs = rstd[r];
+      for (int64_t c = 0; c < cols; ++c) {
+        sw[c] += g[c] * (xr[c] - m) * rs;  // the functor's expression, in its order
+        sb[c] += g[c];
+      }
+      if (dx) row_dx(OneLane{}, r);
+    }
+  }
+}
+
+// Note [CPU softmax]
+// ~~~~~~~~~~~~~~~~~~
+// kernels::CausalSoftmaxForward on one CPU lane calls libm's expf once per element (a call the
+// loop cannot vectorise) and sums the exponentials in one chain of dependent adds: at issue 21's
+// CPU shape that was about 3% of a training step. Here the exponentials come from arith_exp
+// (Note [Arithmetic tanh], model/gpt_kernels.h), a vectorisable polynomial within a few float ulps
+// of expf, and the sum from 8 interleaved partial sums (lane j takes u = j mod 8, in order; the
+// lanes are then added pairwise, (0+1)+(2+3) ...), combined in a fixed order. The max is the same
+// float (max is exact); the probabilities differ from the functor's in their last bits (the test
+// bounds them at 1e-6 relative), and are the same bits on every run and thread count. The GPU's
+// functor is unchanged. e^v for v below -87 is taken as 0 (expf gives under 1.7e-38 there).
+namespace {
+constexpr int kSoftmaxLanes = 8;
+}
+
+DTRAIN_CPU_CLONES void causal_softmax_forward(float* att, int64_t rows, int64_t time, int64_t block) {
+  constexpr uint32_t kMinus87 = 0xc2ae0000u;  // -87.0f: arith_exp's lower end
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = r % time, n = t + 1;  // the row's unmasked entries u <= t
+    float* __restrict row = att + r * time;
+    float lane_max[kSoftmaxLanes];
+    for (float& l : lane_max) l = row[0];
+    int64_t u = 0;
+    for (; u + kSoftmaxLanes <= n; u += kSoftmaxLanes)
+      for (int j = 0; j < kSoftmaxLanes; ++j) lane_max[j] = row[u + j] > lane_max[j] ? row[u + j] : lane_max[j];
+    for (int j = 0; u + j < n; ++j) lane_max[j] = row[u + j] > lane_max[j] ? row[u + j] : lane_max[j];
+    float m = lane_max[0];
+    for (int j = 1; j < kSoftmaxLanes; ++j) m = lane_max[j] > m ? lane_max[j] : m;
+    for (int64_t i = 0; i < n; ++i) {  // v = row - m <= 0 (or NaN, which stays NaN); e^v = 0 for v < -87
+      const uint32_t bits = kernels::float_bits(row[i] - m);
+      // -87 > v >= -inf: bits in (kMinus87, 0xff800000]; as an all-ones mask, and masks for the
+      // clamp and the zero, not selects: the loop then vectorises.
+      const uint32_t below = 0u - static_cast<uint32_t>(bits - (kMinus87 + 1u) <= 0xff800000u - (kMinus87 + 1u));
+      const float e = kernels::arith_exp(kernels::bits_float(bits ^ ((bits ^ kMinus87) & below)));
+      row[i] = kernels::bits_float(kernels::float_bits(e) & ~below);
+    }
+    float lane_sum[kSoftmaxLanes] = {};
+    u = 0;
+    for (; u + kSoftmaxLanes <= n; u += kSoftmaxLanes)
+      for (int j = 0; j < kSoftmaxLanes; ++j) lane_sum[j] += row[u + j];
+    for (int j = 0; u + j < n; ++j) lane_sum[j] += row[u + j];
+    const float sum = ((lane_sum[0] + lane_sum[1]) + (lane_sum[2] + lane_sum[3])) +
+                      ((lane_sum[4] + lane_sum[5]) + (lane_sum[6] + lane_sum[7]));
+    const float inv = 1.f / sum;  // sum >= 1: the max's own term is exp(0)
+    for (int64_t i = 0; i < n; ++i) row[i] *= inv;
+    const int64_t end = kernels::causal_block_end(t, block, time);
+    for (int64_t i = n; i < end; ++i) row[i] = 0.f;
+  }
 }
 
 }  // namespace dtrain::cpu

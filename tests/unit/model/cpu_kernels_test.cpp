@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "gradcheck.h"
+#include "model/attention_kernels.h"
+#include "model/gpt_kernels.h"
 #include "model/kernels.h"
 #include "model/loss.h"
 
@@ -123,6 +125,67 @@ TEST(CpuKernels, CrossEntropyLossSmallerBatchAfterLargerMatchesFresh) {
   CrossEntropyLoss used, fresh;
   run(used, 9, 1);
   EXPECT_EQ(run(used, 4, 2), run(fresh, 4, 2));
+}
+
+// LayerNorm's backward in one pass (dx and the chunks' parameter sums) gives the bits of the two
+// functors run in turn, with and without the residual, with and without dx, across chunk edges.
+TEST(CpuKernels, LayerNormBackwardInOnePassEqualsTheFunctorsBitwise) {
+  for (int64_t rows : {1, 255, 256, 600})
+    for (int64_t cols : {1, 7, 256})
+      for (bool with_residual : {false, true})
+        for (bool with_dx : {false, true}) {
+          const size_t n = static_cast<size_t>(rows * cols);
+          const std::vector<float> dy = random_values(n, 5), x = random_values(n, 6), res = random_values(n, 7);
+          const std::vector<float> w = random_values(static_cast<size_t>(cols), 8);
+          std::vector<float> mean = random_values(static_cast<size_t>(rows), 9), rstd(static_cast<size_t>(rows));
+          for (size_t r = 0; r < rstd.size(); ++r) rstd[r] = 0.5f + 0.01f * static_cast<float>(r % 50);
+          const int64_t chunks = (rows + kernels::kLayerNormChunk - 1) / kernels::kLayerNormChunk;
+          const float* residual = with_residual ? res.data() : nullptr;
+          std::vector<float> want_partial(static_cast<size_t>(2 * chunks * cols), NAN), got_partial = want_partial;
+          std::vector<float> want_dx(n, NAN), got_dx(n, NAN);
+          launch(Device::cpu(), chunks * cols,
+                 kernels::LayerNormParamPartial{want_partial.data(), dy.data(), x.data(), mean.data(), rstd.data(),
+                                                rows, cols, chunks});
+          launch_rows(Device::cpu(), rows,
+                      kernels::LayerNormBackward{want_dx.data(), dy.data(), x.data(), mean.data(), rstd.data(),
+                                                 w.data(), residual, cols});
+          cpu::layernorm_backward(dy.data(), x.data(), mean.data(), rstd.data(), w.data(), residual, rows, cols,
+                                  got_partial.data(), with_dx ? got_dx.data() : nullptr);
+          const std::string what = std::to_string(rows) + " x " + std::to_string(cols);
+          for (size_t i = 0; i < want_partial.size(); ++i)
+            ASSERT_TRUE(same_bits(got_partial[i], want_partial[i])) << what << ": partial " << i;
+          for (size_t i = 0; i < n; ++i)
+            ASSERT_TRUE(with_dx ? same_bits(got_dx[i], want_dx[i]) : std::isnan(got_dx[i])) << what << ": dx " << i;
+        }
+}
+
+// Note [CPU softmax]: within 1e-6 relative of the functor (arith_exp and the 8 partial sums), the
+// masked entries inside the causal block 0 as the functor writes them, those right of it never
+// written; the same bits on a second run. Rows of several heads, scores spread up to +-400.
+TEST(CpuKernels, CausalSoftmaxForwardIsWithinRoundingOfTheFunctor) {
+  for (int64_t time : {1, 5, 64, 70, 256})
+    for (float spread : {1.f, 30.f, 400.f}) {
+      const int64_t rows = 2 * time, block = 64;
+      std::vector<float> scores = random_values(static_cast<size_t>(rows * time), 11);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t u = 0; u < time; ++u) {
+          float& v = scores[static_cast<size_t>(r * time + u)];
+          v = u <= r % time ? v * spread : NAN;  // NaN where the products write nothing
+        }
+      std::vector<float> want = scores, got = scores, again = scores;
+      launch_rows(Device::cpu(), rows, kernels::CausalSoftmaxForward{want.data(), time, block});
+      cpu::causal_softmax_forward(got.data(), rows, time, block);
+      cpu::causal_softmax_forward(again.data(), rows, time, block);
+      for (size_t i = 0; i < want.size(); ++i) {
+        const std::string what = std::to_string(time) + " x " + std::to_string(spread) + ", element " +
+                                 std::to_string(i);
+        ASSERT_TRUE(same_bits(got[i], again[i])) << what;
+        if (std::isnan(want[i]) || want[i] == 0.f)
+          ASSERT_TRUE(same_bits(got[i], want[i])) << what;
+        else
+          ASSERT_NEAR(got[i], want[i], 1e-6f * want[i] + 1e-37f) << what;
+      }
+    }
 }
 
 }  // namespace
