@@ -161,7 +161,7 @@ Tensor GptBlock::backward(const Tensor& grad_output, bool need_input_grad) {
                shape_str(grad_output.shape()), shape_str(shape));
   // MLP branch, then ln_2 whose input gradient also takes the residual path: dx1 = dy + ...
   const Tensor dg = c_proj_->backward(grad_output.view({rows, embd_}));
-  const Tensor df = c_fc_->backward(gelu_->backward(dg));
+  const Tensor df = c_fc_->backward(gelu_->backward_in_place(dg));  // dg is dead after GELU
   const Tensor dx1 = ln_2_.backward_add(df.view(shape), grad_output);
   const Tensor da = attn_->backward(dx1);
   if (!need_input_grad) {  // still the parameters' gradients and hooks
