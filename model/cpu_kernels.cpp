@@ -64,6 +64,21 @@ DTRAIN_CPU_CLONES void cross_entropy(const float* logits, const int32_t* labels,
   totals[1] = s;
 }
 
+DTRAIN_CPU_CLONES void embedding_forward(const int32_t* tokens, const float* wte, const float* wpe, int64_t positions,
+                                         int64_t seq, int64_t cols, int64_t vocab, float* y) {
+  for (int64_t p = 0; p < positions; ++p) {
+    const int32_t tok = tokens[p];
+    const float* __restrict pos = wpe + (p % seq) * cols;
+    float* __restrict out = y + p * cols;
+    if (tok >= 0 && tok < vocab) {
+      const float* __restrict e = wte + static_cast<int64_t>(tok) * cols;
+      for (int64_t c = 0; c < cols; ++c) out[c] = e[c] + pos[c];
+    } else {
+      for (int64_t c = 0; c < cols; ++c) out[c] = NAN + pos[c];
+    }
+  }
+}
+
 DTRAIN_CPU_CLONES void layernorm_backward(const float* dy, const float* x, const float* mean, const float* rstd,
                                           const float* w, const float* residual, int64_t rows, int64_t cols,
                                           float* partial, float* dx) {

@@ -27,6 +27,11 @@ void relu_backward_bias(const float* dy, const float* relu_output, int64_t rows,
 void cross_entropy(const float* logits, const int32_t* labels, const float* class_weight, int64_t rows,
                    int64_t classes, bool mean, float* grad, float* totals);
 
+// kernels::EmbeddingForward row by row (bitwise): y[p, :] = wte[tokens[p], :] + wpe[p % seq, :], NaN
+// for a token outside [0, vocab); the functor pays a division and a remainder per element.
+void embedding_forward(const int32_t* tokens, const float* wte, const float* wpe, int64_t positions, int64_t seq,
+                       int64_t cols, int64_t vocab, float* y);
+
 // kernels::LayerNormParamPartial and, with dx given, kernels::LayerNormBackward in one pass over
 // the rows, bitwise: each chunk of kernels::kLayerNormChunk rows adds its rows into the chunk's
 // column sums in row order, as the functor's per-column loop does, while the rows are in cache for

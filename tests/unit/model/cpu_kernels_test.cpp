@@ -127,6 +127,23 @@ TEST(CpuKernels, CrossEntropyLossSmallerBatchAfterLargerMatchesFresh) {
   EXPECT_EQ(run(used, 4, 2), run(fresh, 4, 2));
 }
 
+// The embedding's forward row by row gives the functor's bits, a bad token's row NaN included.
+TEST(CpuKernels, EmbeddingForwardEqualsTheFunctorBitwise) {
+  const int64_t vocab = 7, context = 6, cols = 19, batch = 3, seq = 5, positions = batch * seq;
+  const std::vector<float> wte = random_values(static_cast<size_t>(vocab * cols), 14);
+  const std::vector<float> wpe = random_values(static_cast<size_t>(context * cols), 15);
+  std::vector<int32_t> tokens(static_cast<size_t>(positions));
+  for (size_t p = 0; p < tokens.size(); ++p) tokens[p] = static_cast<int32_t>(p * 3 % vocab);
+  tokens[4] = -1;
+  tokens[9] = static_cast<int32_t>(vocab);
+  std::vector<float> want(static_cast<size_t>(positions * cols)), got(want.size());
+  launch(Device::cpu(), positions * cols,
+         kernels::EmbeddingForward{want.data(), tokens.data(), wte.data(), wpe.data(), seq, cols, vocab});
+  cpu::embedding_forward(tokens.data(), wte.data(), wpe.data(), positions, seq, cols, vocab, got.data());
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_TRUE(same_bits(got[i], want[i])) << i;
+  EXPECT_TRUE(std::isnan(got[static_cast<size_t>(4 * cols)]));
+}
+
 // LayerNorm's backward in one pass (dx and the chunks' parameter sums) gives the bits of the two
 // functors run in turn, with and without the residual, with and without dx, across chunk edges.
 TEST(CpuKernels, LayerNormBackwardInOnePassEqualsTheFunctorsBitwise) {
