@@ -32,10 +32,17 @@ void cross_entropy(const float* logits, const int32_t* labels, const float* clas
 void embedding_forward(const int32_t* tokens, const float* wte, const float* wpe, int64_t positions, int64_t seq,
                        int64_t cols, int64_t vocab, float* y);
 
+// kernels::LayerNormForward's rows with its two sums (mean, variance) interleaved (Note
+// [Interleaved sums], model/cpu_kernels.cpp): within float rounding of the functor, not its bits.
+void layernorm_forward(const float* x, const float* w, const float* b, int64_t rows, int64_t cols, float eps, float* y,
+                       float* mean, float* rstd);
+
 // kernels::LayerNormParamPartial and, with dx given, kernels::LayerNormBackward in one pass over
-// the rows, bitwise: each chunk of kernels::kLayerNormChunk rows adds its rows into the chunk's
-// column sums in row order, as the functor's per-column loop does, while the rows are in cache for
-// dx (the functor walks each column down the rows, a cache line per element, in a pass of its own).
+// the rows. The parameter sums bitwise: each chunk of kernels::kLayerNormChunk rows adds its rows
+// into the chunk's column sums in row order, as the functor's per-column loop does, while the rows
+// are in cache for dx (the functor walks each column down the rows, a cache line per element, in
+// a pass of its own). dx with its row's two sums interleaved (Note [Interleaved sums]): within
+// float rounding of the functor, not its bits.
 // x, dy, residual, dx (rows, cols); partial (2, chunks, cols) as the functor writes it.
 void layernorm_backward(const float* dy, const float* x, const float* mean, const float* rstd, const float* w,
                         const float* residual, int64_t rows, int64_t cols, float* partial, float* dx);

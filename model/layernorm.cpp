@@ -25,6 +25,11 @@ Tensor LayerNorm::forward(const Tensor& input) {
   ensure_tensor(output_, input.shape(), dev);
   ensure_tensor(mean_, {rows}, dev);
   ensure_tensor(rstd_, {rows}, dev);
+  if (dev.is_cpu()) {
+    cpu::layernorm_forward(input.data(), weight_.value.data(), bias_.value.data(), rows, channels_, eps_,
+                           output_.data(), mean_.data(), rstd_.data());
+    return output_;
+  }
   launch_rows(dev, rows,
               kernels::LayerNormForward{output_.data(), mean_.data(), rstd_.data(), input.data(), weight_.value.data(),
                                    bias_.value.data(), channels_, eps_});
@@ -42,7 +47,7 @@ Tensor LayerNorm::backward_impl(const Tensor& grad_output, const float* residual
   // Note [LayerNorm parameter gradient]
   const int64_t chunks = (rows + kernels::kLayerNormChunk - 1) / kernels::kLayerNormChunk;
   ensure_tensor(partial_, {2, chunks, channels_}, dev);
-  if (dev.is_cpu()) {  // both steps in one pass over the rows, the same bits (cpu::layernorm_backward)
+  if (dev.is_cpu()) {  // both steps in one pass over the rows (cpu::layernorm_backward)
     if (need_input_grad) ensure_tensor(grad_input_, input_.shape(), dev);
     cpu::layernorm_backward(grad_output.data(), input_.data(), mean_.data(), rstd_.data(), weight_.value.data(),
                             residual, rows, channels_, partial_.data(), need_input_grad ? grad_input_.data() : nullptr);
