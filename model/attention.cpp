@@ -156,7 +156,7 @@ Tensor CausalSelfAttention::backward(const Tensor& grad_output, bool need_input_
       for_each_block(T, [&](int64_t r0, int64_t r1) {
         gemm_batched(dev, false, true, r1 - r0, r1, hs, 1.f, dy + r0 * C, C, v, ld, 0.f, ds + r0 * T, T, {});
       });
-      launch_rows(dev, T, kernels::CausalSoftmaxBackward{ds, att, T, kCausalBlock});
+      cpu::causal_softmax_backward(ds, att, T, T, kCausalBlock);  // Note [Interleaved sums]
       for_each_block(T, [&](int64_t r0, int64_t r1) {
         gemm_batched(dev, false, false, r1 - r0, hs, r1, scale, ds + r0 * T, T, k, ld, 0.f, dq + r0 * ld, ld, {});
       });
@@ -196,7 +196,10 @@ Tensor CausalSelfAttention::backward(const Tensor& grad_output, bool need_input_
       gemm_batched(dev, false, true, r1 - r0, r1, hs, 1.f, dy + r0 * hs, hs, v, hs, 0.f, ds + r0 * T, T,
                    rows_by_rows);
     });
-    launch_rows(dev, n * T, kernels::CausalSoftmaxBackward{ds, att, T, kCausalBlock});
+    if (dev.is_cpu())  // the rows layout's floats
+      cpu::causal_softmax_backward(ds, att, n * T, T, kCausalBlock);
+    else
+      launch_rows(dev, n * T, kernels::CausalSoftmaxBackward{ds, att, T, kCausalBlock});
     // scores = scale q k^T: dq = scale ds k, dk = scale ds^T q.
     for_each_block(T, [&](int64_t r0, int64_t r1) {
       gemm_batched(dev, false, false, r1 - r0, hs, r1, scale, ds + r0 * T, T, k, hs, 0.f, dq + r0 * hs, hs,

@@ -190,4 +190,17 @@ DTRAIN_CPU_CLONES void causal_softmax_forward(float* att, int64_t rows, int64_t 
   }
 }
 
+DTRAIN_CPU_CLONES void causal_softmax_backward(float* grad, const float* att, int64_t rows, int64_t time,
+                                               int64_t block) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = r % time, n = t + 1;
+    float* __restrict g = grad + r * time;
+    const float* __restrict p = att + r * time;
+    const float dot = interleaved_sum(n, [&](int64_t u) { return p[u] * g[u]; });
+    for (int64_t u = 0; u < n; ++u) g[u] = p[u] * (g[u] - dot);  // the functor's expression
+    const int64_t end = kernels::causal_block_end(t, block, time);
+    for (int64_t u = n; u < end; ++u) g[u] = 0.f;
+  }
+}
+
 }  // namespace dtrain::cpu

@@ -50,5 +50,8 @@ void layernorm_backward(const float* dy, const float* x, const float* mean, cons
 // kernels::CausalSoftmaxForward over rows [0, rows) of att (rows, time), row r being query
 // t = r % time, in place; Note [CPU softmax] (model/cpu_kernels.cpp) says how its floats differ.
 void causal_softmax_forward(float* att, int64_t rows, int64_t time, int64_t block);
+// kernels::CausalSoftmaxBackward likewise (grad in place, att the probabilities), its dot product
+// p . g interleaved (Note [Interleaved sums]): within float rounding of the functor.
+void causal_softmax_backward(float* grad, const float* att, int64_t rows, int64_t time, int64_t block);
 
 }  // namespace dtrain::cpu
