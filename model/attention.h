@@ -4,7 +4,8 @@
 // heads re-joined to (B, T, C), out = c_proj(y) (C -> C). Parameters (local names, a container
 // prefixes them): c_attn.weight [3C, C], c_attn.bias [3C], c_proj.weight [C, C], c_proj.bias [C];
 // GPT-2's init: weights normal(0, 0.02), c_proj.weight normal(0, proj_std), biases zero.
-// The T x T probabilities are kept for backward (B*H*T*T floats, twice with their gradient).
+// The T x T probabilities are kept for backward (B*H*T*T floats; their gradient as many again on
+// the GPU, one head's T x T on the CPU).
 // With AmpMode::kBf16 or kFp16 the two Linear layers run in 16 bits; the attention products stay float32.
 #pragma once
 
