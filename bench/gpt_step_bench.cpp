@@ -1,13 +1,16 @@
 // Forward + backward of the GPT (model/gpt.h) at the CPU configuration (L4 H4 C256 T256,
 // batch 8, vocabulary 256) on one thread, in thread CPU time (steadier than the wall clock on a
 // shared machine), beside this binary's own sgemm rate (1024^3, best before and after) and the time of the non-GEMM
-// layers alone (LayerNorm, GELU, embedding) so the elementwise share is visible.
+// layers alone (LayerNorm, GELU, embedding) so the elementwise share is visible, and a checksum
+// of the last step's loss and gradients (FNV-1a of their bits) so a change that should keep the
+// floats can be seen to keep them.
 //   build/bench/dtrain_gpt_step_bench [--layers 4 --heads 4 --embd 256 --context 256 --batch 8 --vocab 256 --steps 5]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <sys/resource.h>
 #include <string>
 #include <vector>
 
@@ -76,7 +79,15 @@ int main(int argc, char** argv) {
     targets.data_as<int32_t>()[i] = static_cast<int32_t>((i * 131 + 7) % spec.vocab);
   }
   CrossEntropyLoss loss;
-  double fwd = 1e30, bwd = 1e30, lossf = 0;
+  double fwd = 1e30, bwd = 1e30, lossf = 0, first = 0;
+  uint64_t checksum = 14695981039346656037ull;  // FNV-1a over the last step's loss and gradients' bits
+  const auto hash = [&](const float* p, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t bits = 0;
+      std::memcpy(&bits, p + i, sizeof bits);
+      checksum = (checksum ^ bits) * 1099511628211ull;
+    }
+  };
   for (int s = 0; s < steps + 1; ++s) {  // the first is warm-up (buffers allocated)
     const double t0 = thread_seconds();
     Tensor logits = model->forward(tokens);
@@ -85,6 +96,12 @@ int main(int argc, char** argv) {
     const double t2 = thread_seconds();
     model->backward(loss.backward());
     const double t3 = thread_seconds();
+    if (s == steps) {
+      const Tensor l = loss.forward(logits, targets);
+      hash(l.to_vector().data(), 1);
+      for (Parameter* p : model->parameters()) hash(p->grad.to_vector().data(), p->grad.numel());
+    }
+    if (s == 0) first = t3 - t0;  // with the first touch of every buffer's pages
     if (s > 0) {
       fwd = std::min(fwd, t1 - t0);
       lossf = t2 - t1;
@@ -96,6 +113,9 @@ int main(int argc, char** argv) {
   const int64_t params = gpt_parameter_count(spec) - spec.context * C;
   const double flop_token = 6.0 * static_cast<double>(params) + 12.0 * spec.layers * T * C;
   const double step = fwd + lossf + bwd;
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const double peak_mib = static_cast<double>(usage.ru_maxrss) / 1024;  // the model's step, before the layers below
 
   // The non-GEMM layers on their own, at the model's shapes: per step 2L+1 LayerNorms (C wide),
   // L GELUs (4C wide), one embedding.
@@ -121,13 +141,15 @@ int main(int argc, char** argv) {
   std::printf(
       "gpt L%lld H%lld C%lld T%lld V%lld B%lld, 1 thread (thread CPU time, best of %d):\n"
       "  forward %.1f ms, loss %.1f ms, backward %.1f ms, step %.1f ms = %.0f tokens/s\n"
+      "  first step %.1f ms (buffers allocated, their pages touched); peak RSS %.0f MiB\n"
       "  %.2f MFLOP/token -> %.1f GFLOP/s = %.2f of this binary's sgemm (%.1f GFLOP/s, 1024^3)\n"
       "  non-GEMM layers: LayerNorm fwd+bwd %.2f ms x %lld, GELU fwd+bwd %.2f ms x %lld, embedding %.2f ms: %.1f ms "
-      "(%.0f%% of the step)\n",
+      "(%.0f%% of the step)\n"
+      "  checksum of the last step's loss and gradients: %016llx\n",
       (long long)spec.layers, (long long)spec.heads, (long long)C, (long long)T, (long long)spec.vocab,
-      (long long)batch, steps, 1e3 * fwd, 1e3 * lossf, 1e3 * bwd, 1e3 * step, rows / step, flop_token / 1e6,
+      (long long)batch, steps, 1e3 * fwd, 1e3 * lossf, 1e3 * bwd, 1e3 * step, rows / step, 1e3 * first, peak_mib, flop_token / 1e6,
       flop_token * rows / step / 1e9, flop_token * rows / step / sgemm, sgemm / 1e9, 1e3 * ln_s,
       (long long)(2 * spec.layers + 1), 1e3 * gelu_s, (long long)spec.layers, 1e3 * emb_s, 1e3 * elementwise,
-      100 * elementwise / step);
+      100 * elementwise / step, (unsigned long long)checksum);
   return 0;
 }

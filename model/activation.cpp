@@ -29,6 +29,14 @@ Tensor GELU::forward(const Tensor& input) {
   return output_;
 }
 
+Tensor GELU::backward_in_place(Tensor grad_output) {
+  DTRAIN_CHECK(grad_output.numel() == input_.numel(), "GELU backward got {} for input {}",
+               shape_str(grad_output.shape()), shape_str(input_.shape()));
+  // dx[i] = dy[i] * GELU'(x[i]): each element read before it is written, so dx may be dy.
+  launch(input_.device(), input_.numel(), kernels::GeluBackward{grad_output.data(), grad_output.data(), input_.data()});
+  return grad_output;
+}
+
 Tensor GELU::backward(const Tensor& grad_output, bool need_input_grad) {
   if (!need_input_grad) return {};
   DTRAIN_CHECK(grad_output.numel() == input_.numel(), "GELU backward got {} for input {}",

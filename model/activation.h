@@ -27,6 +27,11 @@ class GELU : public Module {
   Tensor forward(const Tensor& input) override;
   Tensor backward(const Tensor& grad_output, bool need_input_grad = true) override;
   std::string describe() const override { return "GELU(approximate='tanh')"; }
+  void release_backward_scratch() override { grad_input_ = {}; }
+  // backward() written over grad_output, which it returns: for a caller whose gradient buffer is
+  // dead once GELU has read it (the GPT's MLP: c_proj's input gradient, 4C wide). One 4C-wide
+  // buffer fewer, and the pass writes lines it has just read. The same floats as backward().
+  Tensor backward_in_place(Tensor grad_output);
 
  private:
   Tensor input_, output_, grad_input_;

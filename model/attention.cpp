@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/ops.h"
 #include "model/attention_kernels.h"
+#include "model/cpu_kernels.h"
 
 namespace dtrain {
 
@@ -46,6 +47,20 @@ CausalSelfAttention::CausalSelfAttention(int64_t embd, int64_t heads, int64_t co
 // backward (256 KiB at T = 256, 4 MiB at 1024, where all heads together are 8 MiB and 200 MiB).
 // Measured at B=8 T=256 C=256 H=4 (1 thread, thread CPU time, loaded machine): 53.7-57.3 ms
 // one head at a time, 54.3-63.5 ms all 32 at once; the larger T it is meant for is unmeasured.
+//
+// Note [Attention in the rows layout]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The GPU's path copies q|k|v out of c_attn's rows (B*T, 3C) into heads (3, B*H, T, hs), so that
+// one strided-batched product serves all heads, and copies y and dq|dk|dv back. The CPU runs one
+// head at a time anyway, and a BLAS product takes any row stride: head (b, h)'s q is the (T, hs)
+// block at row b*T, column h*hs of c_attn's output, row stride 3C (k at column C + h*hs, v at
+// 2C + h*hs), its y the block at column h*hs of y_rows_ (stride C), its dy likewise in c_proj's
+// input gradient, and its dq|dk|dv land in dqkv_rows_ at q|k|v's columns. So the CPU keeps
+// c_attn's output instead of a copy, makes no re-layout pass (four per step per layer), and needs
+// dscores of one head, not of all: 12 fewer (B*T, C)-sized buffers per layer (24 MiB at the
+// issue's shape, and fewer pages for the first step to fault in). The products and the softmax
+// are the same calls on the same numbers (the library packs its operands whatever their stride):
+// the same bits as the heads layout (AllHeadsBatchedPathMatchesOneHeadPerPass checks).
 int64_t CausalSelfAttention::heads_per_pass(int64_t heads_total) const {
   if (forced_heads_per_pass_ > 0) return std::min(forced_heads_per_pass_, heads_total);
   return device_.is_cpu() ? 1 : heads_total;
@@ -59,11 +74,32 @@ Tensor CausalSelfAttention::forward(const Tensor& input) {
   time_ = T;
   const Device dev = device_;
   const Tensor qkv = c_attn_.forward(input.view({B * T, C}));  // (B*T, 3C)
+  const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+  ensure_tensor(att_, {BH, T, T}, dev);
+  ensure_tensor(y_rows_, {B * T, C}, dev);
+  if (rows_layout()) {  // Note [Attention in the rows layout]
+    qkv_ = qkv;
+    const int64_t ld = 3 * C;
+    for (int64_t bh = 0; bh < BH; ++bh) {
+      const int64_t b = bh / H, h = bh % H;
+      const float* q = qkv.data() + b * T * ld + h * hs;  // (T, hs), row stride 3C
+      const float* k = q + C;
+      const float* v = k + C;
+      float* att = att_.data() + bh * T * T;  // (T, T)
+      float* y = y_rows_.data() + b * T * C + h * hs;  // (T, hs), row stride C
+      for_each_block(T, [&](int64_t r0, int64_t r1) {
+        gemm_batched(dev, false, true, r1 - r0, r1, hs, scale, q + r0 * ld, ld, k, ld, 0.f, att + r0 * T, T, {});
+      });
+      cpu::causal_softmax_forward(att, T, T, kCausalBlock);  // Note [CPU softmax]
+      for_each_block(T, [&](int64_t r0, int64_t r1) {
+        gemm_batched(dev, false, false, r1 - r0, hs, r1, 1.f, att + r0 * T, T, v, ld, 0.f, y + r0 * C, C, {});
+      });
+    }
+    return c_proj_.forward(y_rows_).view({B, T, C});
+  }
   ensure_tensor(qkv_heads_, {3, BH, T, hs}, dev);
   launch_rows(dev, 3 * BH * T, kernels::RowsToHeads{qkv_heads_.data(), qkv.data(), B, T, H, hs, 3});
-  ensure_tensor(att_, {BH, T, T}, dev);
   ensure_tensor(y_heads_, {BH, T, hs}, dev);
-  const float scale = 1.f / std::sqrt(static_cast<float>(hs));
   const int64_t group = heads_per_pass(BH);
   for (int64_t g0 = 0; g0 < BH; g0 += group) {
     const int64_t n = std::min(group, BH - g0);
@@ -77,14 +113,16 @@ Tensor CausalSelfAttention::forward(const Tensor& input) {
     for_each_block(T, [&](int64_t r0, int64_t r1) {
       gemm_batched(dev, false, true, r1 - r0, r1, hs, scale, q + r0 * hs, hs, k, hs, 0.f, att + r0 * T, T, heads_qk);
     });
-    launch_rows(dev, n * T, kernels::CausalSoftmaxForward{att, T, kCausalBlock});
+    if (dev.is_cpu())  // the rows layout's floats (Note [CPU softmax])
+      cpu::causal_softmax_forward(att, n * T, T, kCausalBlock);
+    else
+      launch_rows(dev, n * T, kernels::CausalSoftmaxForward{att, T, kCausalBlock});
     // y = att v: rows of a block read the keys up to the block's end.
     const GemmBatch heads_av{n, T * T, T * hs, T * hs};
     for_each_block(T, [&](int64_t r0, int64_t r1) {
       gemm_batched(dev, false, false, r1 - r0, hs, r1, 1.f, att + r0 * T, T, v, hs, 0.f, y + r0 * hs, hs, heads_av);
     });
   }
-  ensure_tensor(y_rows_, {B * T, C}, dev);
   launch_rows(dev, BH * T, kernels::HeadsToRows{y_rows_.data(), y_heads_.data(), B, T, H, hs, 1});
   return c_proj_.forward(y_rows_).view({B, T, C});
 }
@@ -95,11 +133,45 @@ Tensor CausalSelfAttention::backward(const Tensor& grad_output, bool need_input_
                describe(), shape_str(grad_output.shape()), B, T, C);
   const Device dev = device_;
   const Tensor dy_rows = c_proj_.backward(grad_output.view({B * T, C}), true);  // fires c_proj's hooks
+  const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+  ensure_tensor(dqkv_rows_, {B * T, 3 * C}, dev);
+  if (rows_layout()) {  // Note [Attention in the rows layout]: the steps below, one head at a time
+    const int64_t ld = 3 * C;
+    ensure_tensor(datt_, {T, T}, dev);  // one head's dscores at a time
+    float* ds = datt_.data();
+    for (int64_t bh = 0; bh < BH; ++bh) {
+      const int64_t b = bh / H, h = bh % H;
+      const float* dy = dy_rows.data() + b * T * C + h * hs;  // (T, hs), row stride C
+      const float* q = qkv_.data() + b * T * ld + h * hs;     // (T, hs), row stride 3C
+      const float* k = q + C;
+      const float* v = k + C;
+      const float* att = att_.data() + bh * T * T;
+      float* dq = dqkv_rows_.data() + b * T * ld + h * hs;
+      float* dk = dq + C;
+      float* dv = dk + C;
+      for_each_block(T, [&](int64_t c0, int64_t c1) {
+        gemm_batched(dev, true, false, c1 - c0, hs, T - c0, 1.f, att + c0 * T + c0, T, dy + c0 * C, C, 0.f,
+                     dv + c0 * ld, ld, {});
+      });
+      for_each_block(T, [&](int64_t r0, int64_t r1) {
+        gemm_batched(dev, false, true, r1 - r0, r1, hs, 1.f, dy + r0 * C, C, v, ld, 0.f, ds + r0 * T, T, {});
+      });
+      cpu::causal_softmax_backward(ds, att, T, T, kCausalBlock);  // Note [Interleaved sums]
+      for_each_block(T, [&](int64_t r0, int64_t r1) {
+        gemm_batched(dev, false, false, r1 - r0, hs, r1, scale, ds + r0 * T, T, k, ld, 0.f, dq + r0 * ld, ld, {});
+      });
+      for_each_block(T, [&](int64_t c0, int64_t c1) {
+        gemm_batched(dev, true, false, c1 - c0, hs, T - c0, scale, ds + c0 * T + c0, T, q + c0 * ld, ld, 0.f,
+                     dk + c0 * ld, ld, {});
+      });
+    }
+    const Tensor dx = c_attn_.backward(dqkv_rows_, need_input_grad);  // fires c_attn's hooks
+    return dx.defined() ? dx.view({B, T, C}) : Tensor{};
+  }
   ensure_tensor(dy_heads_, {BH, T, hs}, dev);
   launch_rows(dev, BH * T, kernels::RowsToHeads{dy_heads_.data(), dy_rows.data(), B, T, H, hs, 1});
   ensure_tensor(dqkv_heads_, {3, BH, T, hs}, dev);
   ensure_tensor(datt_, {BH, T, T}, dev);
-  const float scale = 1.f / std::sqrt(static_cast<float>(hs));
   const int64_t group = heads_per_pass(BH);
   for (int64_t g0 = 0; g0 < BH; g0 += group) {
     const int64_t n = std::min(group, BH - g0);
@@ -124,7 +196,10 @@ Tensor CausalSelfAttention::backward(const Tensor& grad_output, bool need_input_
       gemm_batched(dev, false, true, r1 - r0, r1, hs, 1.f, dy + r0 * hs, hs, v, hs, 0.f, ds + r0 * T, T,
                    rows_by_rows);
     });
-    launch_rows(dev, n * T, kernels::CausalSoftmaxBackward{ds, att, T, kCausalBlock});
+    if (dev.is_cpu())  // the rows layout's floats
+      cpu::causal_softmax_backward(ds, att, n * T, T, kCausalBlock);
+    else
+      launch_rows(dev, n * T, kernels::CausalSoftmaxBackward{ds, att, T, kCausalBlock});
     // scores = scale q k^T: dq = scale ds k, dk = scale ds^T q.
     for_each_block(T, [&](int64_t r0, int64_t r1) {
       gemm_batched(dev, false, false, r1 - r0, hs, r1, scale, ds + r0 * T, T, k, hs, 0.f, dq + r0 * hs, hs,
@@ -135,7 +210,6 @@ Tensor CausalSelfAttention::backward(const Tensor& grad_output, bool need_input_
                    dk + c0 * hs, hs, rows_by_keys);
     });
   }
-  ensure_tensor(dqkv_rows_, {B * T, 3 * C}, dev);
   launch_rows(dev, 3 * BH * T, kernels::HeadsToRows{dqkv_rows_.data(), dqkv_heads_.data(), B, T, H, hs, 3});
   const Tensor dx = c_attn_.backward(dqkv_rows_, need_input_grad);  // fires c_attn's hooks
   return dx.defined() ? dx.view({B, T, C}) : Tensor{};
@@ -149,6 +223,12 @@ std::vector<Parameter*> CausalSelfAttention::parameters() {
 
 std::string CausalSelfAttention::describe() const {
   return fmt::format("CausalSelfAttention(embd={}, heads={}, context={})", embd_, heads_, context_);
+}
+
+void CausalSelfAttention::release_backward_scratch() {
+  for (Tensor* t : {&dy_heads_, &datt_, &dqkv_heads_, &dqkv_rows_}) *t = {};
+  c_attn_.release_backward_scratch();
+  c_proj_.release_backward_scratch();
 }
 
 void CausalSelfAttention::set_amp(AmpMode mode) {

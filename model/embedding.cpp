@@ -8,6 +8,7 @@
 #include "core/kernels.h"
 #include "core/memory.h"
 #include "core/ops.h"
+#include "model/cpu_kernels.h"
 #include "model/gpt_kernels.h"
 
 namespace dtrain {
@@ -29,6 +30,11 @@ Tensor TokenEmbedding::forward(const Tensor& tokens) {
   const int64_t batch = tokens.dim(0), seq = tokens.dim(1);
   tokens_ = tokens;
   ensure_tensor(output_, {batch, seq, channels_}, dev);
+  if (dev.is_cpu()) {
+    cpu::embedding_forward(tokens.data_as<int32_t>(), wte_.value.data(), wpe_.value.data(), batch * seq, seq,
+                           channels_, vocab_, output_.data());
+    return output_;
+  }
   launch(dev, output_.numel(),
          kernels::EmbeddingForward{output_.data(), tokens.data_as<int32_t>(), wte_.value.data(), wpe_.value.data(),
                                    seq, channels_, vocab_});

@@ -161,7 +161,7 @@ Tensor GptBlock::backward(const Tensor& grad_output, bool need_input_grad) {
                shape_str(grad_output.shape()), shape_str(shape));
   // MLP branch, then ln_2 whose input gradient also takes the residual path: dx1 = dy + ...
   const Tensor dg = c_proj_->backward(grad_output.view({rows, embd_}));
-  const Tensor df = c_fc_->backward(gelu_->backward(dg));
+  const Tensor df = c_fc_->backward(gelu_->backward_in_place(dg));  // dg is dead after GELU
   const Tensor dx1 = ln_2_.backward_add(df.view(shape), grad_output);
   const Tensor da = attn_->backward(dx1);
   if (!need_input_grad) {  // still the parameters' gradients and hooks
@@ -196,6 +196,11 @@ void GptBlock::set_grad_ready_hook(GradReadyHook hook) {
   Module::set_grad_ready_hook(std::move(hook));
 }
 
+void GptBlock::release_backward_scratch() {
+  for (Module* m : std::initializer_list<Module*>{&ln_1_, attn_.get(), &ln_2_, c_fc_.get(), gelu_.get(), c_proj_.get()})
+    m->release_backward_scratch();
+}
+
 std::string GptBlock::describe() const {
   return fmt::format("Block({}, {}, {}, mlp({}, GELU, {}))", ln_1_.describe(), attn_->describe(), ln_2_.describe(),
                      c_fc_->describe(), c_proj_->describe());
@@ -222,7 +227,12 @@ Tensor Gpt::forward(const Tensor& tokens) {
 Tensor Gpt::backward(const Tensor& grad_logits, bool) {
   Tensor dx = head_.backward(grad_logits);  // wte's first part: Note [Tied embedding gradient]
   dx = ln_f_.backward(dx);
-  for (size_t i = blocks_.size(); i-- > 0;) dx = blocks_[i]->backward(dx);
+  for (size_t i = blocks_.size(); i-- > 0;) {
+    dx = blocks_[i]->backward(dx);
+    // Note [Backward scratch] (model/module.h). The CPU's only: a GPU allocator would see a free
+    // and an allocation per block and step for no first-touch cost to save.
+    if (dx.device().is_cpu()) blocks_[i]->release_backward_scratch();
+  }
   embedding_.backward(dx);  // wpe, then wte's second part and its one hook
   return {};
 }

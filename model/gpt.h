@@ -51,6 +51,7 @@ class GptBlock : public Module {
   void set_training(bool training) override;
   void set_amp(AmpMode mode) override;
   void set_grad_ready_hook(GradReadyHook hook) override;
+  void release_backward_scratch() override;
   std::string describe() const override;
 
  private:

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/ops.h"
+#include "model/cpu_kernels.h"
 #include "model/gpt_kernels.h"
 
 namespace dtrain {
@@ -24,6 +25,11 @@ Tensor LayerNorm::forward(const Tensor& input) {
   ensure_tensor(output_, input.shape(), dev);
   ensure_tensor(mean_, {rows}, dev);
   ensure_tensor(rstd_, {rows}, dev);
+  if (dev.is_cpu()) {
+    cpu::layernorm_forward(input.data(), weight_.value.data(), bias_.value.data(), rows, channels_, eps_,
+                           output_.data(), mean_.data(), rstd_.data());
+    return output_;
+  }
   launch_rows(dev, rows,
               kernels::LayerNormForward{output_.data(), mean_.data(), rstd_.data(), input.data(), weight_.value.data(),
                                    bias_.value.data(), channels_, eps_});
@@ -35,11 +41,23 @@ Tensor LayerNorm::backward_impl(const Tensor& grad_output, const float* residual
   const int64_t rows = input_.numel() / channels_;
   DTRAIN_CHECK(grad_output.numel() == input_.numel(), "LayerNorm backward got {} for input {}",
                shape_str(grad_output.shape()), shape_str(input_.shape()));
-  // Parameters first (bias, then weight: reverse order), so their all-reduce overlaps dx.
+  // Parameters first (bias, then weight: reverse order), so their all-reduce overlaps dx (on the
+  // CPU dx comes from the same pass, before the hooks).
   const float beta_b = take_grad_beta(bias_), beta_w = take_grad_beta(weight_);
   // Note [LayerNorm parameter gradient]
   const int64_t chunks = (rows + kernels::kLayerNormChunk - 1) / kernels::kLayerNormChunk;
   ensure_tensor(partial_, {2, chunks, channels_}, dev);
+  if (dev.is_cpu()) {  // both steps in one pass over the rows (cpu::layernorm_backward)
+    if (need_input_grad) ensure_tensor(grad_input_, input_.shape(), dev);
+    cpu::layernorm_backward(grad_output.data(), input_.data(), mean_.data(), rstd_.data(), weight_.value.data(),
+                            residual, rows, channels_, partial_.data(), need_input_grad ? grad_input_.data() : nullptr);
+    launch(dev, channels_,
+           kernels::LayerNormParamGrad{weight_.grad.data(), bias_.grad.data(), partial_.data(), channels_, chunks,
+                                       beta_w, beta_b});
+    grad_ready(bias_);
+    grad_ready(weight_);
+    return need_input_grad ? grad_input_ : Tensor{};
+  }
   launch(dev, chunks * channels_,
          kernels::LayerNormParamPartial{partial_.data(), grad_output.data(), input_.data(), mean_.data(), rstd_.data(),
                                         rows, channels_, chunks});

@@ -13,6 +13,10 @@ class LayerNorm : public Module {
   LayerNorm(int64_t channels, Device device, float eps = 1e-5f);
   Tensor forward(const Tensor& input) override;  // input (..., C)
   Tensor backward(const Tensor& grad_output, bool need_input_grad = true) override;
+  void release_backward_scratch() override {
+    grad_input_ = {};
+    partial_ = {};
+  }
   // backward that returns residual + d(input): a pre-LayerNorm block's input gradient, whose
   // other path (the residual connection) is `residual`, summed in the same pass.
   Tensor backward_add(const Tensor& grad_output, const Tensor& residual);

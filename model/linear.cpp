@@ -106,6 +106,12 @@ Tensor Linear::backward(const Tensor& grad_output, bool need_input_grad) {
   return grad_input_;
 }
 
+void Linear::release_backward_scratch() {
+  grad_input_ = {};
+  masked_ = {};
+  grad_output_half_ = {};
+}
+
 std::vector<Parameter*> Linear::parameters() {
   if (has_bias_) return {&weight_, &bias_};
   return {&weight_};

@@ -22,6 +22,7 @@ class Linear : public Module {
   Linear(int64_t in_features, int64_t out_features, Device device, InitRng& rng, NormalInit init);
   Tensor forward(const Tensor& input) override;
   Tensor backward(const Tensor& grad_output, bool need_input_grad = true) override;
+  void release_backward_scratch() override;
   std::vector<Parameter*> parameters() override;
   std::string describe() const override;
   void set_amp(AmpMode mode) override { amp_ = mode; }

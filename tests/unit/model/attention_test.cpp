@@ -208,7 +208,9 @@ TEST(CausalSelfAttention, Bf16AutocastStaysCloseToFloat32) {
 
 // The GPU runs every head in one pass of each product and softmax (a few large launches), the CPU
 // one head per pass (model/attention.cpp): forced onto the CPU, the all-heads path gives the same
-// output and gradients, and so does a group that does not divide the heads (3 of 2*4).
+// output and gradients, and so does a group that does not divide the heads (3 of 2*4). The CPU's
+// own path (Note [Attention in the rows layout]: no copies into heads) gives the very bits of the
+// heads layout run one head per pass: the same products on the same numbers.
 TEST(CausalSelfAttention, AllHeadsBatchedPathMatchesOneHeadPerPass) {
   const int64_t B = 2, T = 70, C = 16, H = 4;  // T spans two causal blocks
   const Tensor x = Tensor::from_vector(random_values(static_cast<size_t>(B * T * C), 21), {B, T, C});
@@ -229,6 +231,10 @@ TEST(CausalSelfAttention, AllHeadsBatchedPathMatchesOneHeadPerPass) {
     return r;
   };
   const Run one = run(1);
+  const Run rows = run(0);  // the CPU's default: the rows layout
+  EXPECT_EQ(rows.out, one.out);
+  EXPECT_EQ(rows.dx, one.dx);
+  EXPECT_EQ(rows.grads, one.grads);
   for (int64_t group : {B * H, int64_t{3}}) {
     const Run batched = run(group);
     auto expect_close = [&](const std::vector<float>& got, const std::vector<float>& want, const char* what) {

@@ -133,6 +133,18 @@ TEST(GradCheck, GELU) {
   expect_gradients_match(g, random_tensor({3, 8}, 9, -3.f, 3.f), 3e-3f, 1e-3, 1e-3);
 }
 
+// The in-place backward the GPT's MLP uses gives backward()'s floats, in the buffer it was given.
+TEST(GELU, BackwardInPlaceEqualsBackwardInTheGivenBuffer) {
+  GELU g;
+  g.forward(random_tensor({5, 12}, 12, -4.f, 4.f));
+  const Tensor dy = random_tensor({5, 12}, 13);
+  const std::vector<float> want = g.backward(dy).to_vector();
+  Tensor buffer = Tensor::from_vector(dy.to_vector(), {5, 12});
+  const Tensor got = g.backward_in_place(buffer);
+  EXPECT_TRUE(got.shares_storage(buffer));
+  EXPECT_EQ(got.to_vector(), want);
+}
+
 // ---- Token + position embedding ----
 
 TEST(TokenEmbedding, OutputIsTheTokenRowPlusThePositionRow) {

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/host_allocator.h"
 #include "gradcheck.h"
 #include "model/gpt.h"
 #include "model/loss.h"
@@ -274,6 +275,34 @@ double rel_change(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 // --amp bf16 reaches every block's GEMMs and the head: each output moves by bf16 rounding, no more.
+// Note [Backward scratch] (model/module.h): the blocks' backward scratch is shared, so a block more
+// takes no new memory from the system in backward on the first step (its forward activations,
+// which backward needs, it does take). Counted as the host allocator's system allocations, L = 4
+// against L = 3 (from 3 blocks on, every block's backward finds its buffers in the cache).
+TEST(Gpt, ABlockMoreTakesNoNewMemoryInBackward) {
+  struct Allocs {
+    int64_t forward, backward;
+  };
+  auto first_step = [](int64_t layers) {
+    HostAllocator& host = HostAllocator::instance();
+    host.release_cached();  // what earlier tests left must not serve this model
+    Gpt model(GptSpec{16, 8, layers, 2, 8}, Device::cpu(), 1);
+    std::vector<int32_t> ids(16);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i * 5 % 16);
+    CrossEntropyLoss loss;
+    const int64_t s0 = host.stats().system_allocs;
+    const Tensor logits = model.forward(tokens_tensor(ids, 2, 8));
+    loss.forward(logits, tokens_tensor(ids, 16, 1).view({16}));
+    const int64_t s1 = host.stats().system_allocs;
+    model.backward(loss.backward());
+    const int64_t s2 = host.stats().system_allocs;
+    return Allocs{s1 - s0, s2 - s1};
+  };
+  const Allocs three = first_step(3), four = first_step(4);
+  EXPECT_GT(four.forward, three.forward);  // the extra block's activations
+  EXPECT_EQ(four.backward, three.backward);
+}
+
 TEST(Gpt, Bf16AutocastReachesTheBlocksAndTheHeadWithinBf16Rounding) {
   auto model = build_gpt(tiny(), Device::cpu(), 6);
   randomise(*model);
