@@ -15,6 +15,7 @@
 #include "app/rank_agreement.h"
 #include "app/reporter.h"
 #include "app/trace.h"
+#include "app/train_step.h"
 #include "comm/exchange.h"
 #include "comm/flight_recorder.h"
 #include "core/error.h"
@@ -205,11 +206,13 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
     const auto t0 = Clock::now();
     int64_t i = 0;
     for (StagedBatches b(loader, stager); b.next(); ++i) {
+      // --accumulate A: A pipeline steps per optimizer step (Note [Pipeline loss]).
+      const MicroBatch micro = micro_batch(i, batches, c.accumulate);
       set_collective_context(fmt::format("epoch {} step {}", epoch + 1, pos.global_step + 1));
-      optimizer->zero_grad();
-      float loss = stage.train_step(b.images(), b.labels()).loss;
+      if (micro.index_in_step == 0) optimizer->zero_grad();
+      float loss = stage.train_step(b.images(), b.labels(), {micro.index_in_step, micro.step_size}).loss;
       trace_pipeline_step(tracer, stage);
-      {
+      if (micro.ends_step) {
         ScopedSpan span(&tracer, "optimizer step");
         optimizer->step();
       }
@@ -223,6 +226,7 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
       reporter.after_step(epoch, first + i, pos.sample_in_epoch, global_batch, loss_tensor, optimizer->lr(), nullptr);
       pos.sample_in_epoch += global_batch;
       pos.samples_seen += global_batch;
+      if (!micro.ends_step) continue;
       ++pos.global_step;
       ++pos.step_in_epoch;
       // The epoch's last step is saved after its evaluation, as the next epoch's start; a stop
