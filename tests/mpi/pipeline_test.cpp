@@ -165,7 +165,7 @@ TEST(Pipeline, EveryGridsWeightsAfterNStepsEqualTheUnsplitModelsAndGpipeEquals1f
 // --accumulate 2 (Note [Pipeline loss]): two pipeline steps of half the rows per optimizer step,
 // the replicas' gradient sum on the second only, equal the unsplit model on the whole batch.
 TEST(Pipeline, AccumulatedPipelineStepsEqualTheUnsplitModelOnTheSameGlobalBatch) {
-  for (int stages : grids()) {
+  for (int stages : pipeline_grids()) {
     PipelineGrid grid = make_pipeline_grid(test_comm(), stages);
     const Reference ref = train_unsplit(grid.replicas);
     const PipelineRun run = train_pipeline(grid, PipelineSchedule::k1f1b, 4, /*accumulate=*/2);
