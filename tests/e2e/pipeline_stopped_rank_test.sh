@@ -23,12 +23,8 @@ start_dtrain "$NP" "$WORK/log" "${RUN[@]}" --flight-recorder-dir "$fr"
 job=$LAUNCHED
 wait_until 60 grep -q "^Train Epoch: 2 " "$WORK/log" || { not_ok "training started" "$(tail -3 "$WORK/log")"; finish; }
 victim=$(rank_pid "$job" "$NP" "$VICTIM")
-t0=$(date +%s%N)
-kill -STOP "$victim"
-status=0
-wait "$job" || status=$?
-ms=$((($(date +%s%N) - t0) / 1000000))
-kill -KILL "$victim" 2>/dev/null
+stop_and_wait STOP "$victim" "$job"
+status=$STATUS ms=$MS
 grep "timed out after" "$WORK/log" | sed 's/^/# /'
 echo "# exit $status after $ms ms"
 check "SIGSTOP of rank $VICTIM: non-zero exit" [ "$status" -ne 0 ]
@@ -46,11 +42,8 @@ check "flight-report names the stopped rank" grep -qE "^ *behind or missing: ran
 start_dtrain "$NP" "$WORK/kill.log" "${RUN[@]}"
 job=$LAUNCHED
 wait_until 60 grep -q "^Train Epoch: 2 " "$WORK/kill.log" || { not_ok "training started" "$(tail -3 "$WORK/kill.log")"; finish; }
-t0=$(date +%s%N)
-kill -KILL "$(rank_pid "$job" "$NP" "$VICTIM")"
-status=0
-wait "$job" || status=$?
-ms=$((($(date +%s%N) - t0) / 1000000))
+stop_and_wait KILL "$(rank_pid "$job" "$NP" "$VICTIM")" "$job"
+status=$STATUS ms=$MS
 echo "# SIGKILL: exit $status after $ms ms"
 check "SIGKILL of rank $VICTIM: non-zero exit" [ "$status" -ne 0 ]
 check "SIGKILL: ends within ${TIMEOUT_S} s + ${MARGIN_S} s" [ "$ms" -le $(((TIMEOUT_S + MARGIN_S) * 1000)) ]
