@@ -11,9 +11,11 @@
 #include "app/checkpointing.h"
 #include "app/evaluate.h"
 #include "app/pipeline_report.h"
+#include "app/preemption.h"
 #include "app/rank_agreement.h"
 #include "app/reporter.h"
 #include "app/trace.h"
+#include "app/train_step.h"
 #include "comm/exchange.h"
 #include "comm/flight_recorder.h"
 #include "core/error.h"
@@ -163,12 +165,35 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
       architecture_metadata({c.model, sample_shape, classes, c.data.normalize});
   // Between two steps: where the run stands, saved by every rank together (each stage's
   // replica 0 holds its tensors).
+  int64_t last_saved = resumed ? pos.global_step : -1;
   const auto save = [&] {
     if (k.dir.empty()) return;
     set_collective_context(fmt::format("checkpoint of step {}", pos.global_step));
     saver.save_stage(position_state(pos, c, rt.size(), schedule.lr_at(pos.epoch)), stage.module(), *optimizer,
                      grid.replica == 0, whole, architecture);
     reporter.note(fmt::format("checkpoint: saved {}", saver.last_path()));
+    last_saved = pos.global_step;
+  };
+  // Note [Agreeing to stop] (app/preemption.h): SIGTERM or SIGINT stops every rank of the grid at
+  // the same step boundary, where the checkpoint is saved (every stage its tensors), and each
+  // exits with 128 + the signal's number. The vote is on the world: a stage that stopped alone
+  // would leave its neighbours waiting in their next transfer.
+  StopSignals signals;
+  StopVote stop_vote(rt.control());
+  int stopped_by = 0;
+  const auto stop = [&](int signal) {
+    stopped_by = signal;
+    if (last_saved != pos.global_step) save();
+    saver.finish();  // the save is complete before any rank exits (a launcher ends the job then)
+    if (rt.rank() == 0) {
+      std::fflush(stdout);
+      fmt::print(stderr, "dtrain: stopped by {} at step {} (epoch {}, {} samples into it); {}\n", signal_name(signal),
+                 pos.global_step, pos.epoch + 1, pos.sample_in_epoch,
+                 k.dir.empty() ? "nothing saved (no --checkpoint-dir)"
+                               : fmt::format("checkpoint {} saved; continue with --resume auto", saver.last_path()));
+      std::fflush(stderr);
+    }
+    rt.control().barrier();
   };
   for (int64_t epoch = pos.epoch; epoch < c.epochs; ++epoch) {
     sampler.set_epoch(epoch);
@@ -181,11 +206,13 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
     const auto t0 = Clock::now();
     int64_t i = 0;
     for (StagedBatches b(loader, stager); b.next(); ++i) {
+      // --accumulate A: A pipeline steps per optimizer step (Note [Pipeline loss]).
+      const MicroBatch micro = micro_batch(i, batches, c.accumulate);
       set_collective_context(fmt::format("epoch {} step {}", epoch + 1, pos.global_step + 1));
-      optimizer->zero_grad();
-      float loss = stage.train_step(b.images(), b.labels()).loss;
+      if (micro.index_in_step == 0) optimizer->zero_grad();
+      float loss = stage.train_step(b.images(), b.labels(), {micro.index_in_step, micro.step_size}).loss;
       trace_pipeline_step(tracer, stage);
-      {
+      if (micro.ends_step) {
         ScopedSpan span(&tracer, "optimizer step");
         optimizer->step();
       }
@@ -199,11 +226,22 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
       reporter.after_step(epoch, first + i, pos.sample_in_epoch, global_batch, loss_tensor, optimizer->lr(), nullptr);
       pos.sample_in_epoch += global_batch;
       pos.samples_seen += global_batch;
+      if (!micro.ends_step) continue;
       ++pos.global_step;
       ++pos.step_in_epoch;
-      // The epoch's last step is saved after its evaluation, as the next epoch's start.
-      if (k.every > 0 && pos.global_step % k.every == 0 && i + 1 < batches) save();
+      // The epoch's last step is saved after its evaluation, as the next epoch's start; a stop
+      // there waits for the next epoch's first boundary (or the run's end, which ends it anyway).
+      if (i + 1 == batches) continue;
+      const bool due = k.every > 0 && pos.global_step % k.every == 0;
+      if (due) save();
+      if (stop_vote.votes_here(due)) {
+        if (const int signal = stop_vote.cast({StopSignals::received(), false}).signal; signal != 0) {
+          stop(signal);
+          break;
+        }
+      }
     }
+    if (stopped_by != 0) break;
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     const int64_t samples = i * global_batch;
     result.train_samples += samples;
@@ -219,6 +257,12 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   }
   saver.finish();
   result.global_step = pos.global_step;
+  if (stopped_by != 0) {  // rank 0 said where and what was saved
+    result.stop_signal = stopped_by;
+    grid.chain->shutdown();
+    grid.data_parallel->shutdown();
+    return result;
+  }
   result.samples_per_second = result.train_seconds > 0 ? static_cast<double>(result.train_samples) / result.train_seconds : 0;
   result.parameters_fingerprint = parameters_fingerprint(stage.module());
   report_pipeline_figures(reporter, rt.control(), stage, p);

@@ -14,6 +14,11 @@
 
 namespace dtrain {
 
+MicroBatch micro_batch(int64_t i, int64_t batches, int64_t accumulate) {
+  const int64_t micro = i % accumulate;
+  return {micro, std::min(accumulate, batches - (i - micro)), micro == accumulate - 1 || i == batches - 1};
+}
+
 Tensor forward_backward(Module& model, DistributedDataParallel* ddp, CrossEntropyLoss& loss_fn, Tracer& tracer,
                         const Tensor& input, const Tensor& targets, const MicroStep& micro) {
   Tensor logits;

@@ -23,6 +23,18 @@
 
 namespace dtrain {
 
+// Micro-batch i of an epoch (or of the rest of one) of `batches` batches that starts at an
+// optimizer-step boundary: its place in its step, the number of micro-batches in that step (the
+// last step of an epoch may be shorter) and whether the step ends with it.
+struct MicroBatch {
+  int64_t index_in_step = 0;
+  int64_t step_size = 1;
+  bool ends_step = true;
+};
+
+// (--accumulate: the image loop's and the pipeline's.) Pure.
+MicroBatch micro_batch(int64_t i, int64_t batches, int64_t accumulate);
+
 struct MicroStep {
   int64_t step_size = 1;  // micro-batches in this optimizer step
   bool ends_step = true;  // the step's last: its backward all-reduces

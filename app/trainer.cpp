@@ -67,20 +67,6 @@ DatasetSplits load_image_data(const DataSettings& d) {
   return {std::move(m.train), std::move(m.test)};
 }
 
-// Micro-batch i of an epoch (or of the rest of one) of `batches` batches that starts at an
-// optimizer-step boundary: its place in its step, the number of micro-batches in that step (the
-// last step of an epoch may be shorter) and whether the step ends with it.
-struct MicroBatch {
-  int64_t index_in_step = 0;
-  int64_t step_size = 1;
-  bool ends_step = true;
-};
-
-MicroBatch micro_batch(int64_t i, int64_t batches, int64_t accumulate) {
-  const int64_t micro = i % accumulate;
-  return {micro, std::min(accumulate, batches - (i - micro)), micro == accumulate - 1 || i == batches - 1};
-}
-
 // One run: everything a step needs, built once in the constructor (data, model, DDP, optimizer,
 // and where training starts: a checkpoint, given weights or the seeded initialisation), then
 // epochs of steps with checkpoints and the stop vote at the boundaries between steps.

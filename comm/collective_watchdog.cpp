@@ -44,9 +44,12 @@ const char* ProgressBoard::kind_name(int code) { return code > 0 && code < kKind
 
 std::unique_ptr<ProgressBoard> ProgressBoard::create(MPI_Comm world) {
   std::unique_ptr<ProgressBoard> b(new ProgressBoard);
-  int world_rank = 0, local_size = 1;
-  MPI_CHECK(MPI_Comm_rank(world, &world_rank));
-  MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &b->node_));
+  int rank = 0, world_rank = 0, local_size = 1;
+  MPI_CHECK(MPI_Comm_rank(world, &rank));
+  // The board names ranks as every line does, by MPI_COMM_WORLD's numbers: on a sub-communicator
+  // (a pipeline's stage or chain) its own rank would name another process.
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
+  MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &b->node_));
   MPI_CHECK(MPI_Comm_set_errhandler(b->node_, MPI_ERRORS_RETURN));
   MPI_CHECK(MPI_Comm_rank(b->node_, &b->local_rank_));
   MPI_CHECK(MPI_Comm_size(b->node_, &local_size));
@@ -128,13 +131,35 @@ void ProgressBoard::release() {
   slots_.clear();
 }
 
+namespace {
+
+// Whether `e`'s watchdog stopped beating (`now_ns` 0: not judged), and the words for it.
+bool is_stale(const ProgressBoard::Entry& e, int64_t now_ns) {
+  return now_ns != 0 && e.heartbeat_ns != 0 && now_ns - e.heartbeat_ns > kHeartbeatStaleNs;
+}
+std::string not_responding(const ProgressBoard::Entry& e, int64_t now_ns) {
+  // A communicator of transfers alone has no collective number on the board (#0).
+  return fmt::format("rank {} is not responding (stopped or frozen: no heartbeat for {:.1f} s{})", e.world_rank,
+                     static_cast<double>(now_ns - e.heartbeat_ns) * 1e-9,
+                     e.started > 0 ? fmt::format("; it was in #{}", e.started) : "");
+}
+
+}  // namespace
+
 std::vector<int> unresponsive_ranks(const std::vector<ProgressBoard::Entry>& board, int my_local_rank, int64_t now_ns) {
   std::vector<int> out;
   for (size_t r = 0; r < board.size(); ++r) {
     const ProgressBoard::Entry& e = board[r];
-    if (static_cast<int>(r) != my_local_rank && e.heartbeat_ns != 0 && now_ns - e.heartbeat_ns > kHeartbeatStaleNs)
-      out.push_back(e.world_rank);
+    if (static_cast<int>(r) != my_local_rank && is_stale(e, now_ns)) out.push_back(e.world_rank);
   }
+  return out;
+}
+
+std::string unresponsive_text(const std::vector<ProgressBoard::Entry>& board, int my_local_rank, int64_t now_ns) {
+  std::string out;
+  for (size_t r = 0; r < board.size(); ++r)
+    if (static_cast<int>(r) != my_local_rank && is_stale(board[r], now_ns))
+      out += (out.empty() ? "" : "; ") + not_responding(board[r], now_ns);
   return out;
 }
 
@@ -146,9 +171,8 @@ std::string not_arrived_text(const std::vector<ProgressBoard::Entry>& board, int
     const ProgressBoard::Entry& e = board[r];
     std::string what;
     // A stopped or frozen process is the cause whatever collective it was in.
-    if (now_ns != 0 && e.heartbeat_ns != 0 && now_ns - e.heartbeat_ns > kHeartbeatStaleNs) {
-      what = fmt::format("rank {} is not responding (stopped or frozen: no heartbeat for {:.1f} s; it was in #{})",
-                         e.world_rank, static_cast<double>(now_ns - e.heartbeat_ns) * 1e-9, e.started);
+    if (is_stale(e, now_ns)) {
+      what = not_responding(e, now_ns);
     } else if (e.started < seq) {
       what = fmt::format("rank {} has not arrived (last started #{}, completed #{})", e.world_rank, e.started,
                          e.completed);
@@ -262,7 +286,14 @@ void CollectiveWatchdog::time_out(int64_t seq, double waited_s) {
     // Point-to-point is not on the board (Note [Point-to-point]): the label names the peers.
     others = "a peer named in it has not posted the matching send or recv (its own line or `dtrain flight-report` "
              "says where it is)";
-    if (board_) suspects = unresponsive_ranks(board_->read(), board_->local_rank(), steady_now_ns());
+    if (board_) {
+      // The heartbeats are on the board: a stopped peer is named, as in a collective's line.
+      const std::vector<ProgressBoard::Entry> board = board_->read();
+      const int64_t now = steady_now_ns();
+      suspects = unresponsive_ranks(board, board_->local_rank(), now);
+      if (std::string stale = unresponsive_text(board, board_->local_rank(), now); !stale.empty())
+        others = stale + "; " + others;
+    }
   } else if (board_) {
     const std::vector<ProgressBoard::Entry> board = board_->read();
     const int64_t now = steady_now_ns();

@@ -81,6 +81,10 @@ std::string not_arrived_text(const std::vector<ProgressBoard::Entry>& board, int
 // 10 int32" when ranks of the board are in the same sequence number as `my_local_rank` with
 // another kind, count or dtype; "" otherwise (ranks behind or ahead are not compared). Pure.
 std::string different_collective_text(const std::vector<ProgressBoard::Entry>& board, int my_local_rank);
+// "rank 2 is not responding (stopped or frozen: ...)" for each rank of the board whose heartbeat
+// is stale at `now_ns`, "; "-joined; "" if none. Point-to-point's timeout line names its stopped
+// peer with it (a transfer is not on the board). Pure.
+std::string unresponsive_text(const std::vector<ProgressBoard::Entry>& board, int my_local_rank, int64_t now_ns);
 // The world ranks on the board whose heartbeat is stale at `now_ns`. Pure.
 std::vector<int> unresponsive_ranks(const std::vector<ProgressBoard::Entry>& board, int my_local_rank, int64_t now_ns);
 

@@ -177,7 +177,7 @@ void PipelineStage::forward(int m, const Tensor& input, const Tensor& labels) {
     correct_ += count_correct(out, y);
     Tensor& g = grad_in_[grad_slot(m)];
     g.copy_from(loss_.backward());
-    scale(g, 1.f / static_cast<float>(options_.micro_batches * grid_.replicas));  // Note [Pipeline loss]
+    scale(g, 1.f / static_cast<float>(options_.micro_batches * grid_.replicas * part_.count));  // Note [Pipeline loss]
   } else {
     act_out_[0].copy_from(out);  // the layer reuses its output buffer in the next forward
   }
@@ -196,7 +196,8 @@ void PipelineStage::backward(int m, const Tensor& input) {
     write_counters(*module_, now);
     last_forward_ = m;
   }
-  summing_ = m == options_.micro_batches - 1;  // the last backward of the step, in both schedules
+  // The last backward of the optimizer step, in both schedules.
+  summing_ = m == options_.micro_batches - 1 && part_.index == part_.count - 1;
   Tensor g = module_->backward(grad_in_[grad_slot(m)], /*need_input_grad=*/!first_);
   summing_ = false;
   if (!first_) grad_out_[0].copy_from(g);
@@ -204,8 +205,11 @@ void PipelineStage::backward(int m, const Tensor& input) {
   spans_.push_back({PipeSpan::kBackward, m, start, steady_now_ns()});
 }
 
-PipelineStage::Result PipelineStage::train_step(const Tensor& input, const Tensor& labels) {
+PipelineStage::Result PipelineStage::train_step(const Tensor& input, const Tensor& labels, PipelineStepPart part) {
   const int M = options_.micro_batches;
+  DTRAIN_CHECK(part.count >= 1 && part.index >= 0 && part.index < part.count, "pipeline: step part {} of {}",
+               part.index, part.count);
+  part_ = part;
   int64_t rows = 0;
   if (first_) rows = input.dim(0);
   if (last_) {

@@ -8,7 +8,10 @@
 // Note [Pipeline loss]: the loss is the mean over the global batch (D replicas x B rows): the
 // last stage scales each micro-batch's mean-loss gradient by 1/(M x D) and the replicas' sum
 // completes it, so gradients equal the unsplit model's on the whole batch (to rounding: one GEMM
-// over B rows becomes M accumulated ones).
+// over B rows becomes M accumulated ones). With gradient accumulation (--accumulate A) an
+// optimizer step is A pipeline steps: each micro-batch's gradient is scaled by 1/(M x D x A), the
+// gradients add up over the A steps, and only the last one's backward sums them over the
+// replicas (the others' are no_sync), so the step sees the mean over A x D x B rows.
 //
 // Note [Recomputed activations]: a layer keeps what its backward needs from its last forward
 // only. A stage therefore holds each micro-batch's stage input from its forward to its backward
@@ -55,6 +58,13 @@ struct PipeSpan {
   int64_t start_ns = 0, end_ns = 0;
 };
 
+// Which of an optimizer step's `count` pipeline steps one is (--accumulate): the gradients are
+// summed over the stage's replicas on the last only (Note [Pipeline loss]).
+struct PipelineStepPart {
+  int64_t index = 0;
+  int64_t count = 1;
+};
+
 class PipelineStage {
  public:
   // `grid` must outlive the stage. Parameters are broadcast from replica 0 of the stage's group
@@ -71,7 +81,8 @@ class PipelineStage {
     float loss = 0;
     int64_t correct = 0;
   };
-  Result train_step(const Tensor& input, const Tensor& labels);
+  // `part`: which of an optimizer step's pipeline steps this is (Note [Pipeline loss]).
+  Result train_step(const Tensor& input, const Tensor& labels, PipelineStepPart part = {});
 
   // Evaluation: the batch forward through the stages in one piece (no micro-batches, no
   // backward), the model in evaluation mode. On the last stage: the loss summed over the rows and
@@ -124,6 +135,7 @@ class PipelineStage {
   Parameter* tied_ = nullptr;  // Note [Tied stages]: on the first and the last stage, P > 1
   Tensor tied_peer_grad_;
   int last_forward_ = -1;
+  PipelineStepPart part_;
   bool summing_ = false;  // in the last micro-batch's backward: gradients go to the group's sum
   std::vector<WorkHandle> sums_;
   int held_ = 0, peak_held_ = 0;

@@ -68,6 +68,20 @@ wait_until() {
   done
 }
 
+# stop_and_wait SIGNAL PID JOB: sends SIGNAL to rank PID of the job started as JOB and waits for
+# the job; STATUS is its exit status, MS the milliseconds from the signal to its end. The rank is
+# killed afterwards (a stopped one may outlive the job).
+# shellcheck disable=SC2034  # STATUS and MS are the caller's
+stop_and_wait() {
+  local t0
+  t0=$(date +%s%N)
+  kill "-$1" "$2"
+  STATUS=0
+  wait "$3" || STATUS=$?
+  MS=$((($(date +%s%N) - t0) / 1000000))
+  kill -KILL "$2" 2>/dev/null
+}
+
 # latest_step DIR: N of DIR/latest's step-N (empty when there is none).
 latest_step() { sed -n 's/^step-\([0-9]*\)$/\1/p' "$1/latest" 2>/dev/null; }
 has_checkpoint() { [ -n "$(latest_step "$1")" ]; }

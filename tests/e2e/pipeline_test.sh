@@ -2,7 +2,8 @@
 # dtrain train --pipeline-stages end to end (Note [Pipeline schedules] in pipeline/schedule.h):
 # at NP 2 (P 2), NP 3 (P 3) and NP 4 (P 2 x D 2) the log lines of the MLP and of the CNN equal one process's on the same
 # global batch (each loss within 1e-5 relative: M accumulated GEMMs round unlike one; the rest of
-# each line, the test set's accuracy included, exactly); GPipe and 1F1B end with the same
+# each line, the test set's accuracy included, exactly), with --accumulate 2 too (and the weights
+# within 1e-5 of the unsplit model's on the same global batch); GPipe and 1F1B end with the same
 # parameters bit for bit (their fingerprints); fewer micro-batches than stages, and ranks that
 # disagree on --pipeline-stages, are one line and a non-zero exit.
 # Usage: pipeline_test.sh DTRAIN NP
@@ -72,6 +73,23 @@ CNN=("${COMMON[@]}" --model cnn --train-limit 768 --log-interval 4)
 dtrain_at 1 "$WORK/cnn_ref.log" train "${CNN[@]}" --batch-size $((B * D))
 dtrain_at "$NP" "$WORK/cnn.log" train "${CNN[@]}" --batch-size "$B" --pipeline-stages "$P" --micro-batches "$M"
 check "cnn: P $P x D $D logs the np 1 run's losses and test set" same_lines "$WORK/cnn_ref.log" "$WORK/cnn.log"
+
+# --accumulate 2 (Note [Pipeline loss]): two pipeline steps of B / 2 rows per optimizer step, the
+# stage's gradient sum on the second only. Its log lines are one process's with --accumulate 2,
+# and its weights the unsplit model's on the same global batch (D x B rows, one step) within 1e-5.
+ACC=("${COMMON[@]}" --train-limit 1536 --hidden 64,48,32 --epochs 2)
+dtrain_at 1 "$WORK/acc_ref.log" train "${ACC[@]}" --batch-size $((B * D)) --checkpoint-dir "$WORK/acc_ref"
+dtrain_at 1 "$WORK/acc_one.log" train "${ACC[@]}" --batch-size $((B * D / 2)) --accumulate 2
+dtrain_at "$NP" "$WORK/acc.log" train "${ACC[@]}" --batch-size $((B / 2)) --accumulate 2 --pipeline-stages "$P" \
+  --micro-batches "$M" --checkpoint-dir "$WORK/acc"
+check "--accumulate 2: P $P x D $D logs one process's --accumulate 2 losses and test set" \
+  same_lines "$WORK/acc_one.log" "$WORK/acc.log"
+check "--accumulate 2: as many optimizer steps as the unsplit model's on the same global batch" \
+  [ -n "$(latest_step "$WORK/acc")" ] && [ "$(latest_step "$WORK/acc")" = "$(latest_step "$WORK/acc_ref")" ]
+/usr/bin/python3 "$(dirname "$0")/weights_close.py" "$(final_model "$WORK/acc_ref")" "$(final_model "$WORK/acc")" 1e-5 \
+  >"$WORK/acc_close.log" 2>&1
+check "--accumulate 2: weights within 1e-5 of the unsplit model's on the same global batch" [ $? -eq 0 ]
+sed 's/^/# /' "$WORK/acc_close.log" | tail -2
 
 # --init-weights: a checkpoint's model.safetensors (the unsplit names) starts the pipeline where
 # it starts one process.

@@ -27,12 +27,8 @@ check "SIGUSR1: every rank wrote its flight recorder" test "$(find "$fr" -name '
 check "SIGUSR1: the job is still running" kill -0 "$job"
 rm -f "$fr"/flight_recorder_rank*.json
 
-t0=$(date +%s%N)
-kill -STOP "$victim"
-status=0
-wait "$job" || status=$?
-ms=$((($(date +%s%N) - t0) / 1000000))
-kill -KILL "$victim" 2>/dev/null
+stop_and_wait STOP "$victim" "$job"
+status=$STATUS ms=$MS
 line=$(grep -m1 "timed out after" "$WORK/log")
 echo "# exit $status after $ms ms: $line"
 check "non-zero exit" [ "$status" -ne 0 ]

@@ -105,14 +105,20 @@ struct PipelineRun {
   int peak_held = 0;
 };
 
-PipelineRun train_pipeline(PipelineGrid& grid, PipelineSchedule schedule, int micro_batches) {
+// `accumulate` pipeline steps per optimizer step, each of this replica's rows / accumulate.
+PipelineRun train_pipeline(PipelineGrid& grid, PipelineSchedule schedule, int micro_batches, int accumulate = 1) {
   PipelineStage stage(stage_of(grid.stages, grid.stage), grid, {schedule, micro_batches});
   Sgd opt(stage.module().parameters(), sgd());
   PipelineRun run;
   for (int step = 0; step < kSteps; ++step) {
     const Batch mine = rows_of(global_batch(step, grid.replicas), grid.replica * kRowsPerReplica, kRowsPerReplica);
     opt.zero_grad();
-    float loss = stage.train_step(mine.x, mine.y).loss;
+    const int64_t rows = kRowsPerReplica / accumulate;
+    float loss = 0;
+    for (int a = 0; a < accumulate; ++a) {
+      const Batch part = rows_of(mine, a * rows, rows);
+      loss += stage.train_step(part.x, part.y, {a, accumulate}).loss / static_cast<float>(accumulate);
+    }
     if (grid.stage == grid.stages - 1) grid.data_parallel->allreduce(&loss, 1, DType::kF32, ReduceOp::kAvg);
     run.losses.push_back(loss);
     opt.step();
@@ -151,6 +157,24 @@ TEST(Pipeline, EveryGridsWeightsAfterNStepsEqualTheUnsplitModelsAndGpipeEquals1f
     }
     EXPECT_EQ(gpipe.peak_held, M);
     EXPECT_EQ(f1b.peak_held, stages - grid.stage);
+    grid.chain->shutdown();
+    grid.data_parallel->shutdown();
+  }
+}
+
+// --accumulate 2 (Note [Pipeline loss]): two pipeline steps of half the rows per optimizer step,
+// the replicas' gradient sum on the second only, equal the unsplit model on the whole batch.
+TEST(Pipeline, AccumulatedPipelineStepsEqualTheUnsplitModelOnTheSameGlobalBatch) {
+  for (int stages : pipeline_grids()) {
+    PipelineGrid grid = make_pipeline_grid(test_comm(), stages);
+    const Reference ref = train_unsplit(grid.replicas);
+    const PipelineRun run = train_pipeline(grid, PipelineSchedule::k1f1b, 4, /*accumulate=*/2);
+    SCOPED_TRACE(fmt::format("P {} x D {}, accumulate 2, stage {}", stages, grid.replicas, grid.stage));
+    EXPECT_FALSE(run.weights.empty());
+    const double worst = worst_relative(run.weights, ref.weights);
+    EXPECT_LT(worst, 1e-5);
+    if (test_comm().rank() == 0)
+      std::printf("P %d x D %d, accumulate 2: worst relative difference %.3g\n", stages, grid.replicas, worst);
     grid.chain->shutdown();
     grid.data_parallel->shutdown();
   }

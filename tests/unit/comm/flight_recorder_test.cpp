@@ -99,6 +99,8 @@ TEST(ProgressBoard, NamesRanksBehindInAnotherCollectiveOrNotResponding) {
   EXPECT_EQ(not_arrived_text(board, 0, 9, ar, 50, f32, now), "rank 1 is in a different collective #9: allreduce of 20 float32");
   board[2] = entry(2, 9, 8, 50, now - 5'000'000'000);
   EXPECT_EQ(unresponsive_ranks(board, 0, now), std::vector<int>{2});
+  EXPECT_EQ(unresponsive_text(board, 0, now).rfind("rank 2 is not responding (stopped or frozen: no heartbeat for 5.0 s", 0), 0u);
+  EXPECT_EQ(unresponsive_text(board, 2, now), "") << "its own heartbeat is not judged";
   EXPECT_NE(not_arrived_text(board, 0, 9, ar, 50, f32, now).find("rank 2 is not responding"), std::string::npos);
   EXPECT_EQ(not_arrived_text(board, 0, 9, ar, 50, f32, 0).find("rank 2"), std::string::npos) << "heartbeats not judged";
 }
