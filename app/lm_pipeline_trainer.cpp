@@ -24,6 +24,7 @@
 #include "model/optimizer.h"
 #include "pipeline/gpt_stage.h"
 #include "pipeline/pipeline_stage.h"
+#include "train/root_broadcast.h"
 
 namespace dtrain {
 
@@ -71,10 +72,13 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
   }
   PipelineGrid grid = make_pipeline_grid(rt.control(), p.stages);
   const StageRange mine = ranges.at(static_cast<size_t>(grid.stage));
-  // The memory check counts this stage's layers only.
-  check_model_fits("gpt", plan_gpt_stage(spec, mine),
-                   c.model.memory_budget_bytes > 0 ? c.model.memory_budget_bytes
-                                                   : host_memory_bytes() / std::max(1, rt.local_size()));
+  // The memory check counts this stage's layers only; a stage that does not fit stops every rank
+  // alike (the others would wait for it in their first collective).
+  agreed_across_ranks(rt.control(), [&] {
+    check_model_fits("gpt", plan_gpt_stage(spec, mine),
+                     c.model.memory_budget_bytes > 0 ? c.model.memory_budget_bytes
+                                                     : host_memory_bytes() / std::max(1, rt.local_size()));
+  });
   PipelineStage stage(build_gpt_stage(spec, rt.device(), c.seed, mine), grid,
                       {p.schedule, p.micro_batches, kGptTiedParameter});
   std::unique_ptr<Optimizer> optimizer = make_optimizer(c.optimizer, stage.module().parameters());
@@ -168,7 +172,7 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
   result.train_loss = loss;
   result.tokens_per_second =
       result.train_seconds > 0 ? tokens_per_step * static_cast<double>(lm.steps) / result.train_seconds : 0;
-  result.parameters_fingerprint = parameters_fingerprint(stage.module());
+  result.parameters_fingerprint = pipeline_fingerprint(rt.control(), stage, grid.stages);
   report_pipeline_figures(reporter, rt.control(), stage, p);
   if (tracer.enabled()) {
     tracer.write(c.output.trace_path, rt.control());

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/exchange.h"
+#include "model/fingerprint.h"
 
 namespace dtrain {
 
@@ -48,6 +49,14 @@ void report_pipeline_figures(Reporter& reporter, Communicator& world, const Pipe
                             "transfers and recomputation's imbalance); micro-batch inputs held at the peak per stage {} "
                             "(gpipe: M, 1f1b: at most P - s)",
                             idle, 100.0 * (p.stages - 1) / (p.micro_batches + p.stages - 1), held));
+}
+
+uint64_t pipeline_fingerprint(Communicator& world, PipelineStage& stage, int stages) {
+  const std::vector<uint64_t> all = allgather_values(world, parameters_fingerprint(stage.module()));
+  uint64_t h = 14695981039346656037ull;  // FNV-1a over the stages' fingerprints' bytes
+  for (int s = 0; s < stages; ++s)
+    for (int b = 0; b < 8; ++b) h = (h ^ ((all[static_cast<size_t>(s)] >> (8 * b)) & 0xff)) * 1099511628211ull;
+  return h;
 }
 
 }  // namespace dtrain

@@ -22,4 +22,9 @@ void trace_pipeline_step(Tracer& tracer, const PipelineStage& stage);
 void report_pipeline_figures(Reporter& reporter, Communicator& world, const PipelineStage& stage,
                              const PipelineSettings& p);
 
+// Collective over `world`: one fingerprint of the whole pipeline's parameters, every stage's
+// parameters_fingerprint (replica 0's: world ranks 0..P-1) hashed in stage order, so a --json
+// summary tells two pipeline runs apart by any stage's weights, not the last stage's alone.
+uint64_t pipeline_fingerprint(Communicator& world, PipelineStage& stage, int stages);
+
 }  // namespace dtrain

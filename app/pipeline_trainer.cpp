@@ -104,14 +104,9 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   // Each stage checks its own memory: one that does not fit stops every rank alike (the others
   // would wait for it in their first collective).
   std::unique_ptr<Sequential> stage_layers;
-  std::string refused;
-  try {
+  agreed_across_ranks(rt.control(), [&] {
     stage_layers = build_model(spec, sample_shape, classes, rt.device(), c.seed, LayerRange{mine.begin, mine.end});
-  } catch (const Error& e) {
-    refused = fmt::format("{}{}", static_cast<int>(e.kind()), e.what());
-  }
-  for (const std::string& r : allgather_strings(rt.control(), refused))
-    if (!r.empty()) throw AgreedError(r.substr(1), static_cast<ErrorKind>(r[0] - '0'));
+  });
   const std::vector<safetensors::TensorSpec> whole = whole_model_tensors(spec, sample_shape, classes);
   // The optimizer holds the stage's parameters (their addresses do not move with the layers).
   std::unique_ptr<Optimizer> optimizer = make_optimizer(c.optimizer, stage_layers->parameters());
@@ -264,7 +259,7 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
     return result;
   }
   result.samples_per_second = result.train_seconds > 0 ? static_cast<double>(result.train_samples) / result.train_seconds : 0;
-  result.parameters_fingerprint = parameters_fingerprint(stage.module());
+  result.parameters_fingerprint = pipeline_fingerprint(rt.control(), stage, grid.stages);
   report_pipeline_figures(reporter, rt.control(), stage, p);
   if (tracer.enabled()) {
     tracer.write(c.output.trace_path, rt.control());

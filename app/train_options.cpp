@@ -511,7 +511,7 @@ void check_pipeline(const TrainConfig& c, const cxxopts::ParseResult& r) {
   require(p.split.empty() || p.split.size() + 1 == static_cast<size_t>(p.stages),
           fmt::format("--pipeline-split names {} cut(s) but --pipeline-stages {} needs {}", p.split.size(), p.stages,
                       p.stages - 1));
-  const auto not_yet = [&](bool used, const char* what) {
+  const auto not_yet = [&](bool used, const std::string& what) {
     require(!used, fmt::format("--pipeline-stages {}: not yet with {}", p.stages, what));
   };
   not_yet(c.runtime.device.str().rfind("cuda", 0) == 0, "a GPU (NCCL sub-communicators are not built yet)");
@@ -531,6 +531,13 @@ void check_pipeline(const TrainConfig& c, const cxxopts::ParseResult& r) {
   not_yet(c.model.kind == ModelKind::kResnet18, "--model resnet18 (BatchNorm)");
   not_yet(c.ddp.sync_batchnorm, "--sync-bn");
   not_yet(!c.class_weights.empty(), "--class-weights");
+  // A stage sums its gradients over its replicas itself (PipelineStage, one all-reduce per
+  // parameter as it is final), and the stage's layers hold no buffers to broadcast: DDP's
+  // settings would be ignored, so they are refused rather than accepted and dropped.
+  for (const char* ddp_flag : {"comm-hook", "bucket-cap-mb", "find-unused-parameters", "broadcast-buffers"})
+    not_yet(r.count(ddp_flag) > 0, fmt::format("--{} (a stage sums its gradients itself, without DDP's buckets)",
+                                                ddp_flag));
+  not_yet(c.output.progress == ProgressMode::kOn, "--progress on");
 }
 
 }  // namespace

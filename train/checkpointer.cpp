@@ -451,8 +451,14 @@ void load_stage_weights(Communicator& control, const std::string& path, Module& 
     safetensors::check_holds(index->header(), path, whole);
     return {};
   });
-  receive_stage_tensors(control, stage, whole, path,
-                        [&](const std::string& name) { return as_string(index->read(index->at(name))); });
+  // Each tensor checked as it is read, as load_parameters checks a whole file (refuse_nonfinite).
+  receive_stage_tensors(control, stage, whole, path, [&](const std::string& name) {
+    const safetensors::TensorInfo& info = index->at(name);
+    const std::vector<std::byte> bytes = index->read(info);
+    if (const checkpoint::NonfiniteValues bad = checkpoint::find_nonfinite(info.dtype, bytes); bad.count > 0)
+      throw Error(fmt::format("{}: {}: {}", path, name, checkpoint::describe(bad)));
+    return as_string(bytes);
+  });
 }
 
 safetensors::File read_weights_on_root(Communicator& control, const std::string& path, std::string* chosen_because) {

@@ -28,4 +28,18 @@ std::vector<std::string> broadcast_from_root(Communicator& comm,
   return parts;
 }
 
+void agreed_across_ranks(Communicator& comm, const std::function<void()>& work) {
+  std::string refused;  // the kind's number, a space, the message
+  try {
+    work();
+  } catch (const Error& e) {
+    refused = fmt::format("{} {}", static_cast<int>(e.kind()), e.what());
+  }
+  for (const std::string& r : allgather_strings(comm, refused)) {
+    if (r.empty()) continue;
+    const size_t space = r.find(' ');
+    throw AgreedError(r.substr(space + 1), static_cast<ErrorKind>(std::stoi(r.substr(0, space))));
+  }
+}
+
 }  // namespace dtrain

@@ -65,8 +65,8 @@ for schedule in 1f1b gpipe; do
   check "$schedule: P $P x D $D logs the np 1 run's losses, norms and val losses" \
     same_steps "$WORK/ref.log" "$WORK/$schedule.log"
 done
-check "gpipe and 1f1b end bit for bit alike" [ -n "$(fingerprint "$WORK/1f1b.log")" ] && \
-  [ "$(fingerprint "$WORK/1f1b.log")" = "$(fingerprint "$WORK/gpipe.log")" ]
+check "gpipe and 1f1b end bit for bit alike" \
+  same_nonempty "$(fingerprint "$WORK/1f1b.log")" "$(fingerprint "$WORK/gpipe.log")"
 check "the bubble line" grep -q "^pipeline: idle share per stage" "$WORK/1f1b.log"
 
 # Layer 0 (the embeddings) cannot start a stage.
@@ -76,4 +76,12 @@ dtrain_at "$NP" "$WORK/split.log" "${gpt[@]}" --batch-size "$B" --pipeline-stage
 status=$?
 check "--pipeline-split $bad_split: non-zero exit ($status)" [ "$status" -ne 0 ]
 check "--pipeline-split: one line naming the GPT's layers" grep -q "the GPT's layers: 0 the embeddings" "$WORK/split.log"
+
+# A stage over --memory-per-rank: every rank stops alike with one line (none waits, no MPI_Abort).
+dtrain_at "$NP" "$WORK/big.log" "${gpt[@]}" --batch-size "$B" --pipeline-stages "$P" --micro-batches "$M" \
+  --memory-per-rank 1K
+status=$?
+check "a stage over --memory-per-rank: the resources exit (71), got $status" [ "$status" -eq 71 ]
+check "a stage over --memory-per-rank: no MPI_Abort" sh -c "! grep -q 'errorcode' '$WORK/big.log'"
+check "a stage over --memory-per-rank: one line" [ "$(grep -c '^dtrain: error: .*memory budget' "$WORK/big.log")" -eq 1 ]
 finish

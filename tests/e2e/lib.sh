@@ -19,6 +19,9 @@ failures=0
 ok() { echo "ok - $1"; }
 not_ok() { echo "not ok - $1: $2"; failures=$((failures + 1)); }
 check() { local name=$1; shift; if "$@"; then ok "$name"; else not_ok "$name" "failed: $*"; fi; }
+# check runs ONE command: `check NAME [ a ] && [ b ]` would check only [ a ]. These join two.
+same_nonempty() { [ -n "$1" ] && [ "$1" = "$2" ]; }             # $1 is set and equals $2
+failed_not_timed_out() { [ "$1" -ne 0 ] && [ "$1" -ne 124 ]; }  # a non-zero exit that is not timeout's
 finish() { if [ "$failures" -gt 0 ]; then echo "$failures failure(s)"; exit 1; fi; echo "all passed"; exit 0; }
 
 # A small, quick job: 1 BLAS thread per rank, a subset of the data.

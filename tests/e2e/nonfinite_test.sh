@@ -136,6 +136,13 @@ dtrain_at "$NP" "$WORK/init.log" "${args[@]}" --init-weights "$init" --checkpoin
 expect_refused "--init-weights with NaN" "$WORK/init.log" $? \
   "dtrain: error: $init: 1.weight: 200704 non-finite value(s) (first: nan at index 0)"
 check "--init-weights with NaN: no checkpoint written" [ -z "$(find "$WORK/init_ck" -name 'step-*' 2>/dev/null)" ]
+# The pipeline reads the file a tensor at a time (each stage takes its own): the same refusal.
+if [ "$NP" -gt 1 ]; then
+  dtrain_at "$NP" "$WORK/init_pipe.log" "${args[@]}" --init-weights "$init" --pipeline-stages "$NP" \
+    --batch-size $((16 * NP))
+  expect_refused "--init-weights with NaN, --pipeline-stages $NP" "$WORK/init_pipe.log" $? \
+    "$init: 1.weight: 200704 non-finite value(s) (first: nan at index 0)"
+fi
 
 # 6. Resuming from a checkpoint whose weights are NaN (its checksums made to match): refused,
 # the directory left as it was.

@@ -65,8 +65,8 @@ ok = (len(steps) == len(logged) > 0 and all(abs(s["loss"] - l) <= 1e-6 * max(1, 
 if not ok: print(f"# {len(steps)} step records for {len(logged)} lines, {len(epochs)} epochs, pipeline {pipe}")
 sys.exit(0 if ok else 1)
 PY
-check "gpipe and 1f1b end bit for bit alike" [ -n "$(fingerprint "$WORK/1f1b.log")" ] && \
-  [ "$(fingerprint "$WORK/1f1b.log")" = "$(fingerprint "$WORK/gpipe.log")" ]
+check "gpipe and 1f1b end bit for bit alike" \
+  same_nonempty "$(fingerprint "$WORK/1f1b.log")" "$(fingerprint "$WORK/gpipe.log")"
 
 # The CNN (convolutions, pooling: 4-D activations between stages), one epoch.
 CNN=("${COMMON[@]}" --model cnn --train-limit 768 --log-interval 4)
@@ -85,7 +85,7 @@ dtrain_at "$NP" "$WORK/acc.log" train "${ACC[@]}" --batch-size $((B / 2)) --accu
 check "--accumulate 2: P $P x D $D logs one process's --accumulate 2 losses and test set" \
   same_lines "$WORK/acc_one.log" "$WORK/acc.log"
 check "--accumulate 2: as many optimizer steps as the unsplit model's on the same global batch" \
-  [ -n "$(latest_step "$WORK/acc")" ] && [ "$(latest_step "$WORK/acc")" = "$(latest_step "$WORK/acc_ref")" ]
+  same_nonempty "$(latest_step "$WORK/acc")" "$(latest_step "$WORK/acc_ref")"
 /usr/bin/python3 "$(dirname "$0")/weights_close.py" "$(final_model "$WORK/acc_ref")" "$(final_model "$WORK/acc")" 1e-5 \
   >"$WORK/acc_close.log" 2>&1
 check "--accumulate 2: weights within 1e-5 of the unsplit model's on the same global batch" [ $? -eq 0 ]
@@ -115,7 +115,7 @@ check "a diverged pipeline: one line saying so" grep -q "training diverged" "$WO
 timeout 120 mpirun --oversubscribe --bind-to none -np 1 "$DTRAIN" train "${RUN[@]}" --pipeline-stages "$NP" --micro-batches 4 --batch-size 32 : \
   -np $((NP - 1)) "$DTRAIN" train "${RUN[@]}" --batch-size 32 >"$WORK/disagree.log" 2>&1
 status=$?
-check "ranks that disagree on --pipeline-stages: non-zero exit, no hang" [ "$status" -ne 0 ] && [ "$status" -ne 124 ]
+check "ranks that disagree on --pipeline-stages: non-zero exit, no hang" failed_not_timed_out "$status"
 check "ranks that disagree on --pipeline-stages: one line naming it" \
   grep -qF "ranks disagree on --pipeline-stages: rank 0 has $NP" "$WORK/disagree.log"
 finish

@@ -30,7 +30,7 @@ mismatch() {
   local want_b="rank 1 has"; [ "$NP" -gt 2 ] && want_b="ranks 1,$(seq -s, 2 $((NP - 1))) have"
   local want="dtrain: error: ranks disagree on $flag: rank 0 has $a, $want_b $b"
   echo "# $name: exit $status after $ms ms: $(grep '^dtrain: error:' "$log" | head -1)"
-  check "$name: non-zero exit (not a timeout)" [ "$status" -ne 0 ] && [ "$status" -ne 124 ]
+  check "$name: non-zero exit (not a timeout)" failed_not_timed_out "$status"
   check "$name: within ${BOUND_S} s" [ "$ms" -le $((BOUND_S * 1000)) ]
   check "$name: exactly one error line" [ "$lines" = 1 ]
   check "$name: the line names $flag and both values" grep -qF -- "$want" "$log"

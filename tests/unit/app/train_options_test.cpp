@@ -123,6 +123,21 @@ TEST(TrainOptions, PipelineRefusesWhatItCannotTrainYet) {
   EXPECT_EQ(with({"--model", "gpt", "--batch-size", "8", "--clip-grad-norm", "1"}), "<no error>");
   EXPECT_EQ(with({"--model", "gpt", "--batch-size", "8", "--init-weights", "w.safetensors"}),
             "--pipeline-stages 2: not yet with --model gpt and --init-weights");
+  EXPECT_EQ(with({"--clip-grad-norm", "1"}), "--pipeline-stages 2: not yet with --clip-grad-norm (with --model mlp or cnn)");
+  EXPECT_EQ(with({"--model", "gpt", "--batch-size", "8", "--accumulate", "2"}),
+            "--pipeline-stages 2: not yet with --model gpt and --accumulate");
+  // DDP's own settings would be dropped by a stage, which sums its gradients itself.
+  for (const char* flag : {"--comm-hook bf16", "--bucket-cap-mb 4", "--find-unused-parameters", "--broadcast-buffers off"}) {
+    std::vector<std::string> more;
+    for (std::string_view rest = flag; !rest.empty();) {
+      const size_t space = rest.find(' ');
+      more.emplace_back(rest.substr(0, space));
+      rest = space == std::string_view::npos ? std::string_view() : rest.substr(space + 1);
+    }
+    EXPECT_EQ(with(more), fmt::format("--pipeline-stages 2: not yet with {} (a stage sums its gradients itself, "
+                                      "without DDP's buckets)", more[0]));
+  }
+  EXPECT_EQ(with({"--progress", "on"}), "--pipeline-stages 2: not yet with --progress on");
 }
 
 TEST(TrainOptions, FloatFlagsAreParsedStrictly) {
