@@ -91,21 +91,9 @@ void LmBatches::read(bool val, int64_t slot) {
 
 LmBatches open_lm_batches(Runtime& rt, const TrainConfig& c) {
   std::optional<LmBatches> data;
-  std::string mine;
-  try {
+  agreed_across_ranks(rt.control(), [&] {
     data.emplace(classify_errors(ErrorKind::kData, [&] { return LmBatches(c, rt.device()); }));
-  } catch (const Error& e) {
-    mine = fmt::format("{}\t{}", static_cast<int>(e.kind()), e.what());  // the kind travels with the line
-  }
-  const std::vector<std::string> verdicts = allgather_strings(rt.control(), mine);
-  for (size_t r = 0; r < verdicts.size(); ++r) {
-    if (verdicts[r].empty()) continue;
-    const bool all_alike = std::all_of(verdicts.begin(), verdicts.end(), [&](const std::string& v) { return v == verdicts[r]; });
-    const size_t tab = verdicts[r].find('\t');
-    const std::string line = verdicts[r].substr(tab + 1);
-    throw AgreedError(all_alike ? line : fmt::format("rank {}: {}", r, line),
-                      static_cast<ErrorKind>(std::stoi(verdicts[r].substr(0, tab))));
-  }
+  });
   return std::move(*data);
 }
 

@@ -53,10 +53,7 @@ void report_pipeline_figures(Reporter& reporter, Communicator& world, const Pipe
 
 uint64_t pipeline_fingerprint(Communicator& world, PipelineStage& stage, int stages) {
   const std::vector<uint64_t> all = allgather_values(world, parameters_fingerprint(stage.module()));
-  uint64_t h = 14695981039346656037ull;  // FNV-1a over the stages' fingerprints' bytes
-  for (int s = 0; s < stages; ++s)
-    for (int b = 0; b < 8; ++b) h = (h ^ ((all[static_cast<size_t>(s)] >> (8 * b)) & 0xff)) * 1099511628211ull;
-  return h;
+  return fingerprint_bytes(all.data(), sizeof(uint64_t) * static_cast<size_t>(stages));  // replica 0's stages
 }
 
 }  // namespace dtrain

@@ -3,6 +3,7 @@
 // models by exchanging 8 bytes (tests, and the trainer's --json summary).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "model/module.h"
@@ -10,5 +11,10 @@
 namespace dtrain {
 
 uint64_t parameters_fingerprint(Module& module);
+
+// FNV-1a continued over `bytes` from `h` (the offset basis to start): the hash above, for other
+// byte sequences (a pipeline's stages' fingerprints, app/pipeline_report.cpp).
+constexpr uint64_t kFingerprintBasis = 1469598103934665603ull;
+uint64_t fingerprint_bytes(const void* bytes, size_t n, uint64_t h = kFingerprintBasis);
 
 }  // namespace dtrain

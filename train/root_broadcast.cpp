@@ -1,5 +1,7 @@
 #include "train/root_broadcast.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "comm/exchange.h"
@@ -29,16 +31,20 @@ std::vector<std::string> broadcast_from_root(Communicator& comm,
 }
 
 void agreed_across_ranks(Communicator& comm, const std::function<void()>& work) {
-  std::string refused;  // the kind's number, a space, the message
+  std::string mine;  // the kind's number, a tab, the line
   try {
     work();
   } catch (const Error& e) {
-    refused = fmt::format("{} {}", static_cast<int>(e.kind()), e.what());
+    mine = fmt::format("{}\t{}", static_cast<int>(e.kind()), e.what());
   }
-  for (const std::string& r : allgather_strings(comm, refused)) {
-    if (r.empty()) continue;
-    const size_t space = r.find(' ');
-    throw AgreedError(r.substr(space + 1), static_cast<ErrorKind>(std::stoi(r.substr(0, space))));
+  const std::vector<std::string> verdicts = allgather_strings(comm, mine);
+  for (size_t r = 0; r < verdicts.size(); ++r) {
+    if (verdicts[r].empty()) continue;
+    const bool all_alike = std::all_of(verdicts.begin(), verdicts.end(), [&](const std::string& v) { return v == verdicts[r]; });
+    const size_t tab = verdicts[r].find('\t');
+    const std::string line = verdicts[r].substr(tab + 1);
+    throw AgreedError(all_alike ? line : fmt::format("rank {}: {}", r, line),
+                      static_cast<ErrorKind>(std::stoi(verdicts[r].substr(0, tab))));
   }
 }
 

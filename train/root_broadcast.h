@@ -39,9 +39,10 @@ auto agreed(Work&& work) -> decltype(work()) {
   }
 }
 
-// Every rank runs `work` on its own data (a pipeline stage's memory check, say): if any rank's
-// throws an Error, every rank throws the lowest such rank's as an AgreedError of its kind, so
-// all stop alike instead of the others waiting for it in their next collective. A collective.
+// Every rank runs `work` on its own data (a pipeline stage's memory check, the token shards a
+// rank opens): if any rank's throws an Error, every rank throws the lowest such rank's as an
+// AgreedError of its kind (its line prefixed "rank r: " unless every rank's line is the same),
+// so all stop alike instead of the others waiting for it in their next collective. A collective.
 void agreed_across_ranks(Communicator& comm, const std::function<void()>& work);
 
 }  // namespace dtrain

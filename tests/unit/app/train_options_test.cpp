@@ -127,16 +127,10 @@ TEST(TrainOptions, PipelineRefusesWhatItCannotTrainYet) {
   EXPECT_EQ(with({"--model", "gpt", "--batch-size", "8", "--accumulate", "2"}),
             "--pipeline-stages 2: not yet with --model gpt and --accumulate");
   // DDP's own settings would be dropped by a stage, which sums its gradients itself.
-  for (const char* flag : {"--comm-hook bf16", "--bucket-cap-mb 4", "--find-unused-parameters", "--broadcast-buffers off"}) {
-    std::vector<std::string> more;
-    for (std::string_view rest = flag; !rest.empty();) {
-      const size_t space = rest.find(' ');
-      more.emplace_back(rest.substr(0, space));
-      rest = space == std::string_view::npos ? std::string_view() : rest.substr(space + 1);
-    }
+  for (const std::vector<std::string>& more : std::vector<std::vector<std::string>>{
+           {"--comm-hook", "bf16"}, {"--bucket-cap-mb", "4"}, {"--find-unused-parameters"}, {"--broadcast-buffers", "off"}})
     EXPECT_EQ(with(more), fmt::format("--pipeline-stages 2: not yet with {} (a stage sums its gradients itself, "
                                       "without DDP's buckets)", more[0]));
-  }
   EXPECT_EQ(with({"--progress", "on"}), "--pipeline-stages 2: not yet with --progress on");
 }
 
