@@ -33,7 +33,12 @@ check "SIGSTOP: ends within ${TIMEOUT_S} s + ${MARGIN_S} s" [ "$ms" -le $(((TIME
 # the victim's neighbour's pipeline at NP 4) may time out first, naming its own peer.
 check "SIGSTOP: a line names the transfer or all-reduce it waited in and the stopped rank" \
   grep -qE "collective #[0-9]+ \((send|recv|sendrecv|allreduce) of .*timed out after.*rank $VICTIM is not responding" "$WORK/log"
-check "the other ranks wrote their flight recorders" test "$(find "$fr" -name 'flight_recorder_rank*.json' | wc -l)" -ge $((NP - 1))
+# Unlike data parallel's one all-reduce, the waiting ranks' deadlines fire at different times (a
+# stage's replicas in their sum, its neighbours in transfers posted later): the first to time
+# out takes the job down, so a rank whose deadline is still running may be killed before its
+# dump (seen at NP 4 under the full suite: 2 dumps of 3). At least one waiting rank's dump is
+# the guarantee; flight-report below must still name the stopped rank from it.
+check "a waiting rank wrote its flight recorder" test "$(find "$fr" -name 'flight_recorder_rank*.json' | wc -l)" -ge 1
 report=$("$DTRAIN" flight-report "$fr" 2>&1)
 echo "$report" | sed 's/^/#   /'
 check "flight-report names the stopped rank" grep -qE "^ *behind or missing: rank\(s\) ([0-9]+,)*$VICTIM(,[0-9]+)*$" <<<"$report"
