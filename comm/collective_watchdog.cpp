@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iterator>
@@ -32,6 +33,26 @@ static_assert(std::atomic<int64_t>::is_always_lock_free, "the board is shared be
 namespace {
 constexpr const char* kKindNames[] = {"?", "allreduce", "broadcast", "allgather", "barrier", "reduce_scatter"};
 constexpr int kKinds = static_cast<int>(std::size(kKindNames));
+}  // namespace
+
+// Note [Stopped ranks beyond this communicator]: a pipeline rank waits on a stage replica that
+// itself waits on a stopped neighbour in another communicator; the first deadline to pass may be
+// the one whose board shows only the live replica. Every board of this process is listed here, so
+// its timeout line also names the ranks of the node that beat on none of them (a live process
+// beats on every board it holds; one that left a communicator early still beats on the others).
+namespace {
+std::mutex& boards_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::vector<const ProgressBoard*>& process_boards() {
+  static std::vector<const ProgressBoard*> boards;
+  return boards;
+}
+void forget_board(const ProgressBoard* b) {
+  std::lock_guard lock(boards_mutex());
+  std::erase(process_boards(), b);
+}
 }  // namespace
 
 int ProgressBoard::kind_code(const std::string& kind) {
@@ -74,10 +95,14 @@ std::unique_ptr<ProgressBoard> ProgressBoard::create(MPI_Comm world) {
   }
   MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, b->win_));
   MPI_CHECK(MPI_Barrier(b->node_));  // every slot is constructed before anyone reads one
+  {
+    std::lock_guard lock(boards_mutex());
+    process_boards().push_back(b.get());
+  }
   return b;
 }
 
-ProgressBoard::~ProgressBoard() = default;
+ProgressBoard::~ProgressBoard() { forget_board(this); }
 
 void ProgressBoard::started(int64_t seq, int kind, int64_t count, DType dtype) {
   Slot* s = slots_[static_cast<size_t>(local_rank_)];
@@ -123,6 +148,7 @@ std::vector<ProgressBoard::Entry> ProgressBoard::read() const {
 }
 
 void ProgressBoard::release() {
+  forget_board(this);
   if (win_ != MPI_WIN_NULL) {
     MPI_CHECK(MPI_Win_unlock_all(win_));
     MPI_CHECK(MPI_Win_free(&win_));
@@ -160,6 +186,19 @@ std::string unresponsive_text(const std::vector<ProgressBoard::Entry>& board, in
   for (size_t r = 0; r < board.size(); ++r)
     if (static_cast<int>(r) != my_local_rank && is_stale(board[r], now_ns))
       out += (out.empty() ? "" : "; ") + not_responding(board[r], now_ns);
+  return out;
+}
+
+std::vector<ProgressBoard::Entry> freshest_entries(const std::vector<std::vector<ProgressBoard::Entry>>& boards) {
+  std::vector<ProgressBoard::Entry> out;
+  for (const auto& board : boards)
+    for (const ProgressBoard::Entry& e : board) {
+      auto it = std::find_if(out.begin(), out.end(), [&](const auto& o) { return o.world_rank == e.world_rank; });
+      if (it == out.end())
+        out.push_back(e);
+      else if (e.heartbeat_ns > it->heartbeat_ns)
+        *it = e;
+    }
   return out;
 }
 
@@ -303,6 +342,22 @@ void CollectiveWatchdog::time_out(int64_t seq, double waited_s) {
     if (others.empty()) others = "every rank on this node arrived; the missing rank is on another node";
   } else {
     others = "ranks on other nodes: see their lines or `dtrain flight-report`";
+  }
+  if (board_) {
+    // Note [Stopped ranks beyond this communicator]
+    std::vector<std::vector<ProgressBoard::Entry>> boards;
+    {
+      std::lock_guard lock(boards_mutex());
+      for (const ProgressBoard* b : process_boards()) boards.push_back(b->read());
+    }
+    const std::vector<ProgressBoard::Entry> node = freshest_entries(boards);
+    const int64_t now = steady_now_ns();
+    for (const ProgressBoard::Entry& e : node) {
+      if (e.world_rank == rank_ || std::find(suspects.begin(), suspects.end(), e.world_rank) != suspects.end()) continue;
+      if (!is_stale(e, now)) continue;
+      suspects.push_back(e.world_rank);
+      others += fmt::format("; beyond this communicator, {}", not_responding(e, now));
+    }
   }
   const std::string where = dump(fmt::format("timeout in collective #{}: {}", seq, others), suspects);
   const std::string line = fmt::format(

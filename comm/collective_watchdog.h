@@ -85,6 +85,9 @@ std::string different_collective_text(const std::vector<ProgressBoard::Entry>& b
 // is stale at `now_ns`, "; "-joined; "" if none. Point-to-point's timeout line names its stopped
 // peer with it (a transfer is not on the board). Pure.
 std::string unresponsive_text(const std::vector<ProgressBoard::Entry>& board, int my_local_rank, int64_t now_ns);
+// One entry per world rank of `boards` (boards of one node), the one with the newest heartbeat:
+// a rank is stopped only if it beats on none of the boards it is on. Pure.
+std::vector<ProgressBoard::Entry> freshest_entries(const std::vector<std::vector<ProgressBoard::Entry>>& boards);
 // The world ranks on the board whose heartbeat is stale at `now_ns`. Pure.
 std::vector<int> unresponsive_ranks(const std::vector<ProgressBoard::Entry>& board, int my_local_rank, int64_t now_ns);
 

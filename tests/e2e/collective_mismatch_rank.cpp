@@ -7,8 +7,14 @@
 //   rs_counts: float32 reduce-scatters of different lengths over MPI (shared memory off: the
 //              watchdog's board check);
 //   rs_checked: int32 reduce-scatters of different lengths, with the header check;
-//   rs_late: the last rank never joins a reduce-scatter (the deadline, 3 s here).
+//   rs_late: the last rank never joins a reduce-scatter (the deadline, 3 s here);
+//   chain (np 3): rank 2 stops itself (SIGSTOP); rank 1 waits to receive from it on one
+//     communicator, rank 0 waits for rank 1 in an all-reduce on another and times out first: its
+//     line must name rank 2, which its own communicator does not hold (Note [Stopped ranks
+//     beyond this communicator]).
 // Without a check each would hang (or reduce mismatched buffers); the job must end with one line.
+#include <csignal>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -24,9 +30,9 @@
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  const std::vector<std::string> modes = {"kinds", "counts", "checked", "rs_kinds", "rs_counts", "rs_checked", "rs_late"};
+  const std::vector<std::string> modes = {"kinds", "counts", "checked", "rs_kinds", "rs_counts", "rs_checked", "rs_late", "chain"};
   if (std::find(modes.begin(), modes.end(), mode) == modes.end()) {
-    std::fprintf(stderr, "usage: collective_mismatch_rank kinds|counts|checked|rs_kinds|rs_counts|rs_checked|rs_late\n");
+    std::fprintf(stderr, "usage: collective_mismatch_rank kinds|counts|checked|rs_kinds|rs_counts|rs_checked|rs_late|chain\n");
     return 2;
   }
   if (mode == "rs_counts") setenv("DTRAIN_SHM_ALLREDUCE", "0", 1);
@@ -34,8 +40,9 @@ int main(int argc, char** argv) {
   try {
     dtrain::RuntimeOptions options;
     options.device = dtrain::DeviceRequest::cpu();
-    options.collective_timeout_s = mode == "rs_late" ? 3 : 120;  // else far beyond the test's limit: the check must end it
+    options.collective_timeout_s = mode == "rs_late" || mode == "chain" ? 3 : 120;  // else far beyond the test's limit: the check must end it
     options.debug_collectives = mode == "checked" || mode == "rs_checked";
+    options.concurrent_communicators = mode == "chain";  // split() needs MPI_THREAD_MULTIPLE
     rt = dtrain::init(&argc, &argv, options);
     dtrain::Communicator& comm = rt->control();
     const int rank = comm.rank();
@@ -57,6 +64,20 @@ int main(int argc, char** argv) {
     } else if (mode == "rs_checked") {
       std::vector<int32_t> out(2000);
       comm.reduce_scatter(i.data(), out.data(), rank == 0 ? 1000 : 2000, dtrain::DType::kI32, dtrain::ReduceOp::kSum);
+    } else if (mode == "chain") {
+      if (comm.size() != 3) throw dtrain::Error("chain needs 3 ranks");
+      auto pair = comm.split(rank == 2 ? 1 : 0, rank, "pair");     // ranks 0 and 1: the all-reduce
+      auto chain = comm.split(rank == 0 ? 1 : 0, rank, "chain");   // ranks 1 and 2: the transfer
+      comm.barrier();
+      if (rank == 2) {
+        std::raise(SIGSTOP);
+      } else if (rank == 1) {
+        // Later than rank 0's all-reduce, so rank 0's deadline passes first.
+        std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+        chain->recv(f.data(), 1000, dtrain::DType::kF32, 1);
+      } else {
+        pair->allreduce(f.data(), 1000, dtrain::DType::kF32, dtrain::ReduceOp::kSum);
+      }
     } else {
       comm.barrier();  // every rank is up, so only the reduce-scatter can be late
       if (rank == comm.size() - 1) std::this_thread::sleep_for(std::chrono::seconds(60));

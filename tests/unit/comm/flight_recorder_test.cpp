@@ -105,5 +105,21 @@ TEST(ProgressBoard, NamesRanksBehindInAnotherCollectiveOrNotResponding) {
   EXPECT_EQ(not_arrived_text(board, 0, 9, ar, 50, f32, 0).find("rank 2"), std::string::npos) << "heartbeats not judged";
 }
 
+// Note [Stopped ranks beyond this communicator]: a rank is judged by its newest heartbeat on any
+// board of the process, so one that left a communicator early (its beat there stopped) is not
+// called stopped while it beats on another; one that beats on none is.
+TEST(ProgressBoard, ARankIsStoppedOnlyWhenItBeatsOnNoBoard) {
+  const int64_t now = 100'000'000'000, old = now - 5'000'000'000;
+  const std::vector<ProgressBoard::Entry> stage = {entry(0, 9, 9, 50, now), entry(2, 9, 9, 50, old)};
+  const std::vector<ProgressBoard::Entry> world = {entry(0, 3, 3, 1, now), entry(1, 3, 3, 1, now),
+                                                   entry(2, 3, 3, 1, now), entry(3, 3, 3, 1, old)};
+  const std::vector<ProgressBoard::Entry> node = freshest_entries({stage, world});
+  ASSERT_EQ(node.size(), 4u);
+  std::vector<int> stale;
+  for (size_t r = 0; r < node.size(); ++r)
+    if (!unresponsive_ranks({node[r]}, -1, now).empty()) stale.push_back(node[r].world_rank);
+  EXPECT_EQ(stale, std::vector<int>{3}) << "rank 2 still beats on the world's board";
+}
+
 }  // namespace
 }  // namespace dtrain
