@@ -11,7 +11,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 testbed="$here/../../scripts/testbed.sh"
-readonly BED_TIMEOUT_S=100  # below CTest's TIMEOUT, so the bed's own trap always tears down
+readonly BED_TIMEOUT_S=240  # below CTest's TIMEOUT, so the bed's own trap always tears down; the GPT
+# pipeline at 2x2 takes 35 s on a quiet 2-core box and ran past 100 s beside a loaded one
 
 layout=${1:?usage: on_testbed.sh NODESxRANKS mpirun|launch ...}
 mode=${2:?usage: on_testbed.sh NODESxRANKS mpirun|launch ...}
