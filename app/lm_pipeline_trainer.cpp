@@ -4,14 +4,19 @@
 #include <chrono>
 #include <cmath>
 #include <optional>
+#include <span>
 
 #include <fmt/format.h>
 
+#include "app/architecture.h"
+#include "app/checkpointing.h"
 #include "app/lm_batches.h"
 #include "app/lm_trainer.h"
 #include "app/pipeline_report.h"
 #include "app/rank_agreement.h"
+#include "app/preemption.h"
 #include "app/reporter.h"
+#include "app/sample_log.h"
 #include "app/trace.h"
 #include "comm/flight_recorder.h"
 #include "comm/launch_channel.h"
@@ -24,6 +29,7 @@
 #include "model/optimizer.h"
 #include "pipeline/gpt_stage.h"
 #include "pipeline/pipeline_stage.h"
+#include "train/checkpointer.h"
 #include "train/root_broadcast.h"
 
 namespace dtrain {
@@ -79,9 +85,22 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
                      c.model.memory_budget_bytes > 0 ? c.model.memory_budget_bytes
                                                      : host_memory_bytes() / std::max(1, rt.local_size()));
   });
-  PipelineStage stage(build_gpt_stage(spec, rt.device(), c.seed, mine), grid,
-                      {p.schedule, p.micro_batches, kGptTiedParameter});
-  std::unique_ptr<Optimizer> optimizer = make_optimizer(c.optimizer, stage.module().parameters());
+  std::unique_ptr<Sequential> layers = build_gpt_stage(spec, rt.device(), c.seed, mine);
+  // The optimizer holds the stage's parameters (their addresses do not move with the layers).
+  std::unique_ptr<Optimizer> optimizer = make_optimizer(c.optimizer, layers->parameters());
+  // Note [Pipeline checkpoints] (train/checkpointer.h): the unsplit GPT's tensors (wte once, as
+  // Gpt saves it); a checkpoint of any P x D (P = 1 included), this stage taking its own tensors
+  // (the head its copy of wte), else --init-weights likewise, else the seeded initialisation.
+  std::vector<safetensors::TensorSpec> whole;
+  for (const LayerSize& l : plan_gpt(spec))
+    for (const ParameterShape& t : l.tensors) whole.push_back({t.name, safetensors::Dtype::kF32, t.shape});
+  const CheckpointSettings& k = c.checkpoints;
+  Checkpointer saver(rt.control(), checkpointer_options(k));
+  const std::optional<ResumedRun> resumed = classify_errors(
+      ErrorKind::kCheckpoint, [&] { return restore_checkpoint(rt.control(), c, *layers, *optimizer, nullptr, whole); });
+  if (!resumed && !k.init_weights.empty())
+    classify_errors(ErrorKind::kCheckpoint, [&] { load_stage_weights(rt.control(), k.init_weights, *layers, whole); });
+  PipelineStage stage(std::move(layers), grid, {p.schedule, p.micro_batches, kGptTiedParameter});
   // The global norm: each stage's sum of squares (the tied weight once), added over the pipeline's
   // stages (the replicas hold the same gradients after their sums), so every rank takes the
   // same decision.
@@ -109,6 +128,18 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
   reporter.start_lm(rt, fmt::format("Gpt(vocab={}, context={}, layers={}, heads={}, embd={})", spec.vocab,
                                     spec.context, spec.layers, spec.heads, spec.embd),
                     c, data.train_tokens(), data.val_tokens(), parameters);
+  // Note [A language model's position] (app/lm_trainer.cpp) with --accumulate 1 and N = D: replica
+  // d of step s reads slot g0 + d, g0 the slots consumed, D per step.
+  int64_t step = 0, slots = 0;
+  if (resumed) {
+    step = resumed->state.global_step;
+    slots = resumed->state.samples_seen;
+    if (!resumed->chosen_because.empty()) reporter.note("resume: " + resumed->chosen_because);
+    note_lm_resume(reporter, *resumed, c, rt.size());
+  } else if (k.resume == ResumeMode::kAuto) {
+    reporter.note(fmt::format("resume: no checkpoint in {} (no {}/latest, no step-<N>): starting fresh", k.dir, k.dir));
+  }
+  if (!resumed && !k.init_weights.empty()) reporter.note(fmt::format("initial weights: {}", k.init_weights));
   int64_t stage_parameters = 0;
   for (Parameter* q : stage.module().parameters()) stage_parameters += q->value.numel();
   reporter.note(fmt::format("pipeline: {} stage(s) x {} replica(s), {} micro-batch(es) of {} sequences, schedule {}, "
@@ -124,15 +155,50 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
   result.parameters = parameters;
   Tracer tracer(!c.output.trace_path.empty());
   const double tokens_per_step = static_cast<double>(c.batch_size * lm.context * grid.replicas);
+  const safetensors::Metadata architecture = gpt_architecture_metadata(spec);
+  SampleLog sample_log(rt.rank());  // a test hook: the slots stage 0 of each replica reads
+  // Between two steps, by every rank together (each stage's replica 0 holds its tensors).
+  int64_t last_saved = resumed ? step : -1;
+  const auto save = [&] {
+    set_collective_context(fmt::format("checkpoint of step {}", step));
+    saver.save_stage(lm_training_state(step, slots, c, rt.size(), schedule), stage.module(), *optimizer,
+                     grid.replica == 0, whole, architecture);
+    reporter.note(fmt::format("checkpoint: {}", saver.last_path()));
+    last_saved = step;
+  };
+  // Note [Agreeing to stop] (app/preemption.h), as the image pipeline's: the vote is on the world
+  // (a stage that stopped alone would leave its neighbours waiting in their next transfer); every
+  // stage saves its tensors at the agreed boundary and each rank exits with 128 + the signal.
+  StopSignals signals;
+  StopVote stop_vote(rt.control());
+  int stopped_by = 0;
+  const auto stop = [&](int signal) {
+    stopped_by = signal;
+    if (!k.dir.empty() && last_saved != step) save();
+    saver.finish();  // the save is complete before any rank exits (a launcher ends the job then)
+    if (rt.rank() == 0) {
+      std::fflush(stdout);
+      fmt::print(stderr, "dtrain: stopped by {} at step {} (slot {}); {}\n", signal_name(signal), step, slots,
+                 k.dir.empty() ? "nothing saved (no --checkpoint-dir)"
+                               : fmt::format("checkpoint {} saved; continue with --resume auto", saver.last_path()));
+      std::fflush(stderr);
+    }
+    rt.control().barrier();
+  };
+  const int64_t first_step = step;  // a resumed run times only its own steps
   const auto start = Clock::now();
   auto interval_start = start;
   int64_t interval_steps = 0;
   double eval_seconds = 0;
   float loss = 0;
-  for (int64_t step = 0; step < lm.steps;) {
+  while (step < lm.steps) {
     set_collective_context(fmt::format("step {}", step + 1));
-    // Note [A language model's position] (app/lm_trainer.cpp) with --accumulate 1 and N = D.
-    data.stage_train(step * grid.replicas + grid.replica);
+    const int64_t g = slots + grid.replica;
+    data.stage_train(g);
+    if (sample_log.enabled() && grid.stage == 0) {  // the slot read, not the counter: they differ when shuffled
+      const int64_t slot = data.train_slot(g);
+      sample_log.record(0, step + 1, std::span(&slot, 1));
+    }
     optimizer->zero_grad();
     const Tensor targets = data.targets().view({c.batch_size, lm.context});
     loss = stage.train_step(data.inputs(), targets).loss;
@@ -144,6 +210,7 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
       optimizer->step();
     }
     ++step;
+    slots += grid.replicas;
     if (last && grid.replicas > 1) grid.data_parallel->allreduce(&loss, 1, DType::kF32, ReduceOp::kAvg);
     if (last && !std::isfinite(loss))
       // As the image pipeline's: the last stage alone sees the loss (core/exit_status.h).
@@ -166,12 +233,35 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
       eval_seconds += seconds_since(t0);
       interval_start = Clock::now();
     }
+    // As the GPT's RunControl: a checkpoint when due and at the end; a stop saves where it is.
+    const bool due = !k.dir.empty() && last_saved != step && (end || (k.every > 0 && step % k.every == 0));
+    if (due) save();
+    if (end) break;
+    if (stop_vote.votes_here(due)) {
+      if (const int signal = stop_vote.cast({StopSignals::received(), false}).signal; signal != 0) {
+        stop(signal);
+        break;
+      }
+    }
   }
+  saver.finish();
   result.train_seconds = seconds_since(start) - eval_seconds;
-  result.global_step = lm.steps;
+  result.global_step = step;
+  if (stopped_by != 0) {  // rank 0 said where and what was saved
+    result.stop_signal = stopped_by;
+    grid.chain->shutdown();
+    grid.data_parallel->shutdown();
+    if (pipeline_sums) pipeline_sums->shutdown();
+    return result;
+  }
+  if (step == first_step) {  // resumed at the end: nothing trained
+    set_collective_context(fmt::format("step {} evaluation", step));
+    result.val_loss = pipeline_validation_loss(stage, data, std::min(lm.eval_batches, data.val_slots()));
+  }
   result.train_loss = loss;
-  result.tokens_per_second =
-      result.train_seconds > 0 ? tokens_per_step * static_cast<double>(lm.steps) / result.train_seconds : 0;
+  result.tokens_per_second = result.train_seconds > 0 ? tokens_per_step * static_cast<double>(step - first_step) /
+                                                            result.train_seconds
+                                                      : 0;
   result.parameters_fingerprint = pipeline_fingerprint(rt.control(), stage, grid.stages);
   report_pipeline_figures(reporter, rt.control(), stage, p);
   if (tracer.enabled()) {

@@ -118,7 +118,6 @@ LmTrainer::LmTrainer(Runtime& runtime, const TrainConfig& c)
 }
 
 void LmTrainer::choose_starting_point() {
-  const CheckpointSettings& k = c_.checkpoints;
   const std::optional<ResumedRun> resumed = control_->read_starting_point(*optimizer_, ddp_ ? &*ddp_ : nullptr);
   int64_t parameters = 0;
   for (Parameter* p : model_->parameters()) parameters += p->value.numel();
@@ -129,15 +128,7 @@ void LmTrainer::choose_starting_point() {
   const checkpoint::TrainingState& s = resumed->state;
   gate_->restore(s.grad_scaler, resumed->path + "/state.json");
   pos_ = {s.global_step, s.samples_seen};
-  reporter_.note(fmt::format("resume: from {} (step {}, {} slots consumed){}", resumed->path, s.global_step,
-                             s.samples_seen, k.init_weights.empty() ? "" : "; --init-weights not used"));
-  if (s.world_size != rt_.size())
-    reporter_.note(fmt::format("resume: saved at world size {}, running at {}: continuing from slot {}, every slot "
-                               "once; not bitwise identical to continuing at world size {}",
-                               s.world_size, rt_.size(), s.samples_seen, s.world_size));
-  if (pos_.step >= lm_.steps)
-    reporter_.note(fmt::format("resume: the checkpoint has done {} of --steps {}: nothing left to train", pos_.step,
-                               lm_.steps));
+  note_lm_resume(reporter_, *resumed, c_, rt_.size());
 }
 
 Tensor LmTrainer::train_step() {
@@ -177,17 +168,7 @@ double LmTrainer::validation_loss() {
 }
 
 checkpoint::TrainingState LmTrainer::training_state() const {
-  checkpoint::TrainingState s;  // Note [A language model's position]
-  s.epoch = 0;
-  s.step_in_epoch = pos_.step;
-  s.sample_in_epoch = pos_.slots;
-  s.global_step = pos_.step;
-  s.samples_seen = pos_.slots;
-  s.world_size = rt_.size();
-  s.seed = c_.seed;
-  s.lr_schedule_position = pos_.step;
-  s.lr = static_cast<float>(schedule_.lr_at(std::max<int64_t>(pos_.step - 1, 0)));
-  s.config = resume_config(c_);
+  checkpoint::TrainingState s = lm_training_state(pos_.step, pos_.slots, c_, rt_.size(), schedule_);
   if (ddp_ && ddp_->bucket_layout_final()) s.buckets = bucket_layout_json(ddp_->bucket_layout());
   s.grad_scaler = gate_->state_json();
   return s;
@@ -266,6 +247,35 @@ TrainResult LmTrainer::run() {
 }
 
 }  // namespace
+
+checkpoint::TrainingState lm_training_state(int64_t step, int64_t slots, const TrainConfig& c, int world_size,
+                                            const StepLrSchedule& schedule) {
+  checkpoint::TrainingState s;  // Note [A language model's position]
+  s.epoch = 0;
+  s.step_in_epoch = step;
+  s.sample_in_epoch = slots;
+  s.global_step = step;
+  s.samples_seen = slots;
+  s.world_size = world_size;
+  s.seed = c.seed;
+  s.lr_schedule_position = step;
+  s.lr = static_cast<float>(schedule.lr_at(std::max<int64_t>(step - 1, 0)));
+  s.config = resume_config(c);
+  return s;
+}
+
+void note_lm_resume(Reporter& reporter, const ResumedRun& resumed, const TrainConfig& c, int world_size) {
+  const checkpoint::TrainingState& s = resumed.state;
+  reporter.note(fmt::format("resume: from {} (step {}, {} slots consumed){}", resumed.path, s.global_step,
+                            s.samples_seen, c.checkpoints.init_weights.empty() ? "" : "; --init-weights not used"));
+  if (s.world_size != world_size)
+    reporter.note(fmt::format("resume: saved at world size {}, running at {}: continuing from slot {}, every slot "
+                              "once; not bitwise identical to continuing at world size {}",
+                              s.world_size, world_size, s.samples_seen, s.world_size));
+  if (s.global_step >= c.lm->steps)
+    reporter.note(fmt::format("resume: the checkpoint has done {} of --steps {}: nothing left to train",
+                              s.global_step, c.lm->steps));
+}
 
 GptSpec gpt_spec(const LmSettings& lm, int64_t vocab) {
   GptSpec spec;

@@ -520,9 +520,6 @@ void check_pipeline(const TrainConfig& c, const cxxopts::ParseResult& r) {
   not_yet(c.data.sampler == SamplerTail::kUneven, "--sampler uneven");
   // The image pipeline has no clipping yet (the GPT's does: app/lm_pipeline_trainer.cpp).
   not_yet(!c.lm.has_value() && c.clip_grad_norm != 0.f, "--clip-grad-norm (with --model mlp or cnn)");
-  not_yet(c.lm.has_value() && (!c.checkpoints.dir.empty() || c.checkpoints.resume != ResumeMode::kNone),
-          "--model gpt and checkpoints (--checkpoint-dir, --resume)");
-  not_yet(c.lm.has_value() && !c.checkpoints.init_weights.empty(), "--model gpt and --init-weights");
   // The image pipeline accumulates (Note [Pipeline loss]); the GPT's loop does not yet.
   not_yet(c.lm.has_value() && c.accumulate != 1, "--model gpt and --accumulate");
   not_yet(c.model.dropout != 0.f, "--dropout");

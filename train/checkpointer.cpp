@@ -8,6 +8,7 @@
 #include <map>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 
@@ -111,6 +112,24 @@ void receive_stage_tensors(Communicator& control, Module& stage, std::span<const
     }
   }
   DTRAIN_CHECK(mine.empty(), "{}: the stage's tensor '{}' is not among the whole model's", source, mine.begin()->first);
+}
+
+// Collective, Note [Pipeline checkpoints]: drops from `state` (this rank's export) the entries of
+// the parameters in `held` that a lower rank holds too (a tied weight on the first and the last
+// stage, Note [Tied stages] in pipeline/pipeline_stage.h): both copies took the same steps, so
+// their state is saved once, by the rank whose value model.safetensors takes.
+void drop_state_held_below(Communicator& control, const OptimizerState& held, OptimizerState& state) {
+  std::string names;
+  for (const OptimizerState::Entry& e : held.tensors) names += e.name + "\n";
+  const std::vector<std::string> all = allgather_strings(control, names);
+  std::set<std::string> below;
+  for (int r = 0; r < control.rank(); ++r)
+    for (size_t at = 0, nl; (nl = all[static_cast<size_t>(r)].find('\n', at)) != std::string::npos; at = nl + 1)
+      below.insert(all[static_cast<size_t>(r)].substr(at, nl - at));
+  // An entry is "<parameter>.<key>" (Optimizer::export_state), the key without a dot.
+  const auto of_below = [&](const std::string& entry) { return below.contains(entry.substr(0, entry.rfind('.'))); };
+  std::erase_if(state.tensors, [&](const OptimizerState::Entry& e) { return of_below(e.name); });
+  std::erase_if(state.counts, [&](const OptimizerState::Count& c) { return of_below(c.name); });
 }
 
 // Rank 0 reads (`read`: nullopt when there is nothing to resume) and checks the config; every
@@ -235,6 +254,7 @@ void Checkpointer::save_stage(checkpoint::TrainingState state, Module& stage, co
     for (const NamedTensor& t : state_tensors(stage)) parameters.tensors.push_back({*t.name, *t.value});
     optimizer_state = optimizer.export_state();
   }
+  drop_state_held_below(control_, parameters, optimizer_state);
   // As save(): an earlier save's error, or a non-finite value on any rank, stops every rank.
   std::string outcome;
   try {

@@ -39,7 +39,9 @@
 // layout]): one model.safetensors under the unsplit model's names, so PyTorch, `dtrain eval` and
 // a run at any P x D (P = 1 included) load it; the optimizer state in the sharded form of Note
 // [Sharded optimizer state], one file per rank, each stage's replica 0 holding its stage's
-// tensors whole and the other replicas' files empty. Saving, every tensor streams to rank 0 in
+// tensors whole and the other replicas' files empty; a parameter two stages hold (the GPT's tied
+// wte, Note [Tied stages] in pipeline/pipeline_stage.h) is saved once, with its state, by the
+// lower rank. Saving, every tensor streams to rank 0 in
 // chunks (the model from the lowest rank that holds it), so no rank holds more than its stage
 // and a chunk. Restoring a stage, rank 0 reads the checkpoint (validated whole, as any resume)
 // and sends the model's tensors one at a time; each stage asks for its own parameters'

@@ -119,10 +119,12 @@ TEST(TrainOptions, PipelineRefusesWhatItCannotTrainYet) {
   EXPECT_EQ(with({"--micro-batches", "1"}),
             "--micro-batches 1 is fewer than --pipeline-stages 2: every stage needs a micro-batch in flight (use "
             "--micro-batches >= 2)");
-  // The GPT trains through the pipeline (clipping included); its --init-weights not yet.
+  // The GPT trains through the pipeline (clipping, checkpoints and --init-weights included).
   EXPECT_EQ(with({"--model", "gpt", "--batch-size", "8", "--clip-grad-norm", "1"}), "<no error>");
-  EXPECT_EQ(with({"--model", "gpt", "--batch-size", "8", "--init-weights", "w.safetensors"}),
-            "--pipeline-stages 2: not yet with --model gpt and --init-weights");
+  EXPECT_EQ(with({"--model", "gpt", "--batch-size", "8", "--init-weights", "w.safetensors"}), "<no error>");
+  EXPECT_EQ(with({"--model", "gpt", "--batch-size", "8", "--checkpoint-dir", "ckpt", "--checkpoint-every", "5",
+                  "--resume", "auto"}),
+            "<no error>");
   EXPECT_EQ(with({"--clip-grad-norm", "1"}), "--pipeline-stages 2: not yet with --clip-grad-norm (with --model mlp or cnn)");
   EXPECT_EQ(with({"--model", "gpt", "--batch-size", "8", "--accumulate", "2"}),
             "--pipeline-stages 2: not yet with --model gpt and --accumulate");
