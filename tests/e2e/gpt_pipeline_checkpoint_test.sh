@@ -66,7 +66,7 @@ every_slot_once() {
   seq 0 $(($3 - 1)) | cmp -s - "$WORK/slots"
 }
 
-DTRAIN_TEST_SAMPLE_LOG="$WORK/slots-pipe" dtrain_at "$NP" "$WORK/full.log" "${gpt[@]}" "${PIPE[@]}" \
+DTRAIN_TEST_SAMPLE_LOG="$WORK/slots-full" dtrain_at "$NP" "$WORK/full.log" "${gpt[@]}" "${PIPE[@]}" \
   --checkpoint-dir "$WORK/full"
 check "P $P x D $D: the uninterrupted run saved steps 10 and 20" \
   test -f "$WORK/full/step-10/model.safetensors" -a -f "$WORK/full/step-20/model.safetensors"
@@ -95,22 +95,22 @@ check "resume at P $P x D $D: model, every optimizer shard and state.json bit fo
 # The unsplit GPT at np D with batch B per rank reads the pipeline's slots.
 DTRAIN_TEST_SAMPLE_LOG="$WORK/slots-one" dtrain_at "$D" "$WORK/one.log" "${gpt[@]}" --checkpoint-dir "$WORK/one"
 check "P = 1 at np $D: the pipeline's norms, val losses (and at D 1 losses)" same_steps "$WORK/one.log" "$WORK/full.log"
-DTRAIN_TEST_SAMPLE_LOG="$WORK/slots-to1" dtrain_at "$D" "$WORK/to1.log" "${gpt[@]}" --resume "$WORK/full/step-10" \
-  --checkpoint-dir "$WORK/to1"
-check "P $P x D $D -> P = 1 at np $D: resumed at slot $((10 * D))" \
-  grep -q "^resume: from $WORK/full/step-10 (step 10, $((10 * D)) slots consumed)" "$WORK/to1.log"
-check "P $P x D $D -> P = 1: every slot 0..$((20 * D - 1)) read once over the two runs" \
-  every_slot_once slots-pipe slots-to1 $((20 * D))
-close "$WORK/one/step-20/model.safetensors" "$WORK/to1/step-20/model.safetensors"
-check "P $P x D $D -> P = 1: ends within 2e-4 of the P = 1 run" [ $? -eq 0 ]
-DTRAIN_TEST_SAMPLE_LOG="$WORK/slots-toP" dtrain_at "$NP" "$WORK/toP.log" "${gpt[@]}" "${PIPE[@]}" \
-  --resume "$WORK/one/step-10" --checkpoint-dir "$WORK/toP"
-check "P = 1 -> P $P x D $D: resumed at slot $((10 * D))" \
-  grep -q "^resume: from $WORK/one/step-10 (step 10, $((10 * D)) slots consumed)" "$WORK/toP.log"
-check "P = 1 -> P $P x D $D: every slot 0..$((20 * D - 1)) read once over the two runs" \
-  every_slot_once slots-one slots-toP $((20 * D))
-close "$WORK/one/step-20/model.safetensors" "$WORK/toP/step-20/model.safetensors"
-check "P = 1 -> P $P x D $D: ends within 2e-4 of the P = 1 run" [ $? -eq 0 ]
+# across FROM TO WHAT NP ARGS...: FROM's step 10 (its slots logged as slots-FROM) resumed at NP
+# ranks with ARGS into TO reads every slot once over the two runs and ends near the P = 1 run.
+across() {
+  local from=$1 to=$2 what=$3 np=$4
+  shift 4
+  DTRAIN_TEST_SAMPLE_LOG="$WORK/slots-$to" dtrain_at "$np" "$WORK/$to.log" "${gpt[@]}" "$@" \
+    --resume "$WORK/$from/step-10" --checkpoint-dir "$WORK/$to"
+  check "$what: resumed at slot $((10 * D))" \
+    grep -q "^resume: from $WORK/$from/step-10 (step 10, $((10 * D)) slots consumed)" "$WORK/$to.log"
+  check "$what: every slot 0..$((20 * D - 1)) read once over the two runs" \
+    every_slot_once "slots-$from" "slots-$to" $((20 * D))
+  close "$WORK/one/step-20/model.safetensors" "$WORK/$to/step-20/model.safetensors"
+  check "$what: ends within 2e-4 of the P = 1 run" [ $? -eq 0 ]
+}
+across full to1 "P $P x D $D -> P = 1 at np $D" "$D"
+across one toP "P = 1 -> P $P x D $D" "$NP" "${PIPE[@]}"
 
 # dtrain eval over the run's 2 validation slots of B sequences: the run's last val loss.
 dtrain_at 1 "$WORK/eval.log" eval --weights "$WORK/full/step-20" --data "$WORK/shards" --batch-size "$B" \
