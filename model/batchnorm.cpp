@@ -91,15 +91,16 @@ void BatchNorm::batch_statistics(const Tensor& input) {
                                   options_.momentum});
     return;
   }
-  // Note [SyncBatchNorm]: this rank's [mean, invstd, count], every rank's, combined.
-  ensure_tensor(local_, {2 * c + 1}, dev);
-  ensure_tensor(gathered_, {sync_->ranks(), 2 * c + 1}, dev);
+  // Note [SyncBatchNorm]: this rank's [mean, invstd, mean remainder, variance, its remainder,
+  // count], every rank's, combined (Note [SyncBatchNorm statistics] in model/norm_kernels.h).
+  ensure_tensor(local_, {5 * c + 1}, dev);
+  ensure_tensor(gathered_, {sync_->ranks(), 5 * c + 1}, dev);
   float* l = local_.data();
   if (batch_ > 0)
     stats(kernels::BatchNormStats{l, l + c, s + kAlpha * c, s + kShift * c, nullptr, nullptr, input.data(),
                                   weight_.value.data(), bias_.value.data(), batch_, c, plane_, options_.eps,
-                                  options_.momentum});
-  launch(dev, 1, kernels::SetValue{l + 2 * c, static_cast<float>(batch_ * plane_)});
+                                  options_.momentum, l + 2 * c});
+  launch(dev, 1, kernels::SetValue{l + 5 * c, static_cast<float>(batch_ * plane_)});
   sync_->allgather(local_, gathered_);
   launch(dev, c,
          kernels::BatchNormCombineStats{s + kMean * c, s + kInvstd * c, s + kAlpha * c, s + kShift * c,

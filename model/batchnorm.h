@@ -16,11 +16,13 @@ namespace dtrain {
 
 // Note [SyncBatchNorm]: PyTorch's SyncBatchNorm, on any device. In training, each rank computes
 // its batch's per-channel mean and inverse std, all-gathers [mean, invstd, count] from every
-// rank, and combines them (ranks with count 0 masked out; kernels::BatchNormCombineStats) into
-// the statistics of all ranks' samples, which normalise and update the running statistics (the
-// variance unbiased over the total count). Backward all-reduces the two per-channel sums
-// (sum dy, sum (x - mean) dy) before the input gradient; the weight and bias gradients stay this
-// rank's, which DDP then averages. So np N x batch B normalises as BatchNorm at np 1 x batch NB.
+// rank (here also each mean's and variance's float remainder: Note [SyncBatchNorm statistics]
+// in model/norm_kernels.h), and combines them (ranks with count 0 masked out;
+// kernels::BatchNormCombineStats) into the statistics of all ranks' samples, which normalise and
+// update the running statistics (the variance unbiased over the total count). Backward
+// all-reduces the two per-channel sums (sum dy, sum (x - mean) dy) before the input gradient;
+// the weight and bias gradients stay this rank's, which DDP then averages. So np N x batch B
+// normalises as BatchNorm at np 1 x batch NB.
 // Two collectives per layer and step, on the communicator the implementation (ddp/
 // sync_batchnorm.h) holds, with its deadlines and flight recorder; every rank must run the same
 // training forwards (a rank that runs none, as Join's joined ranks, would leave the others
@@ -72,7 +74,8 @@ class BatchNorm : public Module {
   Tensor input_, output_, grad_input_;
   Tensor stats_;  // [8, C]: mean, invstd, alpha, shift, sum_dy, sum_dy_xmu, scale, count (norm_kernels.h)
   std::shared_ptr<BatchStatsSync> sync_;
-  Tensor local_, gathered_;  // SyncBatchNorm: [mean (C), invstd (C), count], every rank's
+  // SyncBatchNorm: [mean, invstd, mean remainder, variance, its remainder (C each), count], all ranks'
+  Tensor local_, gathered_;
 };
 
 // adaptive_avg_pool2d(x, 1) then flatten: [N, C, H, W] -> [N, C].

@@ -69,6 +69,9 @@ struct BatchNormStats {
   const float* bias;    // [C]
   int64_t batch, channels, plane;
   float eps, momentum;
+  // [3C] or nullptr: SyncBatchNorm's mean remainder, biased variance and its remainder
+  // (Note [SyncBatchNorm statistics]).
+  float* low = nullptr;
   template <class Lanes>
   DTRAIN_HD void operator()(const Lanes& lanes, int64_t c) const {
     auto at = [&](int64_t n, int64_t p) { return static_cast<double>(x[(n * channels + c) * plane + p]); };
@@ -90,6 +93,13 @@ struct BatchNormStats {
     const float a = is * weight[c];
     alpha[c] = a;
     shift[c] = bias[c] - mf * a;
+    if (low) {
+      const double var = squares / count;
+      const float vf = static_cast<float>(var);
+      low[c] = static_cast<float>(m - static_cast<double>(mf));
+      low[channels + c] = vf;
+      low[2 * channels + c] = static_cast<float>(var - static_cast<double>(vf));
+    }
     if (!running_mean) return;
     const double mo = momentum;
     const double unbiased = count > 1.0 ? squares / (count - 1.0) : squares / count;
@@ -213,10 +223,24 @@ struct BatchNormBackwardCoefficients {
   }
 };
 
+// Note [SyncBatchNorm statistics]: PyTorch gathers each rank's mean and invstd as floats and
+// recovers a rank's variance as 1/invstd^2 - eps, so the combined statistics carry float
+// rounding of every rank's (a few 1e-8 relative), where BatchNorm at np 1 x NB rounds only the
+// final mean and invstd. A BatchNorm bias's gradient is a channel's sum(dy) that nearly cancels
+// (downstream BatchNorms remove any per-channel constant), so that rounding, spread through
+// every normalised value, reached 1.2e-5 of the largest BatchNorm bias after one step
+// (tests/mpi/ddp_test.cpp: resnet18 width 2, np 2 x 4 against np 1 x 8), over the 1e-5.
+// Not DDP's float average of those cancelling sums: all-reducing the backward sums and taking
+// the gradients from them in double (float + remainder) changed 1.21e-5 only to 1.13e-5. With
+// each rank's double mean and variance gathered as a float and its float remainder, the step is
+// 3.2e-6 from np 1 (logits 1.1e-6 -> 1.9e-7); np 3 x 4: 7.5e-6 -> 2.3e-6.
+//
 // SyncBatchNorm (PyTorch's batch_norm_gather_stats_with_counts): one channel c from every rank's
-// [mean (C), invstd (C), count (1)] block of `gathered` (ranks with count 0 masked out): the
-// mean over all values, the biased variance from each rank's (1/invstd^2 - eps) and the spread
-// of the means, then what BatchNormStats writes from them, and count[c] = the total.
+// [mean (C), invstd (C), mean remainder (C), biased variance (C), its remainder (C), count (1)]
+// block of `gathered` (ranks with count 0 masked out; invstd is BatchNormStats's by-product, not
+// read here): the mean over all values (each rank's float + remainder), the biased variance from
+// each rank's and the spread of the means, then what BatchNormStats writes from them, and
+// count[c] = the total (Note [SyncBatchNorm statistics]).
 struct BatchNormCombineStats {
   float* mean;
   float* invstd;
@@ -225,30 +249,31 @@ struct BatchNormCombineStats {
   float* count;
   float* running_mean;
   float* running_var;
-  const float* gathered;  // [ranks, 2C + 1]
+  const float* gathered;  // [ranks, 5C + 1]
   const float* weight;
   const float* bias;
   int64_t ranks, channels;
   float eps, momentum;
   DTRAIN_HD void operator()(int64_t c) const {
-    const int64_t stride = 2 * channels + 1;
+    const int64_t stride = 5 * channels + 1;
+    auto mean_of = [&](const float* g) { return static_cast<double>(g[c]) + static_cast<double>(g[2 * channels + c]); };
     double n = 0.0, sum = 0.0;
     for (int64_t r = 0; r < ranks; ++r) {
       const float* g = gathered + r * stride;
-      const double nr = g[2 * channels];
+      const double nr = g[5 * channels];
       if (nr <= 0.0) continue;
       n += nr;
-      sum += nr * static_cast<double>(g[c]);
+      sum += nr * mean_of(g);
     }
     const double m = n > 0.0 ? sum / n : 0.0;
     double squares = 0.0;  // n * (biased variance)
     for (int64_t r = 0; r < ranks; ++r) {
       const float* g = gathered + r * stride;
-      const double nr = g[2 * channels];
+      const double nr = g[5 * channels];
       if (nr <= 0.0) continue;
-      const double is = g[channels + c];
-      const double d = static_cast<double>(g[c]) - m;
-      squares += nr * (1.0 / (is * is) - static_cast<double>(eps) + d * d);
+      const double var = static_cast<double>(g[3 * channels + c]) + static_cast<double>(g[4 * channels + c]);
+      const double d = mean_of(g) - m;
+      squares += nr * (var + d * d);
     }
     const double var = n > 0.0 ? squares / n : 0.0;
     const float isf = static_cast<float>(1.0 / sqrt(var + static_cast<double>(eps)));

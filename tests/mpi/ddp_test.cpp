@@ -188,16 +188,17 @@ SyncBnDifference sync_bn_difference(bool sync) {
   return d;
 }
 
-// The 1e-5 holds for what BatchNorm computes (the normalised outputs: the logits, and the
-// running statistics); a step's parameters differ by up to 1.2e-5 of a tensor's largest value,
-// in the BatchNorm biases, whose gradients are channel sums that cancel (float32 rounding of the
-// terms, summed in another order at batch NB). Later steps grow that as any float32 run does
-// (measured: 2.5e-5 after 2 steps, 9.5e-5 after 3). Plain BatchNorm is far off (each rank
-// normalises its own B samples; measured 9.3 after one step): the test sees the property.
+// The 1e-5, per tensor (largest |difference| / largest |value|), for the logits and for
+// every parameter and running statistic after one SGD step. The BatchNorm biases are the tight
+// ones: their gradients are channel sums that nearly cancel, so float rounding in the combined
+// statistics shows there (PyTorch's float gather of mean and invstd: 1.2e-5; each rank's mean and
+// variance as float + remainder: 3.2e-6 at np 2, 2.3e-6 at np 3; Note [SyncBatchNorm statistics]
+// in model/norm_kernels.h). Plain BatchNorm is far off (each rank normalises its own B samples;
+// measured 9.3 after one step): the test sees the property.
 TEST(SyncBatchNorm, NRanksBatchBEqualsOneProcessBatchNB) {
   const SyncBnDifference synced = sync_bn_difference(true);
   EXPECT_LT(synced.logits, 1e-5);
-  EXPECT_LT(synced.state, 3e-5);
+  EXPECT_LT(synced.state, 1e-5);
   const SyncBnDifference plain = sync_bn_difference(false);
   EXPECT_GT(plain.logits, 1e-2);
   EXPECT_GT(plain.state, 1e-1);
