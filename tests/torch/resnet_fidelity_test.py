@@ -5,23 +5,42 @@
 PEERS_DIR holds torch_resnet_peer.py (the team's shared peer; its ResNet18 class is the model
 compared with, so the two cannot drift apart). PyTorch writes the peer model's initial state_dict
 (parameters and BatchNorm buffers) to a safetensors file; PyTorch and dtrain (--init-weights,
---shuffle off: the batches in dataset order) then train it in training mode for 2 steps of 64
-Fashion-MNIST samples with SGD (lr 0.05, momentum 0.9, weight decay 5e-4, the peer's settings),
-PyTorch in float32 and in float64, and for every state_dict tensor (running means and variances
-included) dtrain's distance from PyTorch float64 must be at most twice PyTorch float32's own
-(+ 1e-6), distances as max|w - w64| / max|w64|; num_batches_tracked exactly equal.
+--shuffle off: the batches in dataset order) then train it in training mode with SGD (momentum
+0.9, weight decay 5e-4, the peer's), PyTorch in float32 and in float64. Distances are the issue's
+metric, per state_dict tensor (running means and variances included): max|a - b| / max|b|;
+num_batches_tracked exactly equal. Two checks (Note [ResNet fidelity in float32 rounding]):
+  A. the peer's settings (width 16, 64 Fashion-MNIST samples a step, lr 0.05), 2 steps: dtrain's
+     distance from PyTorch float64 at most twice PyTorch float32's own (+ 1e-6);
+  B. the issue's bound: width 4, batch 8, lr 0.01, every step 1..5 (fewer where the peer's own
+     float32 run leaves its float64 run earlier, at least 3): dtrain within 1e-4 of the peer.
+dtrain's final model.safetensors then loads into the peer's model with strict=True (and
+PyTorch's file loaded into dtrain strictly is the --init-weights above). Exit 77 (CTest:
+skipped) with the reason when torch cannot be imported or the peer or the data is missing.
 
-Note [ResNet fidelity in float32 rounding]: the issue asked for 50 steps within 1e-4 of the peer.
-This training is chaotic in float32: PyTorch's own float32 run is 1e-2 (relative) from its
-float64 run after ONE step in the BatchNorm biases (their gradients are channel sums that cancel
-to ~1e-3 of their terms) and 1.6 after 50 steps (measured: layer1.1.bn1.bias 1.58, dtrain 1.46
-from float64 there), so no float32 implementation can stay within 1e-4 of another for 50 steps.
-What holds instead, and what this test checks: dtrain is as close to the exact (float64)
-trajectory as PyTorch float32 is (after 1 step every tensor's two distances agree within 3%).
-dtrain's final
-model.safetensors then loads into the peer's model with strict=True (and PyTorch's file loaded
-into dtrain strictly is the --init-weights above). Exit 77 (CTest: skipped) with the reason when
-torch cannot be imported or the peer or the data is missing.
+Note [ResNet fidelity in float32 rounding]: the issue asked for 50 steps within 1e-4 of the
+peer. No float32 implementation can do that, because the peer's own float32 run is not within
+1e-4 of its float64 run. Measured (Haswell OpenBLAS kernels, the peer's settings, torch seed 0),
+the worst tensor of the peer's float32 run against its float64 run: step 1 3.7e-2
+(layer4.1.bn1.bias), 2 1.8e-1, 5 1.1, 50 1.6 (layer1.1.bn1.bias); at step 50 the running
+statistics 1.2 (layer2.0.bn2.running_mean) and the convolution weights 0.8: two trajectories.
+dtrain at step 50: 3.7 from the peer's float32, 2.7 from its float64.
+Why (not summation order): a ReLU whose input is within float32's error of zero (|x| <= 1.7e-6
+in float64) is on the other side in float32 — 4 of the ~5M ReLU inputs at step 1 — and its
+gradient jumps by that position's whole dy. A BatchNorm bias's gradient is a channel's sum(dy)
+that nearly cancels (a per-channel constant is removed by the next BatchNorm; only the ReLU
+masks and the padded borders leave anything), so one position's dy is 1e-2..4e-2 of it: the one
+flip in layer4.1 moves layer4.1.bn1.bias's gradient by 3.7e-2 and the weight of the convolution
+before it by 7e-2 (of their largest values), while the biases start at 0 and stay small under
+weight decay (max |b| 1.7e-4 after that step). Later flips, each kicked on by momentum, take it
+to O(1); no BatchNorm is ill-conditioned (smallest batch variance at step 1 6e-3, |mean|/std
+<= 2.4). Other settings flip too, only later: width 4, batch 8, lr 0.01: 5.4e-6 through step 5,
+3.2e-3 at step 6 (a flip), 0.32 at 10, 1.8 at 50; lr 0.001: 1.3 at 50; width 2, batch 4: 5.6;
+momentum 0: 3.0; BatchNorm affine parameters drawn at random (bias +-0.1, weight 1 +- 0.1, as a
+fine-tuned model's), width 16, lr 0.001: 0.14 at 50 (a running variance). So check A holds
+dtrain to PyTorch float32's own distance from the exact run (after 1 step every tensor's two
+distances agree within 3%), and check B holds the issue's 1e-4 at every step for as long as
+float32 can: with 8 samples a step the peer's float32 run first flips at step 6 (at step 5 with
+OPENBLAS_CORETYPE=SkylakeX: torch's sgemm is OpenBLAS too), so B's horizon is the peer's own.
 """
 import os
 import subprocess
@@ -44,6 +63,8 @@ DATA = sys.argv[3] if len(sys.argv) > 3 else "/usr/share/datasets/fashion-mnist"
 STEPS, BATCH, WIDTH = int(os.environ.get("RESNET_TEST_STEPS", "2")), 64, 16
 LR, MOMENTUM, WEIGHT_DECAY = 0.05, 0.9, 5e-4
 FACTOR, FLOOR = 2.0, 1e-6  # Note [ResNet fidelity in float32 rounding]
+# Check B: the issue's bound, for as many of STRICT_STEPS as the peer's float32 keeps it itself.
+STRICT_STEPS, STRICT_BATCH, STRICT_WIDTH, STRICT_LR, BOUND, MIN_HORIZON = 5, 8, 4, 0.01, 1e-4, 3
 failures = []
 
 if not os.path.exists(os.path.join(PEERS, "torch_resnet_peer.py")):
@@ -72,17 +93,71 @@ def dtrain(*args):
     return r.stdout
 
 
-def train_torch(init, x, y, dtype):
-    model = ResNet18(WIDTH).to(dtype)
+def train_torch(init, x, y, dtype, width=WIDTH, batch=BATCH, lr=LR, steps=STEPS):
+    """The state_dict after each step: [step 1, ..., step `steps`]."""
+    model = ResNet18(width).to(dtype)
     model.load_state_dict(init, strict=True)
     model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
-    for step in range(STEPS):
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
+    states = []
+    for step in range(steps):
         opt.zero_grad(set_to_none=True)
-        xs = x[step * BATCH:(step + 1) * BATCH].to(dtype)
-        F.cross_entropy(model(xs), y[step * BATCH:(step + 1) * BATCH]).backward()
+        xs = x[step * batch:(step + 1) * batch].to(dtype)
+        F.cross_entropy(model(xs), y[step * batch:(step + 1) * batch]).backward()
         opt.step()
-    return model.state_dict()
+        states.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+    return states
+
+
+def train_dtrain(work, init, width, batch, lr, steps):
+    """dtrain from `init`; its model.safetensors after each step: [step 1, ..., step `steps`]."""
+    init_path = os.path.join(work, f"init-{width}.safetensors")
+    safetensors_io.save(init_path, init, {"format": "pt"})
+    ck = os.path.join(work, f"ck-{width}")
+    dtrain("train", "--model", "resnet18", "--width", str(width), "--data", DATA, "--train-limit", str(steps * batch),
+           "--test-limit", "100", "--epochs", "1", "--batch-size", str(batch), "--shuffle", "off", "--init-weights",
+           init_path, "--threads", "1", "--optimizer", "sgd", "--lr", str(lr), "--momentum", str(MOMENTUM),
+           "--weight-decay", str(WEIGHT_DECAY), "--checkpoint-dir", ck, "--checkpoint-every", "1", "--keep",
+           str(steps), "--checkpoint-sync", "--quiet")
+    return [safetensors_io.load(os.path.join(ck, f"step-{k}", "model.safetensors"))[0] for k in range(1, steps + 1)]
+
+
+def distance(a, b):
+    """The issue's metric: max|a - b| / max|b|, in double."""
+    return ((a.double() - b.double()).abs().max() / b.double().abs().max().clamp_min(1e-30)).item()
+
+
+def worst(a, b):
+    """(distance, name) of the farthest float tensor of b, a's against b's."""
+    return max((distance(a[k], v), k) for k, v in b.items() if v.is_floating_point() and k in a)
+
+
+def check_within_bound(x, y, work):
+    """Check B (Note [ResNet fidelity in float32 rounding])."""
+    torch.manual_seed(0)
+    init = {k: v.detach().clone() for k, v in ResNet18(STRICT_WIDTH).state_dict().items()}
+    args = (STRICT_WIDTH, STRICT_BATCH, STRICT_LR, STRICT_STEPS)
+    ours = train_dtrain(work, init, *args)
+    peer = train_torch(init, x, y, torch.float32, *args)
+    exact = train_torch(init, x, y, torch.float64, *args)
+    horizon = 0
+    while horizon < STRICT_STEPS and worst(peer[horizon], exact[horizon])[0] <= BOUND:
+        horizon += 1
+    if horizon < MIN_HORIZON:
+        check(False, f"the peer's own float32 run leaves its float64 run by more than {BOUND:g} at step "
+              f"{horizon + 1} (a ReLU flip in PyTorch's float32): fewer than {MIN_HORIZON} steps to check the bound on")
+        return
+    bad = []
+    for k in range(horizon):
+        d, name = worst(ours[k], peer[k])
+        own = worst(peer[k], exact[k])[0]
+        counted = all(int(ours[k][n]) == k + 1 for n in ours[k] if n.endswith("num_batches_tracked"))
+        print(f"     step {k + 1}: dtrain from the peer {d:.2e} ({name}); the peer's float32 from its float64 {own:.2e}")
+        if d > BOUND or not counted:
+            bad.append(f"step {k + 1}: {name} {d:.2e}" + ("" if counted else ", num_batches_tracked"))
+    check(not bad, f"width {STRICT_WIDTH}, batch {STRICT_BATCH}, lr {STRICT_LR:g}: every parameter and running "
+          f"statistic within {BOUND:g} of the peer (max|difference| / max|value|) at every step 1..{horizon} (of "
+          f"{STRICT_STEPS}: the steps the peer's own float32 keeps it); outside: {bad[:4]}")
 
 
 def main():
@@ -91,20 +166,12 @@ def main():
     model = ResNet18(WIDTH)
     init = {k: v.detach().clone() for k, v in model.state_dict().items()}
     x, y = load("train").tensors
-    x, y = x[:STEPS * BATCH], y[:STEPS * BATCH]
     with tempfile.TemporaryDirectory(prefix="dtrain_resnet_") as work:
-        init_path = os.path.join(work, "init.safetensors")
-        safetensors_io.save(init_path, init, {"format": "pt"})
-        ck = os.path.join(work, "ck")
-        dtrain("train", "--model", "resnet18", "--width", str(WIDTH), "--data", DATA, "--train-limit",
-               str(STEPS * BATCH), "--test-limit", "100", "--epochs", "1", "--batch-size", str(BATCH), "--shuffle",
-               "off", "--init-weights", init_path, "--threads", "1", "--optimizer", "sgd", "--lr", str(LR),
-               "--momentum", str(MOMENTUM), "--weight-decay", str(WEIGHT_DECAY), "--checkpoint-dir", ck, "--quiet")
-        with open(os.path.join(ck, "latest")) as f:
-            weights, _ = safetensors_io.load(os.path.join(ck, f.read().strip(), "model.safetensors"))
+        weights = train_dtrain(work, init, WIDTH, BATCH, LR, STEPS)[-1]
+        check_within_bound(x, y, work)
 
-    reference = train_torch(init, x, y, torch.float32)
-    exact = train_torch(init, x, y, torch.float64)
+    reference = train_torch(init, x, y, torch.float32)[-1]
+    exact = train_torch(init, x, y, torch.float64)[-1]
     check(set(weights) == set(reference), f"dtrain's model.safetensors holds the peer's {len(reference)} state_dict "
           f"names (missing {sorted(set(reference) - set(weights))[:3]}, extra {sorted(set(weights) - set(reference))[:3]})")
     bad, worst_torch = [], 0.0
