@@ -18,11 +18,11 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "model/fingerprint.h"
-#include "model/grad_clip.h"
 #include "model/loss.h"
 #include "model/lr_schedule.h"
 #include "model/optimizer.h"
 #include "pipeline/gpt_stage.h"
+#include "pipeline/pipeline_clip.h"
 #include "pipeline/pipeline_stage.h"
 #include "train/root_broadcast.h"
 
@@ -82,24 +82,9 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
   PipelineStage stage(build_gpt_stage(spec, rt.device(), c.seed, mine), grid,
                       {p.schedule, p.micro_batches, kGptTiedParameter});
   std::unique_ptr<Optimizer> optimizer = make_optimizer(c.optimizer, stage.module().parameters());
-  // The global norm: each stage's sum of squares (the tied weight once), added over the pipeline's
-  // stages (the replicas hold the same gradients after their sums), so every rank takes the
-  // same decision.
-  // Over a communicator of the pipeline's own: the chain runs point-to-point only.
-  std::unique_ptr<Communicator> pipeline_sums;
-  std::optional<GradNormClipper> clipper;
-  if (c.clip_grad_norm > 0.f) {
-    pipeline_sums = rt.control().split(grid.replica, grid.stage, fmt::format("pipeline{}-norm", grid.replica));
-    std::vector<const Parameter*> copies;
-    if (stage.tied_copy()) copies.push_back(stage.tied_copy());
-    clipper.emplace(
-        stage.module().parameters(),
-        [&pipeline_sums](float x) {
-          pipeline_sums->allreduce(&x, 1, DType::kF32, ReduceOp::kSum);
-          return x;
-        },
-        /*params_are_a_part=*/true, std::move(copies));
-  }
+  // Note [Pipeline gradient norm] (pipeline/pipeline_clip.h).
+  std::optional<PipelineClipper> clipper;
+  if (c.clip_grad_norm > 0.f) clipper.emplace(rt.control(), stage);
   const StepLrSchedule schedule{c.optimizer.lr, c.min_lr, c.warmup_steps, lm.steps,
                                 c.lr_schedule == LrSchedule::Kind::kCosine};
   const bool last = grid.stage == grid.stages - 1;
@@ -182,7 +167,7 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
   reporter.finish_lm(result);
   grid.chain->shutdown();
   grid.data_parallel->shutdown();
-  if (pipeline_sums) pipeline_sums->shutdown();
+  if (clipper) clipper->shutdown();
   return result;
 }
 
