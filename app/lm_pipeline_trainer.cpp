@@ -13,6 +13,7 @@
 #include "app/rank_agreement.h"
 #include "app/reporter.h"
 #include "app/trace.h"
+#include "app/train_step.h"
 #include "comm/flight_recorder.h"
 #include "comm/launch_channel.h"
 #include "core/error.h"
@@ -85,10 +86,15 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
   // Note [Pipeline gradient norm] (pipeline/pipeline_clip.h).
   std::optional<PipelineClipper> clipper;
   if (c.clip_grad_norm > 0.f) clipper.emplace(rt.control(), stage);
+  // --amp: as the image pipeline's (app/pipeline_trainer.cpp); both copies of the tied wte are
+  // checked, and they hold the same bits.
+  stage.module().set_amp(c.amp);
+  StepGate gate(c, rt, stage.module().parameters());
   const StepLrSchedule schedule{c.optimizer.lr, c.min_lr, c.warmup_steps, lm.steps,
                                 c.lr_schedule == LrSchedule::Kind::kCosine};
   const bool last = grid.stage == grid.stages - 1;
   Reporter reporter(c.output, last && grid.replica == 0, false);
+  reporter.watch_loss_scale(gate.state());
   int64_t parameters = 0;
   for (const LayerSize& l : plan_gpt(spec)) parameters += l.parameters;
   reporter.start_lm(rt, fmt::format("Gpt(vocab={}, context={}, layers={}, heads={}, embd={})", spec.vocab,
@@ -120,14 +126,15 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
     data.stage_train(step * grid.replicas + grid.replica);
     optimizer->zero_grad();
     const Tensor targets = data.targets().view({c.batch_size, lm.context});
-    loss = stage.train_step(data.inputs(), targets).loss;
+    loss = stage.train_step(data.inputs(), targets, {0, 1, gate.loss_scale()}).loss;
     trace_pipeline_step(tracer, stage);
     optimizer->set_lr(static_cast<float>(schedule.lr_at(step)));
-    if (clipper) clipper->clip(c.clip_grad_norm);
-    {
+    if (gate.pass(step + 1)) {  // fp16: unscale, check, the world's vote
+      if (clipper) clipper->clip(c.clip_grad_norm);
       ScopedSpan span(&tracer, "optimizer step");
       optimizer->step();
     }
+    reporter.note(gate.take_warning());
     ++step;
     if (last && grid.replicas > 1) grid.data_parallel->allreduce(&loss, 1, DType::kF32, ReduceOp::kAvg);
     if (last && !std::isfinite(loss))
