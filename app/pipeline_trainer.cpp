@@ -11,7 +11,9 @@
 #include "app/batch_stager.h"
 #include "app/checkpointing.h"
 #include "app/evaluate.h"
+#include "app/memory_report.h"
 #include "app/pipeline_report.h"
+#include "app/pipeline_zero.h"
 #include "app/preemption.h"
 #include "app/rank_agreement.h"
 #include "app/reporter.h"
@@ -125,6 +127,10 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
                     [&] { load_stage_weights(rt.control(), k.init_weights, *stage_layers, whole); });
   const std::string description = describe(Architecture{c.model, sample_shape, classes, c.data.normalize});
   PipelineStage stage(std::move(stage_layers), grid, {p.schedule, p.micro_batches});
+  // Note [Pipeline ZeRO-1] (app/pipeline_zero.h): after the replicas start alike, the optimizer
+  // state (still empty: no checkpoint under --zero) narrows to this replica's chunk.
+  std::optional<StageZero> zero;
+  if (c.ddp.zero_stage == 1 && grid.replicas > 1) zero.emplace(stage);
   // Note [Pipeline gradient norm] (pipeline/pipeline_clip.h).
   std::optional<PipelineClipper> clipper;
   if (c.clip_grad_norm > 0.f) clipper.emplace(rt.control(), stage);
@@ -150,6 +156,9 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   } else if (!k.init_weights.empty()) {
     reporter.note(fmt::format("initial weights: {}", k.init_weights));
   }
+  if (zero)
+    reporter.note(fmt::format("{}; the last stage's, over its {} replicas", memory_line(*optimizer, 1, grid.replicas),
+                              grid.replicas));
   reporter.note(fmt::format("pipeline: {} stage(s) x {} replica(s), {} micro-batch(es) of {} rows, schedule {}, "
                             "layers {}; this stage (the last) holds {} parameters",
                             grid.stages, grid.replicas, p.micro_batches, c.batch_size / p.micro_batches,

@@ -515,7 +515,11 @@ void check_pipeline(const TrainConfig& c, const cxxopts::ParseResult& r) {
     require(!used, fmt::format("--pipeline-stages {}: not yet with {}", p.stages, what));
   };
   not_yet(c.runtime.device.str().rfind("cuda", 0) == 0, "a GPU (NCCL sub-communicators are not built yet)");
-  not_yet(c.ddp.zero_stage != 0, "--zero");
+  // --zero 1 shards each image-model stage's optimizer state (Note [Pipeline ZeRO-1]).
+  not_yet(c.ddp.zero_stage == 2, "--zero 2 (a stage sums its gradients whole: --zero 1 shards the optimizer state)");
+  not_yet(c.ddp.zero_stage != 0 && c.lm.has_value(), "--model gpt and --zero");
+  not_yet(c.ddp.zero_stage != 0 && (!c.checkpoints.dir.empty() || c.checkpoints.resume != ResumeMode::kNone),
+          "--zero and checkpoints (--checkpoint-dir, --resume: the stages' optimizer shards are not saved yet)");
   not_yet(c.data.sampler == SamplerTail::kUneven, "--sampler uneven");
   not_yet(c.lm.has_value() && (!c.checkpoints.dir.empty() || c.checkpoints.resume != ResumeMode::kNone),
           "--model gpt and checkpoints (--checkpoint-dir, --resume)");

@@ -17,6 +17,7 @@
 #include <set>
 #include <utility>
 
+#include "app/pipeline_zero.h"
 #include "core/error.h"
 #include "core/ops.h"
 #include "ddp/loss_scaling.h"
@@ -79,6 +80,7 @@ struct Extras {
   // fp16: (step, world rank) whose gradient gets an inf after the gradient sums; the unsplit
   // model's run poisons each step listed, the pipeline only on that rank.
   std::vector<std::pair<int, int>> poisoned;
+  bool zero = false;  // --zero 1 over each stage's replicas (Note [Pipeline ZeRO-1])
 };
 
 GradScalerSettings scaler_settings() {
@@ -154,6 +156,7 @@ struct PipelineRun {
   int peak_held = 0;
   std::vector<float> norms;  // each taken step's global gradient norm (with a clip)
   GradScalerState scaler;
+  size_t state_bytes = 0;  // the optimizer's
 };
 
 // `accumulate` pipeline steps per optimizer step, each of this replica's rows / accumulate.
@@ -164,6 +167,8 @@ PipelineRun train_pipeline(PipelineGrid& grid, PipelineSchedule schedule, int mi
   PipelineStage stage(stage_of(grid.stages, grid.stage), grid, {schedule, micro_batches});
   if (x.fp16) stage.module().set_amp(AmpMode::kFp16);
   Sgd opt(stage.module().parameters(), sgd());
+  std::optional<StageZero> zero;
+  if (x.zero) zero.emplace(stage);
   std::optional<PipelineClipper> clipper;
   if (x.clip > 0.f) clipper.emplace(test_comm(), stage);
   LossScaling scaling(test_comm(), scaler_settings(), Device::cpu());
@@ -195,6 +200,7 @@ PipelineRun train_pipeline(PipelineGrid& grid, PipelineSchedule schedule, int mi
   for (Parameter* p : stage.module().parameters()) run.weights[p->name] = p->value.to_vector();
   run.peak_held = stage.peak_held_inputs();
   run.scaler = scaling.scaler().state();
+  run.state_bytes = opt.state_bytes();
   if (clipper) clipper->shutdown();
   return run;
 }
@@ -324,6 +330,34 @@ TEST(Pipeline, Fp16InfOnOneStageSkipsTheStepOnEveryRankAsTheUnsplitModelDoes) {
     grid.chain->shutdown();
     grid.data_parallel->shutdown();
   }
+}
+
+// --zero 1 (Note [Pipeline ZeRO-1]): each stage's optimizer state sharded over its D replicas,
+// the updated chunks all-gathered; the weights are the unsharded pipeline's bit for bit (each
+// element's update reads the same gradient and state). Grids with D > 1 only (2 x 2 at np 4).
+TEST(Pipeline, ZeroOneShardsEachStagesOptimizerStateAndEqualsTheUnshardedPipelineBitForBit) {
+  int grids = 0;
+  for (int stages : pipeline_grids()) {
+    PipelineGrid grid = make_pipeline_grid(test_comm(), stages);
+    if (grid.replicas > 1) {
+      ++grids;
+      SCOPED_TRACE(fmt::format("P {} x D {}, --zero 1, stage {}", stages, grid.replicas, grid.stage));
+      const PipelineRun plain = train_pipeline(grid, PipelineSchedule::k1f1b, 4);
+      const PipelineRun zero = train_pipeline(grid, PipelineSchedule::k1f1b, 4, 1, {0.f, false, {}, true});
+      EXPECT_FALSE(zero.weights.empty());
+      EXPECT_TRUE(zero.weights == plain.weights) << "worst relative difference "
+                                                 << worst_relative(zero.weights, plain.weights);
+      // SGD's momentum: this replica's 1/D of the stage's (padded) flat space.
+      EXPECT_LE(zero.state_bytes, plain.state_bytes / static_cast<size_t>(grid.replicas) + 64);
+      EXPECT_GT(zero.state_bytes, 0u);
+      if (test_comm().rank() == 0)
+        std::printf("P %d x D %d, --zero 1: optimizer state %zu of %zu bytes, weights bit for bit\n", stages,
+                    grid.replicas, zero.state_bytes, plain.state_bytes);
+    }
+    grid.chain->shutdown();
+    grid.data_parallel->shutdown();
+  }
+  if (grids == 0) GTEST_SKIP() << "no grid with more than one replica at np " << test_comm().size();
 }
 
 TEST(Pipeline, FewerMicroBatchesThanStagesIsRefusedInOneLine) {
