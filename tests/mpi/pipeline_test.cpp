@@ -35,6 +35,7 @@
 namespace dtrain {
 namespace {
 
+using testing::bitwise_equal_on_all_ranks;
 using testing::error_of;
 using testing::pipeline_grids;
 using testing::test_comm;
@@ -257,15 +258,6 @@ TEST(Pipeline, AccumulatedPipelineStepsEqualTheUnsplitModelOnTheSameGlobalBatch)
   }
 }
 
-// True on every rank iff `mine` is bit for bit world rank 0's (the same length everywhere).
-bool same_on_every_rank(std::vector<float> mine) {
-  std::vector<float> root = mine;
-  test_comm().broadcast(root.data(), static_cast<int64_t>(root.size()), DType::kF32, 0);
-  int32_t differ = std::memcmp(mine.data(), root.data(), mine.size() * sizeof(float)) != 0;
-  test_comm().allreduce(&differ, 1, DType::kI32, ReduceOp::kSum);
-  return differ == 0;
-}
-
 // --clip-grad-norm (Note [Pipeline gradient norm]): the norm is the whole model's, over every
 // stage's gradients, and every rank of the world scales by the same coefficient, so the weights
 // are the clipped unsplit model's.
@@ -289,7 +281,7 @@ TEST(Pipeline, ClippingOverEveryStagesGradientsEqualsTheClippedUnsplitModel) {
       EXPECT_NEAR(run.norms[s], ref.norms[s], 1e-5 * ref.norms[s]) << "step " << s;
       clipped += ref.norms[s] > kMaxNorm;
     }
-    EXPECT_TRUE(same_on_every_rank(run.norms)) << "every rank must take the same decision";
+    EXPECT_TRUE(bitwise_equal_on_all_ranks(run.norms)) << "every rank must take the same decision";
     // Not vacuous: some steps clipped, some not, and the clipped run is far from the unclipped one.
     EXPECT_GT(clipped, 0);
     EXPECT_LT(clipped, kSteps);
@@ -321,7 +313,7 @@ TEST(Pipeline, Fp16InfOnOneStageSkipsTheStepOnEveryRankAsTheUnsplitModelDoes) {
     const double worst = worst_relative(run.weights, ref.weights);
     EXPECT_LT(worst, 1e-5);
     std::vector<float> scale = {run.scaler.scale, static_cast<float>(run.scaler.skipped_steps)};
-    EXPECT_TRUE(same_on_every_rank(scale));
+    EXPECT_TRUE(bitwise_equal_on_all_ranks(scale));
     // Not vacuous: the skipped steps moved the weights away from a run that took them.
     EXPECT_GT(worst_relative(ref.weights, train_unsplit(grid.replicas, clean).weights), 1e-3);
     if (test_comm().rank() == 0)
