@@ -18,16 +18,17 @@
 #include "app/reporter.h"
 #include "app/sample_log.h"
 #include "app/trace.h"
+#include "app/train_step.h"
 #include "comm/flight_recorder.h"
 #include "comm/launch_channel.h"
 #include "core/error.h"
 #include "core/memory.h"
 #include "model/fingerprint.h"
-#include "model/grad_clip.h"
 #include "model/loss.h"
 #include "model/lr_schedule.h"
 #include "model/optimizer.h"
 #include "pipeline/gpt_stage.h"
+#include "pipeline/pipeline_clip.h"
 #include "pipeline/pipeline_stage.h"
 #include "train/checkpointer.h"
 #include "train/root_broadcast.h"
@@ -101,28 +102,18 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
   if (!resumed && !k.init_weights.empty())
     classify_errors(ErrorKind::kCheckpoint, [&] { load_stage_weights(rt.control(), k.init_weights, *layers, whole); });
   PipelineStage stage(std::move(layers), grid, {p.schedule, p.micro_batches, kGptTiedParameter});
-  // The global norm: each stage's sum of squares (the tied weight once), added over the pipeline's
-  // stages (the replicas hold the same gradients after their sums), so every rank takes the
-  // same decision.
-  // Over a communicator of the pipeline's own: the chain runs point-to-point only.
-  std::unique_ptr<Communicator> pipeline_sums;
-  std::optional<GradNormClipper> clipper;
-  if (c.clip_grad_norm > 0.f) {
-    pipeline_sums = rt.control().split(grid.replica, grid.stage, fmt::format("pipeline{}-norm", grid.replica));
-    std::vector<const Parameter*> copies;
-    if (stage.tied_copy()) copies.push_back(stage.tied_copy());
-    clipper.emplace(
-        stage.module().parameters(),
-        [&pipeline_sums](float x) {
-          pipeline_sums->allreduce(&x, 1, DType::kF32, ReduceOp::kSum);
-          return x;
-        },
-        /*params_are_a_part=*/true, std::move(copies));
-  }
+  // Note [Pipeline gradient norm] (pipeline/pipeline_clip.h).
+  std::optional<PipelineClipper> clipper;
+  if (c.clip_grad_norm > 0.f) clipper.emplace(rt.control(), stage);
+  // --amp: as the image pipeline's (app/pipeline_trainer.cpp); both copies of the tied wte are
+  // checked, and they hold the same bits.
+  stage.module().set_amp(c.amp);
+  StepGate gate(c, rt, stage.module().parameters());
   const StepLrSchedule schedule{c.optimizer.lr, c.min_lr, c.warmup_steps, lm.steps,
                                 c.lr_schedule == LrSchedule::Kind::kCosine};
   const bool last = grid.stage == grid.stages - 1;
   Reporter reporter(c.output, last && grid.replica == 0, false);
+  reporter.watch_loss_scale(gate.state());
   int64_t parameters = 0;
   for (const LayerSize& l : plan_gpt(spec)) parameters += l.parameters;
   reporter.start_lm(rt, fmt::format("Gpt(vocab={}, context={}, layers={}, heads={}, embd={})", spec.vocab,
@@ -134,6 +125,7 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
   if (resumed) {
     step = resumed->state.global_step;
     slots = resumed->state.samples_seen;
+    gate.restore(resumed->state.grad_scaler, resumed->path + "/state.json");  // fp16's scale and streak
     if (!resumed->chosen_because.empty()) reporter.note("resume: " + resumed->chosen_because);
     note_lm_resume(reporter, *resumed, c, rt.size());
   } else if (k.resume == ResumeMode::kAuto) {
@@ -161,8 +153,9 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
   int64_t last_saved = resumed ? step : -1;
   const auto save = [&] {
     set_collective_context(fmt::format("checkpoint of step {}", step));
-    saver.save_stage(lm_training_state(step, slots, c, rt.size(), schedule), stage.module(), *optimizer,
-                     grid.replica == 0, whole, architecture);
+    checkpoint::TrainingState state = lm_training_state(step, slots, c, rt.size(), schedule);
+    state.grad_scaler = gate.state_json();
+    saver.save_stage(state, stage.module(), *optimizer, grid.replica == 0, whole, architecture);
     reporter.note(fmt::format("checkpoint: {}", saver.last_path()));
     last_saved = step;
   };
@@ -201,14 +194,15 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
     }
     optimizer->zero_grad();
     const Tensor targets = data.targets().view({c.batch_size, lm.context});
-    loss = stage.train_step(data.inputs(), targets).loss;
+    loss = stage.train_step(data.inputs(), targets, {0, 1, gate.loss_scale()}).loss;
     trace_pipeline_step(tracer, stage);
     optimizer->set_lr(static_cast<float>(schedule.lr_at(step)));
-    if (clipper) clipper->clip(c.clip_grad_norm);
-    {
+    if (gate.pass(step + 1)) {  // fp16: unscale, check, the world's vote
+      if (clipper) clipper->clip(c.clip_grad_norm);
       ScopedSpan span(&tracer, "optimizer step");
       optimizer->step();
     }
+    reporter.note(gate.take_warning());
     ++step;
     slots += grid.replicas;
     if (last && grid.replicas > 1) grid.data_parallel->allreduce(&loss, 1, DType::kF32, ReduceOp::kAvg);
@@ -251,7 +245,7 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
     result.stop_signal = stopped_by;
     grid.chain->shutdown();
     grid.data_parallel->shutdown();
-    if (pipeline_sums) pipeline_sums->shutdown();
+    if (clipper) clipper->shutdown();
     return result;
   }
   if (step == first_step) {  // resumed at the end: nothing trained
@@ -272,7 +266,7 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
   reporter.finish_lm(result);
   grid.chain->shutdown();
   grid.data_parallel->shutdown();
-  if (pipeline_sums) pipeline_sums->shutdown();
+  if (clipper) clipper->shutdown();
   return result;
 }
 

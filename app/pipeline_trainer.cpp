@@ -4,13 +4,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "app/batch_stager.h"
 #include "app/checkpointing.h"
 #include "app/evaluate.h"
+#include "app/memory_report.h"
 #include "app/pipeline_report.h"
+#include "app/pipeline_zero.h"
 #include "app/preemption.h"
 #include "app/rank_agreement.h"
 #include "app/reporter.h"
@@ -28,6 +31,7 @@
 #include "pipeline/partition.h"
 #include "train/checkpointer.h"
 #include "train/root_broadcast.h"
+#include "pipeline/pipeline_clip.h"
 #include "pipeline/pipeline_stage.h"
 
 namespace dtrain {
@@ -107,6 +111,7 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   agreed_across_ranks(rt.control(), [&] {
     stage_layers = build_model(spec, sample_shape, classes, rt.device(), c.seed, LayerRange{mine.begin, mine.end});
   });
+  stage_layers->set_amp(c.amp);
   const std::vector<safetensors::TensorSpec> whole = whole_model_tensors(spec, sample_shape, classes);
   // The optimizer holds the stage's parameters (their addresses do not move with the layers).
   std::unique_ptr<Optimizer> optimizer = make_optimizer(c.optimizer, stage_layers->parameters());
@@ -122,10 +127,22 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
                     [&] { load_stage_weights(rt.control(), k.init_weights, *stage_layers, whole); });
   const std::string description = describe(Architecture{c.model, sample_shape, classes, c.data.normalize});
   PipelineStage stage(std::move(stage_layers), grid, {p.schedule, p.micro_batches});
+  // Note [Pipeline ZeRO-1] (app/pipeline_zero.h): after the replicas start alike, the optimizer
+  // state (still empty: no checkpoint under --zero) narrows to this replica's chunk.
+  std::optional<StageZero> zero;
+  if (c.ddp.zero_stage == 1 && grid.replicas > 1) zero.emplace(stage);
+  // Note [Pipeline gradient norm] (pipeline/pipeline_clip.h).
+  std::optional<PipelineClipper> clipper;
+  if (c.clip_grad_norm > 0.f) clipper.emplace(rt.control(), stage);
+  // --amp fp16 (Note [Loss scaling]): every rank of the world, all stages and replicas, adds its
+  // stage's inf/NaN finding in one vote over the world, so all take or skip the same steps.
+  StepGate gate(c, rt, stage.module().parameters());
+  if (resumed) gate.restore(resumed->state.grad_scaler, resumed->path + "/state.json");
   const LrSchedule schedule{c.lr_schedule, c.optimizer.lr, c.lr_step_size, c.lr_gamma, c.epochs, 0.f};
   const bool last = grid.stage == grid.stages - 1;
   const bool logger = last && grid.replica == 0;
   Reporter reporter(c.output, logger, false);
+  reporter.watch_loss_scale(gate.state());
   reporter.start(rt, description, c, data.train->size(), data.test->size());
   int64_t stage_parameters = 0;
   for (Parameter* q : stage.module().parameters()) stage_parameters += q->value.numel();
@@ -139,6 +156,9 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   } else if (!k.init_weights.empty()) {
     reporter.note(fmt::format("initial weights: {}", k.init_weights));
   }
+  if (zero)
+    reporter.note(fmt::format("{}; the last stage's, over its {} replicas", memory_line(*optimizer, 1, grid.replicas),
+                              grid.replicas));
   reporter.note(fmt::format("pipeline: {} stage(s) x {} replica(s), {} micro-batch(es) of {} rows, schedule {}, "
                             "layers {}; this stage (the last) holds {} parameters",
                             grid.stages, grid.replicas, p.micro_batches, c.batch_size / p.micro_batches,
@@ -164,8 +184,9 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   const auto save = [&] {
     if (k.dir.empty()) return;
     set_collective_context(fmt::format("checkpoint of step {}", pos.global_step));
-    saver.save_stage(position_state(pos, c, rt.size(), schedule.lr_at(pos.epoch)), stage.module(), *optimizer,
-                     grid.replica == 0, whole, architecture);
+    checkpoint::TrainingState state = position_state(pos, c, rt.size(), schedule.lr_at(pos.epoch));
+    state.grad_scaler = gate.state_json();
+    saver.save_stage(state, stage.module(), *optimizer, grid.replica == 0, whole, architecture);
     reporter.note(fmt::format("checkpoint: saved {}", saver.last_path()));
     last_saved = pos.global_step;
   };
@@ -205,12 +226,17 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
       const MicroBatch micro = micro_batch(i, batches, c.accumulate);
       set_collective_context(fmt::format("epoch {} step {}", epoch + 1, pos.global_step + 1));
       if (micro.index_in_step == 0) optimizer->zero_grad();
-      float loss = stage.train_step(b.images(), b.labels(), {micro.index_in_step, micro.step_size}).loss;
+      float loss =
+          stage.train_step(b.images(), b.labels(), {micro.index_in_step, micro.step_size, gate.loss_scale()}).loss;
       trace_pipeline_step(tracer, stage);
-      if (micro.ends_step) {
+      // After the stage's gradient sums, as the data-parallel loop's optimizer_step: the fp16
+      // gate (unscale, the world's vote), then clipping over the stages and the step.
+      if (micro.ends_step && gate.pass(pos.global_step + 1)) {
+        if (clipper) clipper->clip(c.clip_grad_norm);
         ScopedSpan span(&tracer, "optimizer step");
         optimizer->step();
       }
+      if (micro.ends_step) reporter.note(gate.take_warning());
       if (last && grid.replicas > 1) grid.data_parallel->allreduce(&loss, 1, DType::kF32, ReduceOp::kAvg);
       loss_tensor.data()[0] = loss;
       if (last && !std::isfinite(loss))
@@ -256,6 +282,7 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
     result.stop_signal = stopped_by;
     grid.chain->shutdown();
     grid.data_parallel->shutdown();
+    if (clipper) clipper->shutdown();
     return result;
   }
   result.samples_per_second = result.train_seconds > 0 ? static_cast<double>(result.train_samples) / result.train_seconds : 0;
@@ -270,6 +297,7 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   reporter.finish(result);
   grid.chain->shutdown();
   grid.data_parallel->shutdown();
+  if (clipper) clipper->shutdown();
   return result;
 }
 

@@ -515,11 +515,12 @@ void check_pipeline(const TrainConfig& c, const cxxopts::ParseResult& r) {
     require(!used, fmt::format("--pipeline-stages {}: not yet with {}", p.stages, what));
   };
   not_yet(c.runtime.device.str().rfind("cuda", 0) == 0, "a GPU (NCCL sub-communicators are not built yet)");
-  not_yet(c.ddp.zero_stage != 0, "--zero");
-  not_yet(c.amp != AmpMode::kOff, "--amp");
+  // --zero 1 shards each image-model stage's optimizer state (Note [Pipeline ZeRO-1]).
+  not_yet(c.ddp.zero_stage == 2, "--zero 2 (a stage sums its gradients whole: --zero 1 shards the optimizer state)");
+  not_yet(c.ddp.zero_stage != 0 && c.lm.has_value(), "--model gpt and --zero");
+  not_yet(c.ddp.zero_stage != 0 && (!c.checkpoints.dir.empty() || c.checkpoints.resume != ResumeMode::kNone),
+          "--zero and checkpoints (--checkpoint-dir, --resume: the stages' optimizer shards are not saved yet)");
   not_yet(c.data.sampler == SamplerTail::kUneven, "--sampler uneven");
-  // The image pipeline has no clipping yet (the GPT's does: app/lm_pipeline_trainer.cpp).
-  not_yet(!c.lm.has_value() && c.clip_grad_norm != 0.f, "--clip-grad-norm (with --model mlp or cnn)");
   // The image pipeline accumulates (Note [Pipeline loss]); the GPT's loop does not yet.
   not_yet(c.lm.has_value() && c.accumulate != 1, "--model gpt and --accumulate");
   not_yet(c.model.dropout != 0.f, "--dropout");

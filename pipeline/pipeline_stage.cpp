@@ -177,7 +177,8 @@ void PipelineStage::forward(int m, const Tensor& input, const Tensor& labels) {
     correct_ += count_correct(out, y);
     Tensor& g = grad_in_[grad_slot(m)];
     g.copy_from(loss_.backward());
-    scale(g, 1.f / static_cast<float>(options_.micro_batches * grid_.replicas * part_.count));  // Note [Pipeline loss]
+    // Note [Pipeline loss]; times the fp16 loss scale (a power of 2: the same bits as scaling after).
+    scale(g, part_.loss_scale / static_cast<float>(options_.micro_batches * grid_.replicas * part_.count));
   } else {
     act_out_[0].copy_from(out);  // the layer reuses its output buffer in the next forward
   }

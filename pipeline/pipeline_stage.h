@@ -63,6 +63,10 @@ struct PipeSpan {
 struct PipelineStepPart {
   int64_t index = 0;
   int64_t count = 1;
+  // --amp fp16: the loss gradient's multiplier on the last stage (Note [Loss scaling] in
+  // model/grad_scaler.h), so the activation gradients sent down the chain and every stage's
+  // parameter gradients are scaled alike; the gradients are unscaled after the step.
+  float loss_scale = 1.f;
 };
 
 class PipelineStage {

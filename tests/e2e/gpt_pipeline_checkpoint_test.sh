@@ -92,6 +92,20 @@ for f in "$WORK"/full/step-20/*; do
 done
 check "resume at P $P x D $D: model, every optimizer shard and state.json bit for bit" [ "$same" -eq 1 ]
 
+# --amp fp16: the scaler's state (scale, steps since the last skip) is in the checkpoint and
+# restored, so the resumed run's state.json is the uninterrupted one's too.
+dtrain_at "$NP" "$WORK/fp16.log" "${gpt[@]}" "${PIPE[@]}" --amp fp16 --checkpoint-dir "$WORK/fp16"
+mkdir -p "$WORK/fp16res"
+cp -r "$WORK/fp16/step-10" "$WORK/fp16res/"
+dtrain_at "$NP" "$WORK/fp16res.log" "${gpt[@]}" "${PIPE[@]}" --amp fp16 --checkpoint-dir "$WORK/fp16res" --resume auto
+same=1
+for f in "$WORK"/fp16/step-20/*; do
+  cmp -s "$f" "$WORK/fp16res/step-20/$(basename "$f")" || { same=0; echo "# differs: $(basename "$f")"; }
+done
+grep -q '"grad_scaler"' "$WORK/fp16/step-20/state.json" || same=0
+check "--amp fp16 resumed at P $P x D $D: model, optimizer shards and state.json (the scaler's) bit for bit" \
+  [ "$same" -eq 1 ]
+
 # The unsplit GPT at np D with batch B per rank reads the pipeline's slots.
 DTRAIN_TEST_SAMPLE_LOG="$WORK/slots-one" dtrain_at "$D" "$WORK/one.log" "${gpt[@]}" --checkpoint-dir "$WORK/one"
 check "P = 1 at np $D: the pipeline's norms, val losses (and at D 1 losses)" same_steps "$WORK/one.log" "$WORK/full.log"

@@ -4,7 +4,9 @@
 # (P 2), NP 3 (P 3) and NP 4 (P 2 x D 2) every step's loss and gradient norm equal one process's
 # on the same global batch (AdamW, warm-up, cosine, clipping; within the printed precision), and
 # so does the validation loss at D 1 (at D 2 a validation slot holds B sequences, not 2B: other
-# text); GPipe and 1F1B end with the same parameters bit for bit; a --pipeline-split
+# text); GPipe and 1F1B end with the same parameters bit for bit; with --amp fp16 and an inf
+# injected on one rank (the last, at step 4), every rank skips that step as one process that
+# poisons it does (the same losses, norms, scale and skipped count); a --pipeline-split
 # that leaves a stage no layer is one line and a non-zero exit.
 # Usage: gpt_pipeline_test.sh DTRAIN NP
 set -uo pipefail
@@ -42,7 +44,7 @@ def lines(path):
     return out
 a, b = lines(sys.argv[1]), lines(sys.argv[2])
 num = re.compile(r"[-0-9.e+]+$")
-ok = len(a) == len(b) and len(a) >= 20
+ok = len(a) == len(b) and len(a) >= 12
 for x, y in zip(a, b):
     for f, g in zip(x, y):
         mf, mg = num.search(f), num.search(g)
@@ -68,6 +70,22 @@ done
 check "gpipe and 1f1b end bit for bit alike" \
   same_nonempty "$(fingerprint "$WORK/1f1b.log")" "$(fingerprint "$WORK/gpipe.log")"
 check "the bubble line" grep -q "^pipeline: idle share per stage" "$WORK/1f1b.log"
+
+# --amp fp16 (Note [Loss scaling]): the world votes on an inf found by one stage of one replica.
+fp16=(--amp fp16 --loss-scale-growth-interval 5 --steps 12)
+DTRAIN_TEST_POISON_GRADS=4 dtrain_at 1 "$WORK/fp16_ref.log" "${gpt[@]}" "${fp16[@]}" --batch-size $((B * D))
+DTRAIN_TEST_POISON_GRADS="4@$((NP - 1))" dtrain_at "$NP" "$WORK/fp16.log" "${gpt[@]}" "${fp16[@]}" \
+  --batch-size "$B" --pipeline-stages "$P" --micro-batches "$M"
+check "--amp fp16, an inf on rank $((NP - 1)): P $P x D $D logs the np 1 run's losses, norms, scales and skips" \
+  same_steps "$WORK/fp16_ref.log" "$WORK/fp16.log"
+check "--amp fp16: the poisoned step was skipped" grep -q "(1 skipped)" "$WORK/fp16.log"
+# Not vacuous: the stages' GEMMs round to fp16 (below the printed precision at this size).
+for amp in off fp16; do
+  dtrain_at "$NP" "$WORK/clean_$amp.log" "${gpt[@]}" --steps 12 --amp "$amp" --batch-size "$B" --pipeline-stages "$P" \
+    --micro-batches "$M"
+done
+check "--amp fp16 ends with other weights than float32" \
+  sh -c '[ -n "$1" ] && [ -n "$2" ] && [ "$1" != "$2" ]' _ "$(fingerprint "$WORK/clean_off.log")" "$(fingerprint "$WORK/clean_fp16.log")"
 
 # Layer 0 (the embeddings) cannot start a stage.
 bad_split=$([ "$P" = 2 ] && echo 0 || echo 0,2)

@@ -105,6 +105,33 @@ same_tail() {
   [ "$n" -gt 0 ] && diff <(log_lines "$1" "$2" | tail -n "$n") <(log_lines "$3" "$4")
 }
 
+# lines LOG: its "Train Epoch" and "Test set" lines.
+lines() { grep -E '^(Train Epoch|Test set)' "$1"; }
+# same_lines A B: the same "Train Epoch" and "Test set" lines (at least one), the numbers after
+# "Loss:" / "Average loss:" within 1e-5 relative (a pipeline's M accumulated GEMMs round unlike one)
+# plus 1.5 units of their last printed digit (two such values can print a unit apart).
+same_lines() {
+  python3 - "$1" "$2" <<'PY'
+import re, sys
+def lines(path):
+    return [l.strip() for l in open(path) if l.startswith(("Train Epoch", "Test set"))]
+a, b = lines(sys.argv[1]), lines(sys.argv[2])
+loss = re.compile(r"(Loss: |Average loss: )([0-9.]+)")
+unit = lambda text: 10.0 ** -len(text.partition(".")[2])
+ok = len(a) == len(b) and len(a) > 0
+for x, y in zip(a, b):
+    mx, my = loss.search(x), loss.search(y)
+    if loss.sub("", x) != loss.sub("", y) or not mx or not my:
+        ok = False
+    elif abs(float(mx.group(2)) - float(my.group(2))) > 1e-5 * abs(float(my.group(2))) + 1.5 * unit(my.group(2)):
+        ok = False
+    if not ok:
+        print(f"# differs: {x!r} vs {y!r}")
+        break
+sys.exit(0 if ok else 1)
+PY
+}
+
 # lines_at_least LOG COUNT PATTERN: LOG has COUNT lines matching the extended regex PATTERN.
 lines_at_least() { [ "$(grep -cE "$3" "$1")" -ge "$2" ]; }
 

@@ -16,28 +16,6 @@ source "$(dirname "$0")/lib.sh"
 pipeline_layout "$NP"
 # Full batches only (the pipeline drops a partial last batch): 1536 = 24 x 64 = 32 x 48.
 RUN=("${COMMON[@]}" --train-limit 1536 --hidden 64,48,32 --epochs 2 --json)
-lines() { grep -E '^(Train Epoch|Test set)' "$1"; }
-# same_lines A B: the same lines, numbers after "Loss:" / "Average loss:" within 1e-5 relative.
-same_lines() {
-  python3 - "$1" "$2" <<'PY'
-import re, sys
-def lines(path):
-    return [l.strip() for l in open(path) if l.startswith(("Train Epoch", "Test set"))]
-a, b = lines(sys.argv[1]), lines(sys.argv[2])
-loss = re.compile(r"(Loss: |Average loss: )([0-9.]+)")
-ok = len(a) == len(b) and len(a) > 0
-for x, y in zip(a, b):
-    mx, my = loss.search(x), loss.search(y)
-    if loss.sub("", x) != loss.sub("", y) or not mx or not my:
-        ok = False
-    elif abs(float(mx.group(2)) - float(my.group(2))) > 1e-5 * abs(float(my.group(2))) + 1.5e-6:
-        ok = False
-    if not ok:
-        print(f"# differs: {x!r} vs {y!r}")
-        break
-sys.exit(0 if ok else 1)
-PY
-}
 
 dtrain_at 1 "$WORK/ref.log" train "${RUN[@]}" --batch-size $((B * D))
 check "np 1 reference ran" [ "$(lines "$WORK/ref.log" | wc -l)" -gt 4 ]

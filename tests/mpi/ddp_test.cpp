@@ -60,14 +60,7 @@ std::vector<float> flat(Module& m, Tensor Parameter::*field = &Parameter::value)
   return out;
 }
 
-// True on every rank iff `mine` is bit-for-bit rank 0's.
-bool bitwise_equal_on_all_ranks(const std::vector<float>& mine) {
-  std::vector<float> root = mine;
-  world().broadcast(root.data(), static_cast<int64_t>(root.size()), DType::kF32, 0);
-  int32_t differ = std::memcmp(mine.data(), root.data(), mine.size() * sizeof(float)) != 0;
-  world().allreduce(&differ, 1, DType::kI32, ReduceOp::kSum);
-  return differ == 0;
-}
+using testing::bitwise_equal_on_all_ranks;
 
 // Parameters after an optimizer step: equal only if every rank applied the same gradients.
 bool replicas_bitwise_equal(Module& m) { return bitwise_equal_on_all_ranks(flat(m)); }

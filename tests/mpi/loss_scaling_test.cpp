@@ -33,14 +33,7 @@ std::vector<float> flat_values(Module& m) {
   return out;
 }
 
-// True on every rank iff `mine` is bit for bit rank 0's.
-bool equal_on_all_ranks(std::vector<float> mine) {
-  std::vector<float> root = mine;
-  world().broadcast(root.data(), static_cast<int64_t>(root.size()), DType::kF32, 0);
-  int32_t differ = std::memcmp(mine.data(), root.data(), mine.size() * sizeof(float)) != 0;
-  world().allreduce(&differ, 1, DType::kI32, ReduceOp::kSum);
-  return differ == 0;
-}
+using testing::bitwise_equal_on_all_ranks;
 
 TEST(LossScaling, AnInfOnOneRankSkipsTheStepOnEveryRank) {
   const int n = world().size(), rank = world().rank();
@@ -83,10 +76,10 @@ TEST(LossScaling, AnInfOnOneRankSkipsTheStepOnEveryRank) {
     if (!take) {
       EXPECT_EQ(flat_values(*model), before) << "a skipped step leaves the parameters";
     }
-    ASSERT_TRUE(equal_on_all_ranks(flat_values(*model))) << "replicas diverged at step " << step;
+    ASSERT_TRUE(bitwise_equal_on_all_ranks(flat_values(*model))) << "replicas diverged at step " << step;
     scales.push_back(scaling.scale());
   }
-  EXPECT_TRUE(equal_on_all_ranks(scales)) << "every rank keeps the same scale";
+  EXPECT_TRUE(bitwise_equal_on_all_ranks(scales)) << "every rank keeps the same scale";
   EXPECT_EQ(taken, kSteps - static_cast<int64_t>(poisoned.size()));
   EXPECT_EQ(scaling.scaler().state().skipped_steps, static_cast<int64_t>(poisoned.size()));
   // 1 ok, 2 skip, 3 4 ok, 5 6 skip, 7 8 9 ok (grow), 10 skip, 11 12 ok.

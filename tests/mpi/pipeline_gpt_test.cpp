@@ -20,6 +20,7 @@
 #include "model/lr_schedule.h"
 #include "model/optimizer.h"
 #include "pipeline/gpt_stage.h"
+#include "pipeline/pipeline_clip.h"
 #include "pipeline/pipeline_stage.h"
 #include "tests/mpi/collective_test_util.h"
 #include "tests/mpi/mpi_test_env.h"
@@ -128,17 +129,7 @@ PipelineRun train_pipeline(PipelineGrid& grid, PipelineSchedule schedule, int mi
   PipelineStage stage(build_gpt_stage(spec(), Device::cpu(), kSeed, range), grid,
                       {schedule, micro_batches, kGptTiedParameter});
   auto opt = make_optimizer(adamw(), stage.module().parameters());
-  // As app/lm_pipeline_trainer.cpp: the norm's sums over the pipeline's own communicator.
-  std::unique_ptr<Communicator> sums = test_comm().split(grid.replica, grid.stage, "pipeline-norm");
-  std::vector<const Parameter*> copies;
-  if (stage.tied_copy()) copies.push_back(stage.tied_copy());
-  GradNormClipper clipper(
-      stage.module().parameters(),
-      [&](float x) {
-        sums->allreduce(&x, 1, DType::kF32, ReduceOp::kSum);
-        return x;
-      },
-      true, copies);
+  PipelineClipper clipper(test_comm(), stage);  // as app/lm_pipeline_trainer.cpp
   PipelineRun run;
   for (int step = 0; step < kSteps; ++step) {
     const Batch mine = rows_of(global_batch(step, grid.replicas), grid.replica * kRowsPerReplica, kRowsPerReplica);
@@ -155,7 +146,7 @@ PipelineRun train_pipeline(PipelineGrid& grid, PipelineSchedule schedule, int mi
     run.weights[p->name] = p->value.to_vector();
     if (p->name == kGptTiedParameter) run.tied_hash = hash_of(p->value);
   }
-  sums->shutdown();
+  clipper.shutdown();
   return run;
 }
 

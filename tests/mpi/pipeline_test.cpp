@@ -2,19 +2,31 @@
 // [Pipeline loss]): every P x D grid the world allows (P = 2 and 3 alone, 2 x 2 and 4 x 1 at
 // np 4) trains an MLP whose weights after N SGD steps equal the unsplit model's trained in one
 // process on the same global batch (1e-5 relative), with the same losses; GPipe and 1F1B give
-// the same weights bit for bit; fewer micro-batches than stages is refused in one line.
+// the same weights bit for bit; fewer micro-batches than stages is refused in one line. With
+// --clip-grad-norm (Note [Pipeline gradient norm]) and --amp fp16 (Note [Loss scaling]: an inf on
+// one stage skips the step on every rank) the weights are the unsplit model's likewise.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
+#include <optional>
 #include <random>
+#include <set>
+#include <utility>
 
+#include "app/pipeline_zero.h"
 #include "core/error.h"
+#include "core/ops.h"
+#include "ddp/loss_scaling.h"
+#include "model/grad_clip.h"
 #include "model/loss.h"
 #include "model/models.h"
 #include "model/optimizer.h"
 #include "pipeline/partition.h"
+#include "pipeline/pipeline_clip.h"
 #include "pipeline/pipeline_stage.h"
 #include "tests/mpi/collective_test_util.h"
 #include "tests/mpi/mpi_test_env.h"
@@ -23,6 +35,7 @@
 namespace dtrain {
 namespace {
 
+using testing::bitwise_equal_on_all_ranks;
 using testing::error_of;
 using testing::pipeline_grids;
 using testing::test_comm;
@@ -61,25 +74,64 @@ Batch rows_of(const Batch& b, int64_t first, int64_t count) {
   return {b.x.slice(first * 64, {count, 1, 8, 8}), b.y.slice(first, {count})};
 }
 
+// What a run adds to the plain SGD step: --clip-grad-norm, --amp fp16.
+struct Extras {
+  float clip = 0.f;  // > 0: clip the global gradient norm to this
+  bool fp16 = false;  // fp16 GEMM operands, the loss scaled by a GradScaler (kScaler)
+  // fp16: (step, world rank) whose gradient gets an inf after the gradient sums; the unsplit
+  // model's run poisons each step listed, the pipeline only on that rank.
+  std::vector<std::pair<int, int>> poisoned;
+  bool zero = false;  // --zero 1 over each stage's replicas (Note [Pipeline ZeRO-1])
+};
+
+GradScalerSettings scaler_settings() {
+  GradScalerSettings s;
+  s.growth_interval = 6;  // the scale grows within the run too
+  return s;
+}
+
+void poison_first_grad(Module& m) {
+  m.parameters().front()->grad.data()[0] = std::numeric_limits<float>::infinity();
+}
+
 // The unsplit model trained in one process on each step's global batch: name -> values, losses.
 struct Reference {
   std::map<std::string, std::vector<float>> weights;
   std::vector<float> losses;
+  std::vector<float> norms;  // each taken step's gradient norm (with a clip)
+  GradScalerState scaler;
 };
 
-Reference train_unsplit(int replicas) {
+Reference train_unsplit(int replicas, const Extras& x = {}) {
   auto model = make_mlp();
+  if (x.fp16) model->set_amp(AmpMode::kFp16);
   Sgd opt(model->parameters(), sgd());
+  std::optional<GradNormClipper> clipper;
+  if (x.clip > 0.f) clipper.emplace(model->parameters());
+  GradScaler scaler(scaler_settings(), Device::cpu());
   CrossEntropyLoss loss;
   Reference ref;
   for (int step = 0; step < kSteps; ++step) {
     const Batch b = global_batch(step, replicas);
     opt.zero_grad();
     ref.losses.push_back(loss_value(loss.forward(model->forward(b.x), b.y)));
-    model->backward(loss.backward(), false);
+    Tensor g = loss.backward();
+    if (x.fp16) scale(g, scaler.scale());
+    model->backward(g, false);
+    if (x.fp16) {
+      for (const auto& [s, rank] : x.poisoned)
+        if (s == step) poison_first_grad(*model);
+      scaler.unscale(written_grads(model->parameters()));
+      if (!scaler.update(scaler.read_found_inf() > 0.f)) continue;
+    }
+    if (clipper) {
+      clipper->clip(x.clip);
+      ref.norms.push_back(clipper->last_norm());
+    }
     opt.step();
   }
   for (Parameter* p : model->parameters()) ref.weights[p->name] = p->value.to_vector();
+  ref.scaler = scaler.state();
   return ref;
 }
 
@@ -103,12 +155,25 @@ struct PipelineRun {
   std::map<std::string, std::vector<float>> weights;  // this stage's
   std::vector<float> losses;                          // the last stage's, averaged over replicas
   int peak_held = 0;
+  std::vector<float> norms;  // each taken step's global gradient norm (with a clip)
+  GradScalerState scaler;
+  size_t state_bytes = 0;  // the optimizer's
 };
 
 // `accumulate` pipeline steps per optimizer step, each of this replica's rows / accumulate.
-PipelineRun train_pipeline(PipelineGrid& grid, PipelineSchedule schedule, int micro_batches, int accumulate = 1) {
+// With `x`, as app/pipeline_trainer.cpp: the fp16 vote over the world, then the clip over the
+// pipeline's stages, then the step.
+PipelineRun train_pipeline(PipelineGrid& grid, PipelineSchedule schedule, int micro_batches, int accumulate = 1,
+                           const Extras& x = {}) {
   PipelineStage stage(stage_of(grid.stages, grid.stage), grid, {schedule, micro_batches});
+  if (x.fp16) stage.module().set_amp(AmpMode::kFp16);
   Sgd opt(stage.module().parameters(), sgd());
+  std::optional<StageZero> zero;
+  if (x.zero) zero.emplace(stage);
+  std::optional<PipelineClipper> clipper;
+  if (x.clip > 0.f) clipper.emplace(test_comm(), stage);
+  LossScaling scaling(test_comm(), scaler_settings(), Device::cpu());
+  const float loss_scale = x.fp16 ? scaling.scale() : 1.f;
   PipelineRun run;
   for (int step = 0; step < kSteps; ++step) {
     const Batch mine = rows_of(global_batch(step, grid.replicas), grid.replica * kRowsPerReplica, kRowsPerReplica);
@@ -117,14 +182,27 @@ PipelineRun train_pipeline(PipelineGrid& grid, PipelineSchedule schedule, int mi
     float loss = 0;
     for (int a = 0; a < accumulate; ++a) {
       const Batch part = rows_of(mine, a * rows, rows);
-      loss += stage.train_step(part.x, part.y, {a, accumulate}).loss / static_cast<float>(accumulate);
+      loss += stage.train_step(part.x, part.y, {a, accumulate, x.fp16 ? scaling.scale() : loss_scale}).loss /
+              static_cast<float>(accumulate);
     }
     if (grid.stage == grid.stages - 1) grid.data_parallel->allreduce(&loss, 1, DType::kF32, ReduceOp::kAvg);
     run.losses.push_back(loss);
+    if (x.fp16) {
+      for (const auto& [s, rank] : x.poisoned)
+        if (s == step && rank == test_comm().rank()) poison_first_grad(stage.module());
+      if (!scaling.unscale_and_agree(written_grads(stage.module().parameters()))) continue;
+    }
+    if (clipper) {
+      clipper->clip(x.clip);
+      run.norms.push_back(clipper->last_norm());
+    }
     opt.step();
   }
   for (Parameter* p : stage.module().parameters()) run.weights[p->name] = p->value.to_vector();
   run.peak_held = stage.peak_held_inputs();
+  run.scaler = scaling.scaler().state();
+  run.state_bytes = opt.state_bytes();
+  if (clipper) clipper->shutdown();
   return run;
 }
 
@@ -178,6 +256,100 @@ TEST(Pipeline, AccumulatedPipelineStepsEqualTheUnsplitModelOnTheSameGlobalBatch)
     grid.chain->shutdown();
     grid.data_parallel->shutdown();
   }
+}
+
+// --clip-grad-norm (Note [Pipeline gradient norm]): the norm is the whole model's, over every
+// stage's gradients, and every rank of the world scales by the same coefficient, so the weights
+// are the clipped unsplit model's.
+TEST(Pipeline, ClippingOverEveryStagesGradientsEqualsTheClippedUnsplitModel) {
+  for (int stages : pipeline_grids()) {
+    PipelineGrid grid = make_pipeline_grid(test_comm(), stages);
+    // The limit: the unclipped run's median norm (a limit never reached leaves the bits alone),
+    // so about half the steps clip.
+    std::vector<float> norms = train_unsplit(grid.replicas, {1e30f, false, {}}).norms;
+    std::nth_element(norms.begin(), norms.begin() + kSteps / 2, norms.end());
+    const float kMaxNorm = norms[kSteps / 2];
+    const Extras x{kMaxNorm, false, {}};
+    const Reference ref = train_unsplit(grid.replicas, x);
+    const PipelineRun run = train_pipeline(grid, PipelineSchedule::k1f1b, 4, 1, x);
+    SCOPED_TRACE(fmt::format("P {} x D {}, clip {}, stage {}", stages, grid.replicas, kMaxNorm, grid.stage));
+    const double worst = worst_relative(run.weights, ref.weights);
+    EXPECT_LT(worst, 1e-5);
+    ASSERT_EQ(run.norms.size(), ref.norms.size());
+    int clipped = 0;
+    for (size_t s = 0; s < ref.norms.size(); ++s) {
+      EXPECT_NEAR(run.norms[s], ref.norms[s], 1e-5 * ref.norms[s]) << "step " << s;
+      clipped += ref.norms[s] > kMaxNorm;
+    }
+    EXPECT_TRUE(bitwise_equal_on_all_ranks(run.norms)) << "every rank must take the same decision";
+    // Not vacuous: some steps clipped, some not, and the clipped run is far from the unclipped one.
+    EXPECT_GT(clipped, 0);
+    EXPECT_LT(clipped, kSteps);
+    EXPECT_GT(worst_relative(ref.weights, train_unsplit(grid.replicas).weights), 1e-3);
+    if (test_comm().rank() == 0)
+      std::printf("P %d x D %d, clip %g: %d of %d steps clipped, worst relative difference %.3g\n", stages,
+                  grid.replicas, kMaxNorm, clipped, kSteps, worst);
+    grid.chain->shutdown();
+    grid.data_parallel->shutdown();
+  }
+}
+
+// --amp fp16 (Note [Loss scaling]): the last stage's loss gradient is scaled, so are the
+// activation gradients sent down the chain; an inf on ONE rank (the last stage of the last
+// replica, then stage 0 of replica 0) skips the step on EVERY rank of the world, and the weights
+// and the scaler's state are the unsplit fp16 run's, which skips the same steps.
+TEST(Pipeline, Fp16InfOnOneStageSkipsTheStepOnEveryRankAsTheUnsplitModelDoes) {
+  const int last_rank = test_comm().size() - 1;
+  const Extras x{0.f, true, {{5, last_rank}, {11, 0}}};
+  const Extras clean{0.f, true, {}};
+  for (int stages : pipeline_grids()) {
+    PipelineGrid grid = make_pipeline_grid(test_comm(), stages);
+    const Reference ref = train_unsplit(grid.replicas, x);
+    const PipelineRun run = train_pipeline(grid, PipelineSchedule::k1f1b, 4, 1, x);
+    SCOPED_TRACE(fmt::format("P {} x D {}, fp16, stage {}", stages, grid.replicas, grid.stage));
+    EXPECT_EQ(run.scaler, ref.scaler) << "scale " << run.scaler.scale << " vs " << ref.scaler.scale << ", skipped "
+                                      << run.scaler.skipped_steps << " vs " << ref.scaler.skipped_steps;
+    EXPECT_EQ(ref.scaler.skipped_steps, 2);
+    const double worst = worst_relative(run.weights, ref.weights);
+    EXPECT_LT(worst, 1e-5);
+    std::vector<float> scale = {run.scaler.scale, static_cast<float>(run.scaler.skipped_steps)};
+    EXPECT_TRUE(bitwise_equal_on_all_ranks(scale));
+    // Not vacuous: the skipped steps moved the weights away from a run that took them.
+    EXPECT_GT(worst_relative(ref.weights, train_unsplit(grid.replicas, clean).weights), 1e-3);
+    if (test_comm().rank() == 0)
+      std::printf("P %d x D %d, fp16: scale %g, %lld skipped, worst relative difference %.3g\n", stages,
+                  grid.replicas, run.scaler.scale, static_cast<long long>(run.scaler.skipped_steps), worst);
+    grid.chain->shutdown();
+    grid.data_parallel->shutdown();
+  }
+}
+
+// --zero 1 (Note [Pipeline ZeRO-1]): each stage's optimizer state sharded over its D replicas,
+// the updated chunks all-gathered; the weights are the unsharded pipeline's bit for bit (each
+// element's update reads the same gradient and state). Grids with D > 1 only (2 x 2 at np 4).
+TEST(Pipeline, ZeroOneShardsEachStagesOptimizerStateAndEqualsTheUnshardedPipelineBitForBit) {
+  int grids = 0;
+  for (int stages : pipeline_grids()) {
+    PipelineGrid grid = make_pipeline_grid(test_comm(), stages);
+    if (grid.replicas > 1) {
+      ++grids;
+      SCOPED_TRACE(fmt::format("P {} x D {}, --zero 1, stage {}", stages, grid.replicas, grid.stage));
+      const PipelineRun plain = train_pipeline(grid, PipelineSchedule::k1f1b, 4);
+      const PipelineRun zero = train_pipeline(grid, PipelineSchedule::k1f1b, 4, 1, {0.f, false, {}, true});
+      EXPECT_FALSE(zero.weights.empty());
+      EXPECT_TRUE(zero.weights == plain.weights) << "worst relative difference "
+                                                 << worst_relative(zero.weights, plain.weights);
+      // SGD's momentum: this replica's 1/D of the stage's (padded) flat space.
+      EXPECT_LE(zero.state_bytes, plain.state_bytes / static_cast<size_t>(grid.replicas) + 64);
+      EXPECT_GT(zero.state_bytes, 0u);
+      if (test_comm().rank() == 0)
+        std::printf("P %d x D %d, --zero 1: optimizer state %zu of %zu bytes, weights bit for bit\n", stages,
+                    grid.replicas, zero.state_bytes, plain.state_bytes);
+    }
+    grid.chain->shutdown();
+    grid.data_parallel->shutdown();
+  }
+  if (grids == 0) GTEST_SKIP() << "no grid with more than one replica at np " << test_comm().size();
 }
 
 TEST(Pipeline, FewerMicroBatchesThanStagesIsRefusedInOneLine) {

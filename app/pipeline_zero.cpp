@@ -1,0 +1,40 @@
+// StageZero (see pipeline_zero.h).
+#include "app/pipeline_zero.h"
+
+#include <fmt/format.h>
+
+#include "comm/flight_recorder.h"
+#include "core/error.h"
+#include "ddp/zero_plan.h"
+
+namespace dtrain {
+
+StageZero::StageZero(PipelineStage& stage) : comm_(*stage.grid().data_parallel) {
+  const std::vector<Parameter*> params = stage.module().parameters();
+  DTRAIN_CHECK(!params.empty(), "--zero: pipeline stage {} holds no parameters", stage.grid().stage);
+  store_ = FlatStore::of(params);
+  // One bucket, the parameters in reverse (the order backward finishes them), padded to D.
+  std::vector<size_t> order;
+  std::vector<int64_t> numel;
+  for (size_t i = params.size(); i-- > 0;) order.push_back(i);
+  for (const Parameter* p : params) numel.push_back(p->value.numel());
+  const int replicas = comm_.size(), replica = comm_.rank();
+  const FlatLayout layout = lay_out_buckets({order}, numel, replicas);
+  const std::vector<ZeroChunk> chunks = zero_chunks(layout, {order}, numel, replicas, replica);
+  begin_ = layout.bucket_begin.at(0);
+  per_rank_ = layout.bucket_size.at(0) / replicas;
+  store_->lay_out(layout.param_offset, layout.total, {}, {chunks.at(0).range});
+  store_->set_after_step([this] { gather_updated_values(); });
+}
+
+StageZero::~StageZero() { store_->set_after_step(nullptr); }
+
+void StageZero::gather_updated_values() {
+  // After the update of this replica's chunk: every chunk to every replica, in place.
+  float* bucket = store_->values().data() + begin_;
+  order_after(compute_stream(store_->device()), comm_);
+  const ScopedCollectiveDetail detail("ZeRO-1: the stage's updated parameters");
+  comm_.allgather_async(bucket + comm_.rank() * per_rank_, bucket, per_rank_, DType::kF32)->wait();
+}
+
+}  // namespace dtrain
