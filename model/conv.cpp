@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/ops.h"
 #include "model/cpu_conv.h"
+#include "model/cpu_direct_conv.h"
 
 namespace dtrain {
 
@@ -84,7 +85,14 @@ Tensor Conv2d::forward(const Tensor& input) {
   ensure_tensor(output_, {batch, out_c_, geom_.oh, geom_.ow}, dev);
   half_ = amp_operand_dtype(amp_);
   if (dev.is_cpu() && half_ == DType::kF32) {
-    forward_cpu_chunks(input);
+    if (cpu::direct_conv_fits(geom_)) {  // Note [Direct CPU convolution] (model/cpu_direct_conv.cpp)
+      const cpu::DirectConv d{geom_, batch, out_c_};
+      ensure_tensor(cols_, {cpu::direct_conv_scratch_floats(d)}, dev);
+      cpu::direct_conv_forward(d, input.data(), weight_.value.data(), bias_data(), relu_, output_.data(),
+                               cols_.data());
+    } else {
+      forward_cpu_chunks(input);
+    }
     return output_;
   }
   ensure_tensor(cols_, {rows, batch * plane}, dev);
@@ -169,11 +177,32 @@ Tensor Conv2d::backward_cpu_chunks(const Tensor& grad_output, bool need_input_gr
   return grad_input_;
 }
 
+// The direct kernels' backward (Note [Direct CPU convolution]): dW (and db) over the whole
+// batch, then dX, in one call; the scratch is forward's.
+Tensor Conv2d::backward_cpu_direct(const Tensor& grad_output, bool need_input_grad) {
+  const Device dev = weight_.value.device();
+  const cpu::DirectConv d{geom_, input_.dim(0), out_c_};
+  const float beta_b = has_bias_ ? take_grad_beta(bias_) : 0.f;  // before reading bias_.grad (module.h)
+  const float beta_w = take_grad_beta(weight_);
+  if (need_input_grad) ensure_tensor(grad_input_, input_.shape(), dev);
+  ensure_tensor(cols_, {cpu::direct_conv_scratch_floats(d)}, dev);
+  cpu::direct_conv_backward(d, input_.data(), weight_.value.data(), grad_output.data(),
+                            relu_ ? output_.data() : nullptr, need_input_grad ? grad_input_.data() : nullptr,
+                            weight_.grad.data(), beta_w, has_bias_ ? bias_.grad.data() : nullptr, beta_b,
+                            cols_.data());
+  if (has_bias_) grad_ready(bias_);
+  grad_ready(weight_);
+  if (!need_input_grad) return {};
+  return grad_input_;
+}
+
 Tensor Conv2d::backward(const Tensor& grad_output, bool need_input_grad) {
   const Device dev = weight_.value.device();
   const int64_t batch = input_.dim(0), plane = geom_.oh * geom_.ow, rows = in_c_ * k_ * k_;
   const int64_t ncols = batch * plane;
   DTRAIN_CHECK(grad_output.numel() == output_.numel(), "Conv2d backward got {}", shape_str(grad_output.shape()));
+  if (dev.is_cpu() && half_ == DType::kF32 && cpu::direct_conv_fits(geom_))
+    return backward_cpu_direct(grad_output, need_input_grad);
   if (dev.is_cpu() && half_ == DType::kF32) return backward_cpu_chunks(grad_output, need_input_grad);
   // out_cols_ held forward's GEMM result, no longer needed: it now takes dY in the columns layout.
   const float beta_b = has_bias_ ? take_grad_beta(bias_) : 0.f;  // before reading bias_.grad (module.h)

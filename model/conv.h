@@ -39,10 +39,13 @@ class Conv2d : public Module {
   // Note [Chunked CPU convolution] (conv.cpp): the CPU's float32 path, a few images at a time.
   void forward_cpu_chunks(const Tensor& input);
   Tensor backward_cpu_chunks(const Tensor& grad_output, bool need_input_grad);
+  // Note [Direct CPU convolution] (cpu_direct_conv.cpp): 3x3 stride 1 on the wider planes.
+  Tensor backward_cpu_direct(const Tensor& grad_output, bool need_input_grad);
   kernels::ConvGeometry geom_{};
   Tensor input_, output_, grad_input_;
   // GPU and 16-bit operands: the whole batch, [in_c*k*k, batch*oh*ow] (column n*oh*ow + p), kept
-  // for backward, then dcols; the CPU's float32 path: one chunk of images, rebuilt in backward.
+  // for backward, then dcols; the CPU's float32 path: one chunk of images, rebuilt in backward;
+  // the direct kernels' scratch.
   Tensor cols_;
   Tensor out_cols_;  // [out_c, batch (or chunk) * oh*ow]: the GEMM's result, then dY in the same layout
   Tensor dw_t_;      // CPU float32: dW^T [in_c*k*k, out_c], summed over the chunks

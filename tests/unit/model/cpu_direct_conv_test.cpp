@@ -1,0 +1,166 @@
+// The direct 3x3 kernels of model/cpu_direct_conv.h (Note [Direct CPU convolution]) against
+// convolution loops in double: forward with and without bias and fused ReLU, the weight, bias
+// and input gradients written and accumulated, over odd sizes, channel counts that fill no
+// register tile, one and several images per chunk, and every build (AVX-512, AVX2, SSE2) this
+// CPU runs; and the shapes they decline, which stay on im2col + GEMM.
+#include "model/cpu_direct_conv.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "gradcheck.h"
+
+namespace dtrain {
+namespace {
+
+using testing::random_values;
+
+struct Case {
+  int64_t batch, in_c, out_c, h, w;
+};
+
+kernels::ConvGeometry geometry3x3(int64_t c, int64_t h, int64_t w) { return {c, h, w, 3, 3, 1, 1, h, w}; }
+
+// Sums in double and the sums of the terms' magnitudes (the tolerance's scale).
+struct Reference {
+  std::vector<double> y, y_abs, dw, dw_abs, db, dx, dx_abs;
+};
+
+Reference reference(const Case& t, const std::vector<float>& x, const std::vector<float>& w,
+                    const std::vector<float>& b, const std::vector<float>& dy_masked) {
+  const int64_t plane = t.h * t.w;
+  Reference r;
+  r.y.assign(static_cast<size_t>(t.batch * t.out_c * plane), 0.0);
+  r.y_abs = r.y;
+  r.dw.assign(w.size(), 0.0);
+  r.dw_abs = r.dw;
+  r.db.assign(static_cast<size_t>(t.out_c), 0.0);
+  r.dx.assign(x.size(), 0.0);
+  r.dx_abs = r.dx;
+  for (int64_t n = 0; n < t.batch; ++n)
+    for (int64_t co = 0; co < t.out_c; ++co)
+      for (int64_t oy = 0; oy < t.h; ++oy)
+        for (int64_t ox = 0; ox < t.w; ++ox) {
+          const size_t o = static_cast<size_t>(((n * t.out_c + co) * t.h + oy) * t.w + ox);
+          r.y[o] = b[static_cast<size_t>(co)];
+          r.db[static_cast<size_t>(co)] += dy_masked[o];
+          for (int64_t ci = 0; ci < t.in_c; ++ci)
+            for (int64_t ky = 0; ky < 3; ++ky)
+              for (int64_t kx = 0; kx < 3; ++kx) {
+                const int64_t iy = oy - 1 + ky, ix = ox - 1 + kx;
+                if (iy < 0 || iy >= t.h || ix < 0 || ix >= t.w) continue;
+                const size_t wi = static_cast<size_t>(((co * t.in_c + ci) * 3 + ky) * 3 + kx);
+                const size_t xi = static_cast<size_t>(((n * t.in_c + ci) * t.h + iy) * t.w + ix);
+                r.y[o] += static_cast<double>(w[wi]) * x[xi];
+                r.y_abs[o] += std::fabs(static_cast<double>(w[wi]) * x[xi]);
+                r.dw[wi] += static_cast<double>(dy_masked[o]) * x[xi];
+                r.dw_abs[wi] += std::fabs(static_cast<double>(dy_masked[o]) * x[xi]);
+                r.dx[xi] += static_cast<double>(dy_masked[o]) * w[wi];
+                r.dx_abs[xi] += std::fabs(static_cast<double>(dy_masked[o]) * w[wi]);
+              }
+        }
+  return r;
+}
+
+// |got - want| within float rounding of sums of `scale` in magnitude.
+void expect_close(const std::vector<float>& got, const std::vector<double>& want, const std::vector<double>& scale,
+                  double times, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], times * want[i], times * (2e-6 * scale[i] + 1e-6)) << what << " [" << i << "]";
+}
+
+const std::vector<Case> kCases = {
+    {3, 3, 16, 28, 28},   // ResNet's stem at width 16
+    {2, 16, 16, 28, 28},  // its layer1
+    {2, 5, 7, 15, 17},    // odd sizes; channels that fill no tile
+    {3, 64, 33, 28, 28},  // one image per chunk (three chunks); out_c odd
+    {1, 1, 1, 14, 30},    // the narrowest plane taken, one channel
+    {2, 2, 9, 1, 20},     // a single row
+    {5, 32, 32, 14, 14},  // layer2
+};
+
+class DirectConvIsa : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    if (!cpu::select_direct_conv_isa(GetParam())) GTEST_SKIP() << "this CPU has no " << GetParam();
+  }
+  void TearDown() override { cpu::select_direct_conv_isa(""); }
+};
+
+TEST_P(DirectConvIsa, EqualsConvolutionLoops) {
+  for (const Case& t : kCases)
+    for (int variant = 0; variant < 2; ++variant) {  // 0: no bias, no ReLU; 1: bias and fused ReLU
+      const bool bias = variant == 1, relu = variant == 1;
+      const std::string what = fmt::format("{} batch {} in {} out {} {}x{} bias/relu {}", GetParam(), t.batch,
+                                           t.in_c, t.out_c, t.h, t.w, variant);
+      const kernels::ConvGeometry g = geometry3x3(t.in_c, t.h, t.w);
+      ASSERT_TRUE(cpu::direct_conv_fits(g)) << what;
+      const cpu::DirectConv d{g, t.batch, t.out_c};
+      const std::vector<float> x = random_values(static_cast<size_t>(t.batch * t.in_c * t.h * t.w), 31);
+      const std::vector<float> w = random_values(static_cast<size_t>(t.out_c * t.in_c * 9), 32);
+      const std::vector<float> b = bias ? random_values(static_cast<size_t>(t.out_c), 33)
+                                        : std::vector<float>(static_cast<size_t>(t.out_c), 0.f);
+      std::vector<float> scratch(static_cast<size_t>(cpu::direct_conv_scratch_floats(d)), NAN);
+      std::vector<float> y(static_cast<size_t>(t.batch * t.out_c * t.h * t.w), NAN);  // NaN: all must be written
+      cpu::direct_conv_forward(d, x.data(), w.data(), bias ? b.data() : nullptr, relu, y.data(), scratch.data());
+      const std::vector<float> dy = random_values(y.size(), 34);
+      std::vector<float> dy_masked = dy;
+      for (size_t i = 0; i < dy.size(); ++i)
+        if (relu && !(y[i] > 0.f)) dy_masked[i] = 0.f;
+      const Reference r = reference(t, x, w, b, dy_masked);
+      std::vector<double> want_y = r.y;
+      if (relu)
+        for (double& v : want_y) v = std::max(v, 0.0);
+      expect_close(y, want_y, r.y_abs, 1.0, what + " y");
+      // Pass 1 overwrites NaN (stale memory), pass 2 accumulates onto pass 1.
+      std::vector<float> dx(x.size(), NAN), dw(w.size(), NAN), db(b.size(), NAN);
+      for (int pass = 1; pass <= 2; ++pass) {
+        const float beta = pass == 1 ? 0.f : 1.f;
+        cpu::direct_conv_backward(d, x.data(), w.data(), dy.data(), relu ? y.data() : nullptr, dx.data(), dw.data(),
+                                  beta, bias ? db.data() : nullptr, beta, scratch.data());
+        const std::string p = fmt::format("{} pass {}", what, pass);
+        expect_close(dx, r.dx, r.dx_abs, 1.0, p + " dx");
+        expect_close(dw, r.dw, r.dw_abs, pass, p + " dw");
+        if (!bias) continue;
+        for (size_t i = 0; i < db.size(); ++i) ASSERT_NEAR(db[i], pass * r.db[i], 1e-3) << p << " db[" << i << "]";
+      }
+      // Without the input gradient: dw alone, dx untouched.
+      std::vector<float> dw2(w.size(), NAN);
+      cpu::direct_conv_backward(d, x.data(), w.data(), dy.data(), relu ? y.data() : nullptr, nullptr, dw2.data(), 0.f,
+                                nullptr, 0.f, scratch.data());
+      expect_close(dw2, r.dw, r.dw_abs, 1.0, what + " dw without dx");
+    }
+}
+
+// A batch of 0 writes zero gradients (beta 0), as the GEMM path's whole-batch GEMMs do.
+TEST_P(DirectConvIsa, EmptyBatchWritesZeroGradients) {
+  const cpu::DirectConv d{geometry3x3(2, 16, 16), 0, 3};
+  std::vector<float> scratch(static_cast<size_t>(cpu::direct_conv_scratch_floats(d)));
+  const std::vector<float> w = random_values(2 * 3 * 9, 35);
+  std::vector<float> dw(w.size(), NAN), db(3, NAN);
+  cpu::direct_conv_backward(d, nullptr, w.data(), nullptr, nullptr, nullptr, dw.data(), 0.f, db.data(), 0.f,
+                            scratch.data());
+  for (float v : dw) EXPECT_EQ(v, 0.f);
+  for (float v : db) EXPECT_EQ(v, 0.f);
+}
+
+INSTANTIATE_TEST_SUITE_P(Builds, DirectConvIsa, ::testing::Values("avx512", "avx2", "generic"));
+
+// Only 3x3, stride 1, padding 1 on planes at least kDirectConvMinWidth wide; everything else
+// (ResNet's stride-2 and 1x1 downsampling, its 7x7 and 4x4 layers) stays on im2col + GEMM.
+TEST(DirectConv, FitsOnlyThreeByThreeStrideOnePaddingOne) {
+  EXPECT_TRUE(cpu::direct_conv_fits(geometry3x3(16, 28, 28)));
+  EXPECT_TRUE(cpu::direct_conv_fits(geometry3x3(1, 1, cpu::kDirectConvMinWidth)));
+  EXPECT_FALSE(cpu::direct_conv_fits(geometry3x3(64, 7, 7)));
+  EXPECT_FALSE(cpu::direct_conv_fits(geometry3x3(1, 28, cpu::kDirectConvMinWidth - 1)));
+  EXPECT_FALSE(cpu::direct_conv_fits({16, 28, 28, 3, 3, 2, 1, 14, 14}));  // stride 2
+  EXPECT_FALSE(cpu::direct_conv_fits({16, 28, 28, 1, 1, 1, 0, 28, 28}));  // 1x1
+  EXPECT_FALSE(cpu::direct_conv_fits({16, 28, 28, 3, 3, 1, 0, 26, 26}));  // no padding
+  EXPECT_FALSE(cpu::direct_conv_fits({16, 28, 28, 5, 5, 1, 2, 28, 28}));  // 5x5
+}
+
+}  // namespace
+}  // namespace dtrain
