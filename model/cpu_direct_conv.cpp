@@ -2,34 +2,39 @@
 //
 // Note [Direct CPU convolution]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// ResNet-18 at width 16 on 28x28 images runs its 3x3 convolutions with 16-32 channels on 28x28
-// and 14x14 planes. There im2col + GEMM (Note [Chunked CPU convolution]) copies each input
-// element into 9 columns that the GEMM then reads with only out_c = 16-32 rows to reuse them:
-// issue 24's profile had im2col, col2im and the moves around the GEMM at 28% of a step beside
-// the GEMM kernel's 41%, and the skinny GEMMs themselves below the sgemm rate. These kernels
-// read the input where it lies instead:
-// - Each image's planes are copied once into a zero-bordered plane of (h+2) rows of pitch
-//   wp = w+2 (plus zero slack). Output pixel q = oy*wp + ox of that pitch (ox >= w: two wasted
-//   columns a row, 7% at 28x28) reads tap (ky, kx) at q + ky*wp + kx: every tap of every
-//   output is a contiguous, unaligned vector load, with no edge cases.
+// ResNet-18 at width 16 on 28x28 images runs 3x3 convolutions with 16-128 channels on 28x28
+// down to 4x4 planes. There im2col + GEMM (Note [Chunked CPU convolution]) copies each input
+// element into 9 columns that the GEMM then reads with only out_c = 16-32 rows to reuse them
+// in the wide layers: issue 24's profile had im2col, col2im and the moves around the GEMM at
+// 28% of a step beside the GEMM kernel's 41%. These kernels read the input where it lies:
+// - A chunk of images is copied, channel by channel, into one stacked plane: rows of pitch
+//   wp = w + 1 whose last element is zero, a zero row above every image and below the last
+//   (struct Layout). The zero column serves as both the right and the left padding (the row
+//   after), the zero rows as the top and bottom padding of two neighbours. Output pixel q of
+//   that pitch reads tap (ky, kx) at q + (ky-1)*wp + kx-1: every tap of every output is one
+//   contiguous, unaligned vector load, with no edge cases. The zero columns and rows are
+//   computed too and thrown away: h*w / ((h+1)*(w+1)) of the work is useful, 94% at 28x28,
+//   77% at 7x7, 64% at 4x4 (narrower planes stay on im2col + GEMM).
 // - Forward: a register tile of CB output channels x NV vectors of pixels accumulates over the
 //   input channels and the 9 taps (per tap NV loads, CB broadcast weights, CB*NV FMAs; weights
-//   packed [channel block][in channel][tap][CB]); the tile is then written to a pitch-wp scratch
-//   and moved to NCHW with the bias and the fused ReLU.
-// - Input gradient: the same kernel on the padded dY (masked by the fused ReLU's output) with
+//   packed [channel block][in channel][tap][CB]); the tile is written to a scratch row and
+//   moved to NCHW with the bias and the fused ReLU.
+// - Input gradient: the same kernel on the stacked dY (masked by the fused ReLU's output) with
 //   the weights transposed and flipped: dX[ci] = sum_co W[co, ci, 2-ky, 2-kx] dY[co] shifted.
-// - Weight gradient: dW[co, ci, tap] = sum_q dY[co, q] X[ci, q + tap's offset], with dY read in
-//   the same padded planes (its wasted columns fall on the zero border), CBW output channels x
-//   9 taps of vector accumulators over a chunk of images, summed across lanes once per chunk.
+// - Weight gradient: dW[co, ci, tap] = sum_q dY[co, q] X[ci, q + tap's offset], dY read in the
+//   same stacked planes (zero wherever q is not an output pixel): CBW output channels x 9 taps
+//   of vector accumulators, each X vector loaded once into a register for the CBW channels. A
+//   chunk's vector sums are folded to 4 lanes and kept per weight across chunks; the lanes are
+//   added up once, after the last chunk.
 // Vectors are GCC vector extensions; the kernels are compiled three times (AVX-512: 16 floats,
-// 8x3 forward tile, 2 channels x 9 taps for dW; AVX2 + FMA: 8 floats, 4x3, 1x9; SSE2: 4 floats)
-// and picked by the CPU at the first call (direct_conv_isa). This file is built with
-// -ffp-contract=fast, so the vector a*b+c are FMAs: the sums are not im2col + GEMM's sums, and
+// 8x3 forward tile, 3 channels x 9 taps for dW; AVX2 + FMA: 8 floats, 4x3, 1x9; SSE2: 4 floats,
+// 4x2, 1x9) and picked by the CPU at the first call (direct_conv_isa). This file is built with
+// -ffp-contract=fast, so the vector a*b+c are FMAs: the sums are not im2col + GEMM's sums and
 // differ between the three builds (as OpenBLAS's differ between its core types), but a run on
-// one machine is bitwise repeatable: no order depends on the thread count or the data.
-// Smaller planes (7x7, 4x4), strided and other kernels stay on im2col + GEMM: there the GEMMs
-// have 64-128 rows to reuse each column, and the padded pitch would waste a third or more of
-// each vector.
+// one machine is bitwise repeatable: the chunks are a function of the layer and the batch only.
+// Measured (issue 24, CPU seconds of 20 steps of ResNet-18 width 16 batch 64 with the GEMMs on
+// OPENBLAS_CORETYPE=Haswell, interleaved on the shared machine): im2col + GEMM 2.85 s, these
+// kernels on the 28x28 and 14x14 layers 2.2 s, on every 3x3 stride-1 layer 1.85 s.
 #include "model/cpu_direct_conv.h"
 
 #include <algorithm>
@@ -44,62 +49,80 @@ namespace {
 constexpr int64_t kTaps = 9;
 constexpr int64_t kTile = 48;       // pixels a row of every build's forward tile divides
 constexpr int64_t kChannelPad = 8;  // output channels padded to every build's CB
+constexpr int64_t kFront = 16;      // zeros before a stacked plane's first row (tap offsets reach -wp-1)
 constexpr int64_t kChunkBytes = int64_t{512} << 10;
+constexpr int kLanes = 4;  // the weight gradient's partial sums kept per element (every build's V >= 4)
 
 int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 
-// The padded layout of one geometry (Note [Direct CPU convolution]).
+// A chunk of nb images' planes of one channel, stacked (Note [Direct CPU convolution]): rows of
+// pitch wp = w + 1 (the last column zero), a zero row above each image and one below the last;
+// kFront zeros ahead, zero slack behind. Output pixel q (q = (n*(h+1) + oy)*wp + ox, from the
+// first image's first row) lies at base + q and reads tap t at base + q + off[t].
 struct Layout {
-  int64_t h, w, wp, q, qr, sp;
+  int64_t h, w, wp, nb, q, qr, base, sp;
   int64_t off[kTaps];
-  explicit Layout(const kernels::ConvGeometry& g) : h(g.h), w(g.w), wp(g.w + 2) {
-    q = h * wp;                             // output pixels in pitch wp
-    qr = round_up(q, kTile);                // ... rounded up to whole tiles
-    sp = round_up((h + 2) * wp + kTile + 2, 16);  // a padded plane with the slack the tiles read
-    for (int64_t t = 0; t < kTaps; ++t) off[t] = (t / 3) * wp + t % 3;
+  Layout(const kernels::ConvGeometry& g, int64_t images) : h(g.h), w(g.w), wp(g.w + 1), nb(images) {
+    q = (nb * (h + 1) - 1) * wp;  // the outputs' rows, the zero rows between images included
+    qr = round_up(q, kTile);      // ... rounded up to whole tiles
+    base = kFront + wp;
+    sp = round_up(base + qr + wp + 2, 16);
+    for (int64_t t = 0; t < kTaps; ++t) off[t] = (t / 3 - 1) * wp + t % 3 - 1;
   }
 };
 
-int64_t chunk_images(const DirectConv& d, const Layout& l) {
-  const int64_t per_image = (d.g.c + d.out_c) * l.sp * static_cast<int64_t>(sizeof(float));
+int64_t chunk_images(const DirectConv& d) {
+  const int64_t per_image = (d.g.c + d.out_c) * (d.g.h + 1) * (d.g.w + 1) * static_cast<int64_t>(sizeof(float));
   return std::clamp<int64_t>(kChunkBytes / per_image, 1, std::max<int64_t>(1, d.batch));
 }
 
 struct Scratch {
-  float *xpad, *dypad, *wpack, *out;
+  float *xpad, *dypad, *wpack, *out, *lanes;
 };
-Scratch carve(const DirectConv& d, const Layout& l, float* s) {
-  const int64_t nb = chunk_images(d, l), cin = d.g.c, cout = d.out_c;
-  Scratch r{};
-  r.xpad = s;
-  r.dypad = r.xpad + nb * cin * l.sp;
-  r.wpack = r.dypad + nb * cout * l.sp;
-  r.out = r.wpack + std::max(round_up(cout, kChannelPad) * cin, round_up(cin, kChannelPad) * cout) * kTaps;
-  return r;
+// The scratch for chunks of up to chunk_images(d) images: the offsets of its parts and its size.
+struct ScratchPlan {
+  int64_t dypad, wpack, out, lanes, total;
+  explicit ScratchPlan(const DirectConv& d) {
+    const Layout l(d.g, chunk_images(d));
+    const int64_t cin = d.g.c, cout = d.out_c;
+    dypad = cin * l.sp;  // xpad first
+    wpack = dypad + cout * l.sp;
+    out = wpack + std::max(round_up(cout, kChannelPad) * cin, round_up(cin, kChannelPad) * cout) * kTaps;
+    lanes = out + std::max(round_up(cout, kChannelPad), round_up(cin, kChannelPad)) * l.qr;
+    total = lanes + cout * cin * kTaps * kLanes;
+  }
+};
+Scratch carve(const DirectConv& d, float* s) {
+  const ScratchPlan p(d);
+  return {s, s + p.dypad, s + p.wpack, s + p.out, s + p.lanes};
 }
 
-// dst: `planes` padded planes of src's [h, w] planes, zero borders and slack; with mask, each
-// element zeroed where mask <= 0 (the fused ReLU's gradient).
-void pad_planes(const float* __restrict src, const float* __restrict mask, int64_t planes, const Layout& l,
-                float* __restrict dst) {
-  for (int64_t p = 0; p < planes; ++p) {
-    const float* s = src + p * l.h * l.w;
-    const float* m = mask ? mask + p * l.h * l.w : nullptr;
-    float* o = dst + p * l.sp;
-    std::memset(o, 0, sizeof(float) * static_cast<size_t>(l.wp + 1));
-    for (int64_t y = 0; y < l.h; ++y) {
-      float* row = o + (y + 1) * l.wp + 1;
-      const float* sr = s + y * l.w;
-      if (m) {
-        const float* mr = m + y * l.w;
-        for (int64_t x = 0; x < l.w; ++x) row[x] = mr[x] > 0.f ? sr[x] : 0.f;
-      } else {
-        std::memcpy(row, sr, sizeof(float) * static_cast<size_t>(l.w));
+// dst [channels][l.sp]: the stacked planes of src's l.nb images [nb, channels, h, w]; with mask
+// (same layout as src), each element zeroed where mask <= 0 (the fused ReLU's gradient).
+void stack_planes(const float* __restrict src, const float* __restrict mask, int64_t channels, const Layout& l,
+                  float* __restrict dst) {
+  const size_t row_bytes = sizeof(float) * static_cast<size_t>(l.w);
+  for (int64_t c = 0; c < channels; ++c) {
+    float* o = dst + c * l.sp;
+    std::memset(o, 0, sizeof(float) * static_cast<size_t>(l.base));  // the front and the first zero row
+    for (int64_t n = 0; n < l.nb; ++n) {
+      const float* s = src + (n * channels + c) * l.h * l.w;
+      const float* m = mask ? mask + (n * channels + c) * l.h * l.w : nullptr;
+      float* rows = o + l.base + n * (l.h + 1) * l.wp;
+      for (int64_t y = 0; y < l.h; ++y) {
+        float* row = rows + y * l.wp;
+        const float* sr = s + y * l.w;
+        if (m) {
+          const float* mr = m + y * l.w;
+          for (int64_t x = 0; x < l.w; ++x) row[x] = mr[x] > 0.f ? sr[x] : 0.f;
+        } else {
+          std::memcpy(row, sr, row_bytes);
+        }
+        row[l.w] = 0.f;
       }
-      row[l.w] = 0.f;  // this row's right border
-      row[l.w + 1] = 0.f;  // the next row's left border
+      std::memset(rows + l.h * l.wp, 0, sizeof(float) * static_cast<size_t>(l.wp));  // the zero row below
     }
-    const int64_t tail = (l.h + 1) * l.wp + 1;
+    const int64_t tail = l.base + (l.nb * (l.h + 1)) * l.wp;
     std::memset(o + tail, 0, sizeof(float) * static_cast<size_t>(l.sp - tail));
   }
 }
@@ -114,26 +137,28 @@ float plane_sum(const float* x, int64_t n) {
   return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
 }
 
-// y[c, oy, ox] = t[c, oy*wp + ox] (+ bias[c], then max(., 0) when relu) for `channels` planes.
-void unpad_planes(const float* __restrict t, const float* bias, bool relu, int64_t channels, const Layout& l,
-                  float* __restrict y) {
-  for (int64_t c = 0; c < channels; ++c) {
-    const float b = bias ? bias[c] : 0.f;
-    for (int64_t oy = 0; oy < l.h; ++oy) {
-      const float* src = t + c * l.qr + oy * l.wp;
-      float* dst = y + (c * l.h + oy) * l.w;
-      if (relu) {
-        for (int64_t ox = 0; ox < l.w; ++ox) {
-          const float v = src[ox] + b;
-          dst[ox] = v > 0.f ? v : 0.f;
+// y[n, c, oy, ox] = t[c, q] (+ bias[c], then max(., 0) when relu) for the chunk's images
+// and `channels` channels, t's rows of length l.qr indexed by the stacked layout's q.
+void unstack_planes(const float* __restrict t, const float* bias, bool relu, int64_t channels, const Layout& l,
+                    float* __restrict y) {
+  for (int64_t n = 0; n < l.nb; ++n)
+    for (int64_t c = 0; c < channels; ++c) {
+      const float b = bias ? bias[c] : 0.f;
+      for (int64_t oy = 0; oy < l.h; ++oy) {
+        const float* src = t + c * l.qr + (n * (l.h + 1) + oy) * l.wp;
+        float* dst = y + ((n * channels + c) * l.h + oy) * l.w;
+        if (relu) {
+          for (int64_t ox = 0; ox < l.w; ++ox) {
+            const float v = src[ox] + b;
+            dst[ox] = v > 0.f ? v : 0.f;
+          }
+        } else if (bias) {
+          for (int64_t ox = 0; ox < l.w; ++ox) dst[ox] = src[ox] + b;
+        } else {
+          std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(l.w));
         }
-      } else if (bias) {
-        for (int64_t ox = 0; ox < l.w; ++ox) dst[ox] = src[ox] + b;
-      } else {
-        std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(l.w));
       }
     }
-  }
 }
 
 // wpk[block][ci][tap][CB] = w[block*CB + j, ci, tap] (forward) or, for the input gradient
@@ -167,8 +192,8 @@ template <int V>
   __builtin_memcpy(p, &v, sizeof v);
 }
 
-// out[o, q] for o < outs (rounded up to CB), q < qr: sum over the `ins` padded planes `in` and
-// the taps of wpk's weights times in[i, q + off[tap]].
+// out[o, q] for o < outs (rounded up to CB), q < qr: sum over the `ins` stacked planes `in`
+// and the taps of wpk's weights times in[i, base + q + off[tap]].
 template <int V, int CB, int NV>
 [[gnu::always_inline]] inline void conv_planes(const float* __restrict in, int64_t ins, const Layout& l,
                                                const float* __restrict wpk, int64_t outs, float* __restrict out) {
@@ -177,7 +202,7 @@ template <int V, int CB, int NV>
     for (int64_t q0 = 0; q0 < l.qr; q0 += V * NV) {
       Vec<V> acc[CB][NV] = {};
       for (int64_t i = 0; i < ins; ++i) {
-        const float* ip = in + i * l.sp + q0;
+        const float* ip = in + i * l.sp + l.base + q0;
         const float* wi = wb + i * kTaps * CB;
 #pragma GCC unroll 9
         for (int t = 0; t < kTaps; ++t) {
@@ -200,24 +225,37 @@ template <int V, int CB, int NV>
   }
 }
 
+// at[0, kLanes) (+)= v folded to kLanes lanes (its halves added until kLanes remain).
 template <int V>
-[[gnu::always_inline]] inline float lanes_sum(const Vec<V>& v) {
-  float s = 0.f;
-#pragma GCC unroll 16
-  for (int i = 0; i < V; ++i) s += v[i];
-  return s;
+[[gnu::always_inline]] inline void fold_into(float* at, const Vec<V>& v, bool overwrite) {
+  if constexpr (V == kLanes) {
+    Vec<V> sum = v;
+    if (!overwrite) {
+      Vec<V> before;
+      load<V>(before, at);
+      sum += before;
+    }
+    store<V>(at, sum);
+  } else {
+    Vec<V / 2> lo, hi;
+    __builtin_memcpy(&lo, &v, sizeof lo);
+    __builtin_memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof lo, sizeof hi);
+    fold_into<V / 2>(at, lo + hi, overwrite);
+  }
 }
 
-// dw[co0 + j, ci, tap] (+)= sum over the chunk's nb images and q < qr of dy[n, co0 + j, q]
-// X[n, ci, q + off[tap]], for j < CBW; dy's planes are read from their interior's first pixel.
+// lanes[co0 + j, ci, tap] (+)= the vector sums over the chunk's stacked q < qr of
+// dy[co0 + j, base + q] X[ci, base + q + off[tap]], for j < CBW (overwrite: =, the batch's first
+// chunk): dY is zero wherever q is no output pixel. The lanes are added up once, after the last
+// chunk (sum_lanes).
 template <int V, int CBW>
 [[gnu::always_inline]] inline void weight_grad_block(const float* __restrict xpad, const float* __restrict dypad,
-                                                     int64_t nb, int64_t cin, int64_t cout, int64_t co0, int64_t ci,
-                                                     const Layout& l, bool overwrite, float* __restrict dw) {
+                                                     int64_t cin, int64_t co0, int64_t ci, const Layout& l,
+                                                     bool overwrite, float* __restrict lanes) {
   Vec<V> acc[CBW][kTaps] = {};
-  for (int64_t n = 0; n < nb; ++n) {
-    const float* xp = xpad + (n * cin + ci) * l.sp;
-    const float* dp = dypad + (n * cout + co0) * l.sp + l.wp + 1;
+  {
+    const float* xp = xpad + ci * l.sp + l.base;
+    const float* dp = dypad + co0 * l.sp + l.base;
     for (int64_t q = 0; q < l.qr; q += V) {
       Vec<V> g[CBW];
 #pragma GCC unroll 4
@@ -226,30 +264,41 @@ template <int V, int CBW>
       for (int t = 0; t < kTaps; ++t) {
         Vec<V> xv;
         load<V>(xv, xp + q + l.off[t]);
+        // In a register: left to itself GCC folds the load into each channel's FMA, loading
+        // it CBW times (the loop was bound by loads).
+        asm("" : "+v"(xv));
 #pragma GCC unroll 4
         for (int j = 0; j < CBW; ++j) acc[j][t] += g[j] * xv;
       }
     }
   }
+#pragma GCC unroll 4
   for (int j = 0; j < CBW; ++j)
-    for (int t = 0; t < kTaps; ++t) {
-      float& d = dw[((co0 + j) * cin + ci) * kTaps + t];
-      const float s = lanes_sum<V>(acc[j][t]);
-      d = overwrite ? s : d + s;
-    }
+#pragma GCC unroll 9
+    for (int t = 0; t < kTaps; ++t) fold_into<V>(lanes + (((co0 + j) * cin + ci) * kTaps + t) * kLanes, acc[j][t], overwrite);
+}
+
+// dw[i] = the sum of lanes[i]'s kLanes lanes (+ dw[i] unless overwrite: beta 0).
+inline void sum_lanes(const float* lanes, int64_t n, bool overwrite, float* dw) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float* l = lanes + i * kLanes;
+    const float s = (l[0] + l[1]) + (l[2] + l[3]);
+    dw[i] = overwrite ? s : dw[i] + s;  // not beta * dw: stale memory may hold NaN
+  }
 }
 
 template <int V, int CB, int NV>
 [[gnu::always_inline]] inline void forward_impl(const DirectConv& d, const float* x, const float* w, const float* bias,
                                                 bool relu, float* y, float* scratch) {
-  const Layout l(d.g);
-  const Scratch s = carve(d, l, scratch);
-  const int64_t cin = d.g.c, cout = d.out_c;
+  const Scratch s = carve(d, scratch);
+  const int64_t cin = d.g.c, cout = d.out_c, in_size = cin * d.g.h * d.g.w, out_size = cout * d.g.h * d.g.w;
+  const int64_t chunk = chunk_images(d);
   pack_weights(w, cout, cin, false, CB, s.wpack);
-  for (int64_t n = 0; n < d.batch; ++n) {
-    pad_planes(x + n * cin * l.h * l.w, nullptr, cin, l, s.xpad);
+  for (int64_t n0 = 0; n0 < d.batch; n0 += chunk) {
+    const Layout l(d.g, std::min(chunk, d.batch - n0));
+    stack_planes(x + n0 * in_size, nullptr, cin, l, s.xpad);
     conv_planes<V, CB, NV>(s.xpad, cin, l, s.wpack, cout, s.out);
-    unpad_planes(s.out, bias, relu, cout, l, y + n * cout * l.h * l.w);
+    unstack_planes(s.out, bias, relu, cout, l, y + n0 * out_size);
   }
 }
 
@@ -257,10 +306,9 @@ template <int V, int CB, int NV, int CBW>
 [[gnu::always_inline]] inline void backward_impl(const DirectConv& d, const float* x, const float* w, const float* dy,
                                                  const float* relu_output, float* dx, float* dw, float dw_beta,
                                                  float* db, float db_beta, float* scratch) {
-  const Layout l(d.g);
-  const Scratch s = carve(d, l, scratch);
-  const int64_t cin = d.g.c, cout = d.out_c, in_size = cin * l.h * l.w, out_size = cout * l.h * l.w;
-  const int64_t chunk = chunk_images(d, l);
+  const Scratch s = carve(d, scratch);
+  const int64_t cin = d.g.c, cout = d.out_c, in_size = cin * d.g.h * d.g.w, out_size = cout * d.g.h * d.g.w;
+  const int64_t chunk = chunk_images(d);
   if (dx) pack_weights(w, cout, cin, true, CB, s.wpack);
   // A batch of 0 still writes the gradients (beta 0) as the GEMM path does.
   if (d.batch == 0) {
@@ -268,30 +316,25 @@ template <int V, int CB, int NV, int CBW>
     if (db && db_beta == 0.f) std::fill(db, db + cout, 0.f);
   }
   for (int64_t n0 = 0; n0 < d.batch; n0 += chunk) {
-    const int64_t nb = std::min(chunk, d.batch - n0);
+    const Layout l(d.g, std::min(chunk, d.batch - n0));
     const bool first = n0 == 0;
-    pad_planes(x + n0 * in_size, nullptr, nb * cin, l, s.xpad);
-    pad_planes(dy + n0 * out_size, relu_output ? relu_output + n0 * out_size : nullptr, nb * cout, l, s.dypad);
+    stack_planes(x + n0 * in_size, nullptr, cin, l, s.xpad);
+    stack_planes(dy + n0 * out_size, relu_output ? relu_output + n0 * out_size : nullptr, cout, l, s.dypad);
     if (db)
       for (int64_t co = 0; co < cout; ++co) {
-        float total = 0.f;
-        for (int64_t n = 0; n < nb; ++n) total += plane_sum(s.dypad + (n * cout + co) * l.sp, l.sp);
+        const float total = plane_sum(s.dypad + co * l.sp, l.sp);
         db[co] = first && db_beta == 0.f ? total : db[co] + total;  // not beta * db: stale memory may hold NaN
       }
-    const bool overwrite = first && dw_beta == 0.f;
     int64_t co0 = 0;
     for (; co0 + CBW <= cout; co0 += CBW)
-      for (int64_t ci = 0; ci < cin; ++ci)
-        weight_grad_block<V, CBW>(s.xpad, s.dypad, nb, cin, cout, co0, ci, l, overwrite, dw);
+      for (int64_t ci = 0; ci < cin; ++ci) weight_grad_block<V, CBW>(s.xpad, s.dypad, cin, co0, ci, l, first, s.lanes);
     for (; co0 < cout; ++co0)
-      for (int64_t ci = 0; ci < cin; ++ci)
-        weight_grad_block<V, 1>(s.xpad, s.dypad, nb, cin, cout, co0, ci, l, overwrite, dw);
+      for (int64_t ci = 0; ci < cin; ++ci) weight_grad_block<V, 1>(s.xpad, s.dypad, cin, co0, ci, l, first, s.lanes);
     if (!dx) continue;
-    for (int64_t n = 0; n < nb; ++n) {
-      conv_planes<V, CB, NV>(s.dypad + n * cout * l.sp, cout, l, s.wpack, cin, s.out);
-      unpad_planes(s.out, nullptr, false, cin, l, dx + (n0 + n) * in_size);
-    }
+    conv_planes<V, CB, NV>(s.dypad, cout, l, s.wpack, cin, s.out);
+    unstack_planes(s.out, nullptr, false, cin, l, dx + n0 * in_size);
   }
+  if (d.batch > 0) sum_lanes(s.lanes, cout * cin * kTaps, dw_beta == 0.f, dw);
 }
 
 using ForwardFn = void (*)(const DirectConv&, const float*, const float*, const float*, bool, float*, float*);
@@ -317,7 +360,7 @@ struct Impl {
 DTRAIN_DIRECT_CONV_IMPL(generic, , 4, 4, 2, 1)
 #if defined(__x86_64__) && defined(__GNUC__)
 DTRAIN_DIRECT_CONV_IMPL(avx2, __attribute__((target("avx2,fma"))), 8, 4, 3, 1)
-DTRAIN_DIRECT_CONV_IMPL(avx512, __attribute__((target("avx512f,avx512vl,avx2,fma"))), 16, 8, 3, 2)
+DTRAIN_DIRECT_CONV_IMPL(avx512, __attribute__((target("avx512f,avx512vl,avx2,fma"))), 16, 8, 3, 3)
 #endif
 #undef DTRAIN_DIRECT_CONV_IMPL
 
@@ -346,11 +389,7 @@ bool direct_conv_fits(const kernels::ConvGeometry& g) {
 }
 
 int64_t direct_conv_scratch_floats(const DirectConv& d) {
-  const Layout l(d.g);
-  const int64_t nb = chunk_images(d, l), cin = d.g.c, cout = d.out_c;
-  return nb * (cin + cout) * l.sp +
-         std::max(round_up(cout, kChannelPad) * cin, round_up(cin, kChannelPad) * cout) * kTaps +
-         std::max(round_up(cout, kChannelPad), round_up(cin, kChannelPad)) * l.qr;
+  return ScratchPlan(d).total;
 }
 
 void direct_conv_forward(const DirectConv& d, const float* x, const float* w, const float* bias, bool relu, float* y,

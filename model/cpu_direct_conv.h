@@ -16,9 +16,9 @@ struct DirectConv {
   int64_t batch, out_c;
 };
 
-// 3x3, stride 1, padding 1 on planes at least kDirectConvMinWidth wide (below that the padded
-// rows waste most of each vector and the GEMM path ran faster).
-constexpr int64_t kDirectConvMinWidth = 14;
+// 3x3, stride 1, padding 1 on planes at least kDirectConvMinWidth wide (narrower, the zero
+// column of each row would waste a third or more of every vector).
+constexpr int64_t kDirectConvMinWidth = 4;
 bool direct_conv_fits(const kernels::ConvGeometry& g);
 
 // Floats of scratch the two calls below need for d (a chunk of images at a time).

@@ -54,24 +54,28 @@ TEST(Conv2d, ForwardEqualsDirectConvolution) {
 
 // Note [Chunked CPU convolution]: batches that span several chunks, against the direct loops in
 // double: one image per chunk (columns over 512 KB: the GEMM writes the output, and dY is used
-// in place when there is no bias or ReLU) and several per chunk with a short last one (9 = 4 +
-// 4 + 1), with and without bias and a fused ReLU; the gradients written, then accumulated.
-TEST(Conv2d, ChunkedCpuPathEqualsDirectLoops) {
+// in place when there is no bias or ReLU) and several per chunk with a short last one (9 = 6 +
+// 3), with and without bias and a fused ReLU; the gradients written, then accumulated. 5x5
+// kernels: ResNet's 3x3 padding 1 takes the direct kernels (Note [Direct CPU convolution]),
+// which the 3x3 cases check through Conv2d the same way.
+TEST(Conv2d, CpuPathsEqualDirectLoops) {
   struct Case {
-    int64_t batch, in_c, out_c, hw;
+    int64_t batch, in_c, out_c, hw, k;
     bool bias, relu;
   };
-  for (const Case& t : {Case{3, 16, 4, 28, false, false}, Case{3, 16, 4, 28, true, true},
-                        Case{9, 64, 3, 7, false, false}, Case{9, 64, 3, 7, true, true}}) {
-    const int64_t k = 3, plane = t.hw * t.hw, in_plane = plane;
+  for (const Case& t : {Case{3, 16, 4, 28, 5, false, false}, Case{3, 16, 4, 28, 5, true, true},
+                        Case{9, 16, 3, 7, 5, false, false}, Case{9, 16, 3, 7, 5, true, true},
+                        Case{3, 16, 4, 28, 3, false, false}, Case{9, 64, 3, 7, 3, true, true}}) {
+    const int64_t k = t.k, pad = (k - 1) / 2, plane = t.hw * t.hw, in_plane = plane;
     InitRng rng(21);
-    Conv2d layer(t.in_c, t.out_c, k, 1, 1, Device::cpu(), rng, t.bias);
+    Conv2d layer(t.in_c, t.out_c, k, 1, pad, Device::cpu(), rng, t.bias);
     if (t.relu) layer.absorb_following_relu();
     const std::vector<float> x = random_values(static_cast<size_t>(t.batch * t.in_c * in_plane), 22);
     const std::vector<float> w = layer.parameters()[0]->value.to_vector();
     const std::vector<float> b = t.bias ? layer.parameters()[1]->value.to_vector() : std::vector<float>(t.out_c, 0.f);
-    const std::string what = fmt::format("batch {} in {} {}x{} bias {} relu {}", t.batch, t.in_c, t.hw, t.hw, t.bias, t.relu);
-    std::vector<float> want_y = direct_conv(x, w, b, t.batch, t.in_c, t.hw, t.hw, t.out_c, k, 1, 1);
+    const std::string what =
+        fmt::format("batch {} in {} {}x{} kernel {} bias {} relu {}", t.batch, t.in_c, t.hw, t.hw, k, t.bias, t.relu);
+    std::vector<float> want_y = direct_conv(x, w, b, t.batch, t.in_c, t.hw, t.hw, t.out_c, k, 1, pad);
     if (t.relu)
       for (float& v : want_y) v = std::max(v, 0.f);
     const Tensor y = layer.forward(Tensor::from_vector(x, {t.batch, t.in_c, t.hw, t.hw}));
@@ -89,7 +93,7 @@ TEST(Conv2d, ChunkedCpuPathEqualsDirectLoops) {
           for (int64_t ci = 0; ci < t.in_c; ++ci)
             for (int64_t ky = 0; ky < k; ++ky)
               for (int64_t kx = 0; kx < k; ++kx) {
-                const int64_t iy = p / t.hw - 1 + ky, ix = p % t.hw - 1 + kx;
+                const int64_t iy = p / t.hw - pad + ky, ix = p % t.hw - pad + kx;
                 if (iy < 0 || iy >= t.hw || ix < 0 || ix >= t.hw) continue;
                 const size_t wi = static_cast<size_t>(((oc * t.in_c + ci) * k + ky) * k + kx);
                 const size_t xi = static_cast<size_t>((n * t.in_c + ci) * in_plane + iy * t.hw + ix);

@@ -77,9 +77,14 @@ const std::vector<Case> kCases = {
     {2, 16, 16, 28, 28},  // its layer1
     {2, 5, 7, 15, 17},    // odd sizes; channels that fill no tile
     {3, 64, 33, 28, 28},  // one image per chunk (three chunks); out_c odd
-    {1, 1, 1, 14, 30},    // the narrowest plane taken, one channel
+    {1, 1, 1, 14, 30},    // one channel, one image
     {2, 2, 9, 1, 20},     // a single row
     {5, 32, 32, 14, 14},  // layer2
+    {9, 64, 64, 7, 7},    // layer3 (several images per chunk)
+    {7, 128, 128, 4, 4},  // layer4
+    {3, 6, 11, 5, 4},     // the narrowest plane taken, odd height
+    {40, 3, 5, 6, 9},     // many images stacked in one chunk
+    {60, 96, 101, 4, 4},  // chunks of 26 images and a short last one
 };
 
 class DirectConvIsa : public ::testing::TestWithParam<const char*> {
@@ -150,11 +155,11 @@ TEST_P(DirectConvIsa, EmptyBatchWritesZeroGradients) {
 INSTANTIATE_TEST_SUITE_P(Builds, DirectConvIsa, ::testing::Values("avx512", "avx2", "generic"));
 
 // Only 3x3, stride 1, padding 1 on planes at least kDirectConvMinWidth wide; everything else
-// (ResNet's stride-2 and 1x1 downsampling, its 7x7 and 4x4 layers) stays on im2col + GEMM.
+// (ResNet's stride-2 and 1x1 downsampling) stays on im2col + GEMM.
 TEST(DirectConv, FitsOnlyThreeByThreeStrideOnePaddingOne) {
   EXPECT_TRUE(cpu::direct_conv_fits(geometry3x3(16, 28, 28)));
   EXPECT_TRUE(cpu::direct_conv_fits(geometry3x3(1, 1, cpu::kDirectConvMinWidth)));
-  EXPECT_FALSE(cpu::direct_conv_fits(geometry3x3(64, 7, 7)));
+  EXPECT_TRUE(cpu::direct_conv_fits(geometry3x3(128, 4, 4)));
   EXPECT_FALSE(cpu::direct_conv_fits(geometry3x3(1, 28, cpu::kDirectConvMinWidth - 1)));
   EXPECT_FALSE(cpu::direct_conv_fits({16, 28, 28, 3, 3, 2, 1, 14, 14}));  // stride 2
   EXPECT_FALSE(cpu::direct_conv_fits({16, 28, 28, 1, 1, 1, 0, 28, 28}));  // 1x1
