@@ -57,22 +57,35 @@ int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 
 // A chunk of nb images' planes of one channel, stacked (Note [Direct CPU convolution]): rows of
 // pitch wp = w + 1 (the last column zero), a zero row above each image and one below the last;
-// kFront zeros ahead, zero slack behind. Output pixel q (q = (n*(h+1) + oy)*wp + ox, from the
-// first image's first row) lies at base + q and reads tap t at base + q + off[t].
+// kFront zeros ahead, zero slack behind; h x w is the output's size. Output pixel q (q = (n*(h+1)
+// + oy)*wp + ox, from the first image's first row) lies at base + q. With stride 1 the input is
+// one such plane per channel and tap t reads base + q + at[t]; with stride 2 it is four, its
+// phases (x[2i + a, 2j + b] at (i, j): phase 2a + b, Note [Strided direct convolution]), and
+// at[t] also selects tap t's phase.
 struct Layout {
-  int64_t h, w, wp, nb, q, qr, base, sp;
-  int64_t off[kTaps];
-  Layout(const kernels::ConvGeometry& g, int64_t images) : h(g.h), w(g.w), wp(g.w + 1), nb(images) {
+  int64_t h, w, in_h, in_w, stride, phases, wp, nb, q, qr, base, sp, in_stride;
+  int64_t at[kTaps];
+  Layout(const kernels::ConvGeometry& g, int64_t images)
+      : h(g.oh), w(g.ow), in_h(g.h), in_w(g.w), stride(g.stride), phases(g.stride * g.stride), wp(g.ow + 1),
+        nb(images) {
     q = (nb * (h + 1) - 1) * wp;  // the outputs' rows, the zero rows between images included
     qr = round_up(q, kTile);      // ... rounded up to whole tiles
     base = kFront + wp;
     sp = round_up(base + qr + wp + 2, 16);
-    for (int64_t t = 0; t < kTaps; ++t) off[t] = (t / 3 - 1) * wp + t % 3 - 1;
+    in_stride = phases * sp;
+    for (int64_t t = 0; t < kTaps; ++t) {
+      const int64_t ky = t / 3, kx = t % 3;
+      at[t] = stride == 1 ? (ky - 1) * wp + kx - 1 : phase(ky, kx) * sp + row_shift(ky) * wp + row_shift(kx);
+    }
   }
+  // Stride 2: tap (ky, kx) reads phase (ky != 1, kx != 1) at (oy + row_shift(ky), ox + row_shift(kx)).
+  static int64_t phase(int64_t ky, int64_t kx) { return (ky == 1 ? 0 : 2) + (kx == 1 ? 0 : 1); }
+  static int64_t row_shift(int64_t k) { return k == 0 ? -1 : 0; }
 };
 
 int64_t chunk_images(const DirectConv& d) {
-  const int64_t per_image = (d.g.c + d.out_c) * (d.g.h + 1) * (d.g.w + 1) * static_cast<int64_t>(sizeof(float));
+  const int64_t per_image = (d.g.c * d.g.stride * d.g.stride + d.out_c) * (d.g.oh + 1) * (d.g.ow + 1) *
+                            static_cast<int64_t>(sizeof(float));
   return std::clamp<int64_t>(kChunkBytes / per_image, 1, std::max<int64_t>(1, d.batch));
 }
 
@@ -85,7 +98,7 @@ struct ScratchPlan {
   explicit ScratchPlan(const DirectConv& d) {
     const Layout l(d.g, chunk_images(d));
     const int64_t cin = d.g.c, cout = d.out_c;
-    dypad = cin * l.sp;  // xpad first
+    dypad = cin * l.in_stride;  // xpad first
     wpack = dypad + cout * l.sp;
     out = wpack + std::max(round_up(cout, kChannelPad) * cin, round_up(cin, kChannelPad) * cout) * kTaps;
     lanes = out + std::max(round_up(cout, kChannelPad), round_up(cin, kChannelPad)) * l.qr;
@@ -127,6 +140,51 @@ void stack_planes(const float* __restrict src, const float* __restrict mask, int
   }
 }
 
+// The stride-2 input: dst [channels][4][l.sp], phase 2a + b of channel c holding x[n, c, 2i + a,
+// 2j + b] at (i, j) (zero past the input's last row or column).
+void stack_phases(const float* __restrict src, int64_t channels, const Layout& l, float* __restrict dst) {
+  for (int64_t c = 0; c < channels; ++c)
+    for (int64_t p = 0; p < 4; ++p) {
+      const int64_t a = p / 2, b = p % 2;
+      float* o = dst + (c * 4 + p) * l.sp;
+      std::memset(o, 0, sizeof(float) * static_cast<size_t>(l.base));
+      for (int64_t n = 0; n < l.nb; ++n) {
+        const float* s = src + (n * channels + c) * l.in_h * l.in_w;
+        float* rows = o + l.base + n * (l.h + 1) * l.wp;
+        for (int64_t i = 0; i < l.h; ++i) {
+          float* row = rows + i * l.wp;
+          const int64_t y = 2 * i + a;
+          if (y < l.in_h) {
+            const float* sr = s + y * l.in_w + b;
+            const int64_t inside = std::min(l.w, (l.in_w - b + 1) / 2);
+            for (int64_t j = 0; j < inside; ++j) row[j] = sr[2 * j];
+            for (int64_t j = inside; j < l.w; ++j) row[j] = 0.f;
+          } else {
+            std::fill(row, row + l.w, 0.f);
+          }
+          row[l.w] = 0.f;
+        }
+        std::fill(rows + l.h * l.wp, rows + (l.h + 1) * l.wp, 0.f);
+      }
+      const int64_t tail = l.base + (l.nb * (l.h + 1)) * l.wp;
+      std::memset(o + tail, 0, sizeof(float) * static_cast<size_t>(l.sp - tail));
+    }
+}
+
+// dx[n, c, 2i + a, 2j + b] = t[c, q] for (i, j) inside the input: the stride-2 input gradient's
+// phase 2a + b, t's rows of length l.qr indexed by the stacked layout's q.
+void unstack_phase(const float* __restrict t, int64_t channels, int64_t a, int64_t b, const Layout& l,
+                   float* __restrict dx) {
+  const int64_t rows = std::min(l.h, (l.in_h - a + 1) / 2), cols = std::min(l.w, (l.in_w - b + 1) / 2);
+  for (int64_t n = 0; n < l.nb; ++n)
+    for (int64_t c = 0; c < channels; ++c)
+      for (int64_t i = 0; i < rows; ++i) {
+        const float* src = t + c * l.qr + (n * (l.h + 1) + i) * l.wp;
+        float* dst = dx + ((n * channels + c) * l.in_h + 2 * i + a) * l.in_w + b;
+        for (int64_t j = 0; j < cols; ++j) dst[2 * j] = src[j];
+      }
+}
+
 // Sum of a padded plane in 8 lanes (the borders add +0), lanes added last.
 float plane_sum(const float* x, int64_t n) {
   float lanes[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
@@ -161,20 +219,43 @@ void unstack_planes(const float* __restrict t, const float* bias, bool relu, int
     }
 }
 
-// wpk[block][ci][tap][CB] = w[block*CB + j, ci, tap] (forward) or, for the input gradient
-// (transposed: the planes convolved are dY's, the outputs dX's), w[co, block*CB + j, 8 - tap];
-// channels past the last are zero.
-void pack_weights(const float* w, int64_t out_c, int64_t in_c, bool transposed, int64_t cb, float* wpk) {
+// wpk[block][i][t][CB] for the nt taps taps[t]: w[block*CB + j, i, taps[t]] (forward), or for the
+// input gradient (transposed: the planes convolved are dY's, the outputs dX's) w[i, block*CB +
+// j, taps[t]]; channels past the last are zero.
+void pack_weights(const float* w, int64_t out_c, int64_t in_c, bool transposed, const int64_t* taps, int64_t nt,
+                  int64_t cb, float* wpk) {
   const int64_t outs = transposed ? in_c : out_c, ins = transposed ? out_c : in_c;
   for (int64_t o0 = 0; o0 < round_up(outs, cb); o0 += cb)
     for (int64_t i = 0; i < ins; ++i)
-      for (int64_t t = 0; t < kTaps; ++t)
+      for (int64_t t = 0; t < nt; ++t)
         for (int64_t j = 0; j < cb; ++j) {
           const int64_t o = o0 + j;
           float v = 0.f;
-          if (o < outs) v = transposed ? w[(i * in_c + o) * kTaps + (kTaps - 1 - t)] : w[(o * in_c + i) * kTaps + t];
-          wpk[((o0 * ins) + i * cb) * kTaps + t * cb + j] = v;
+          if (o < outs) v = transposed ? w[(i * in_c + o) * kTaps + taps[t]] : w[(o * in_c + i) * kTaps + taps[t]];
+          wpk[(o0 * ins + i * cb) * nt + t * cb + j] = v;
         }
+}
+
+// The taps of the input gradient, as convolutions of dY: with stride 1 the 9 taps flipped (dX
+// reads dY at -at[t], i.e. at at[8 - t]); with stride 2 phase p's own taps, dY read at minus
+// their shift (Note [Strided direct convolution]).
+struct InputGradTaps {
+  int64_t nt;
+  int64_t tap[kTaps], at[kTaps];
+};
+InputGradTaps input_grad_taps(const Layout& l, int64_t p) {
+  InputGradTaps r{};
+  for (int64_t t = 0; t < kTaps; ++t) {
+    const int64_t ky = t / 3, kx = t % 3;
+    if (l.stride == 1) {
+      r.tap[r.nt] = kTaps - 1 - t;
+      r.at[r.nt++] = l.at[t];
+    } else if (Layout::phase(ky, kx) == p) {
+      r.tap[r.nt] = t;
+      r.at[r.nt++] = -(Layout::row_shift(ky) * l.wp + Layout::row_shift(kx));
+    }
+  }
+  return r;
 }
 
 template <int V>
@@ -192,23 +273,24 @@ template <int V>
   __builtin_memcpy(p, &v, sizeof v);
 }
 
-// out[o, q] for o < outs (rounded up to CB), q < qr: sum over the `ins` stacked planes `in`
-// and the taps of wpk's weights times in[i, base + q + off[tap]].
-template <int V, int CB, int NV>
-[[gnu::always_inline]] inline void conv_planes(const float* __restrict in, int64_t ins, const Layout& l,
-                                               const float* __restrict wpk, int64_t outs, float* __restrict out) {
+// out[o, q] for o < outs (rounded up to CB), q < qr: sum over the `ins` stacked inputs `in`
+// (in_stride apart) and the NT taps of wpk's weights times in[i, base + q + at[tap]].
+template <int V, int CB, int NV, int NT>
+[[gnu::always_inline]] inline void conv_planes(const float* __restrict in, int64_t ins, int64_t in_stride,
+                                               const int64_t* at, const Layout& l, const float* __restrict wpk,
+                                               int64_t outs, float* __restrict out) {
   for (int64_t o0 = 0; o0 < outs; o0 += CB) {
-    const float* wb = wpk + o0 * ins * kTaps;
+    const float* wb = wpk + o0 * ins * NT;
     for (int64_t q0 = 0; q0 < l.qr; q0 += V * NV) {
       Vec<V> acc[CB][NV] = {};
       for (int64_t i = 0; i < ins; ++i) {
-        const float* ip = in + i * l.sp + l.base + q0;
-        const float* wi = wb + i * kTaps * CB;
+        const float* ip = in + i * in_stride + l.base + q0;
+        const float* wi = wb + i * NT * CB;
 #pragma GCC unroll 9
-        for (int t = 0; t < kTaps; ++t) {
+        for (int t = 0; t < NT; ++t) {
           Vec<V> xv[NV];
 #pragma GCC unroll 4
-          for (int v = 0; v < NV; ++v) load<V>(xv[v], ip + l.off[t] + v * V);
+          for (int v = 0; v < NV; ++v) load<V>(xv[v], ip + at[t] + v * V);
 #pragma GCC unroll 8
           for (int j = 0; j < CB; ++j) {
             const float s = wi[t * CB + j];
@@ -245,7 +327,7 @@ template <int V>
 }
 
 // lanes[co0 + j, ci, tap] (+)= the vector sums over the chunk's stacked q < qr of
-// dy[co0 + j, base + q] X[ci, base + q + off[tap]], for j < CBW (overwrite: =, the batch's first
+// dy[co0 + j, base + q] X[ci, base + q + at[tap]], for j < CBW (overwrite: =, the batch's first
 // chunk): dY is zero wherever q is no output pixel. The lanes are added up once, after the last
 // chunk (sum_lanes).
 template <int V, int CBW>
@@ -254,7 +336,7 @@ template <int V, int CBW>
                                                      bool overwrite, float* __restrict lanes) {
   Vec<V> acc[CBW][kTaps] = {};
   {
-    const float* xp = xpad + ci * l.sp + l.base;
+    const float* xp = xpad + ci * l.in_stride + l.base;
     const float* dp = dypad + co0 * l.sp + l.base;
     for (int64_t q = 0; q < l.qr; q += V) {
       Vec<V> g[CBW];
@@ -263,7 +345,7 @@ template <int V, int CBW>
 #pragma GCC unroll 9
       for (int t = 0; t < kTaps; ++t) {
         Vec<V> xv;
-        load<V>(xv, xp + q + l.off[t]);
+        load<V>(xv, xp + q + l.at[t]);
         // In a register: left to itself GCC folds the load into each channel's FMA, loading
         // it CBW times (the loop was bound by loads).
         asm("" : "+v"(xv));
@@ -287,18 +369,49 @@ inline void sum_lanes(const float* lanes, int64_t n, bool overwrite, float* dw) 
   }
 }
 
+// The stride's input in xpad: stacked planes, or their phases.
+inline void stack_input(const float* x, int64_t cin, const Layout& l, float* xpad) {
+  if (l.stride == 1)
+    stack_planes(x, nullptr, cin, l, xpad);
+  else
+    stack_phases(x, cin, l, xpad);
+}
+
 template <int V, int CB, int NV>
 [[gnu::always_inline]] inline void forward_impl(const DirectConv& d, const float* x, const float* w, const float* bias,
                                                 bool relu, float* y, float* scratch) {
   const Scratch s = carve(d, scratch);
-  const int64_t cin = d.g.c, cout = d.out_c, in_size = cin * d.g.h * d.g.w, out_size = cout * d.g.h * d.g.w;
+  const int64_t cin = d.g.c, cout = d.out_c, in_size = cin * d.g.h * d.g.w, out_size = cout * d.g.oh * d.g.ow;
   const int64_t chunk = chunk_images(d);
-  pack_weights(w, cout, cin, false, CB, s.wpack);
+  const int64_t taps[kTaps] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+  pack_weights(w, cout, cin, false, taps, kTaps, CB, s.wpack);
   for (int64_t n0 = 0; n0 < d.batch; n0 += chunk) {
     const Layout l(d.g, std::min(chunk, d.batch - n0));
-    stack_planes(x + n0 * in_size, nullptr, cin, l, s.xpad);
-    conv_planes<V, CB, NV>(s.xpad, cin, l, s.wpack, cout, s.out);
+    stack_input(x + n0 * in_size, cin, l, s.xpad);
+    conv_planes<V, CB, NV, kTaps>(s.xpad, cin, l.in_stride, l.at, l, s.wpack, cout, s.out);
     unstack_planes(s.out, bias, relu, cout, l, y + n0 * out_size);
+  }
+}
+
+// dX of a chunk (l): per phase (one with stride 1), the convolution of dY with that phase's
+// taps (packed in wpk one phase after another), then moved to NCHW.
+template <int V, int CB, int NV>
+[[gnu::always_inline]] inline void input_grad(const Scratch& s, int64_t cin, int64_t cout, const Layout& l,
+                                              float* dx) {
+  const float* wpk = s.wpack;
+  for (int64_t p = 0; p < l.phases; ++p) {
+    const InputGradTaps tg = input_grad_taps(l, p);
+    switch (tg.nt) {  // stride 1: 9; stride 2: 1, 2, 2, 4
+      case 9: conv_planes<V, CB, NV, 9>(s.dypad, cout, l.sp, tg.at, l, wpk, cin, s.out); break;
+      case 4: conv_planes<V, CB, NV, 4>(s.dypad, cout, l.sp, tg.at, l, wpk, cin, s.out); break;
+      case 2: conv_planes<V, CB, NV, 2>(s.dypad, cout, l.sp, tg.at, l, wpk, cin, s.out); break;
+      default: conv_planes<V, CB, NV, 1>(s.dypad, cout, l.sp, tg.at, l, wpk, cin, s.out); break;
+    }
+    wpk += round_up(cin, CB) * cout * tg.nt;
+    if (l.stride == 1)
+      unstack_planes(s.out, nullptr, false, cin, l, dx);
+    else
+      unstack_phase(s.out, cin, p / 2, p % 2, l, dx);
   }
 }
 
@@ -307,9 +420,17 @@ template <int V, int CB, int NV, int CBW>
                                                  const float* relu_output, float* dx, float* dw, float dw_beta,
                                                  float* db, float db_beta, float* scratch) {
   const Scratch s = carve(d, scratch);
-  const int64_t cin = d.g.c, cout = d.out_c, in_size = cin * d.g.h * d.g.w, out_size = cout * d.g.h * d.g.w;
+  const int64_t cin = d.g.c, cout = d.out_c, in_size = cin * d.g.h * d.g.w, out_size = cout * d.g.oh * d.g.ow;
   const int64_t chunk = chunk_images(d);
-  if (dx) pack_weights(w, cout, cin, true, CB, s.wpack);
+  if (dx) {  // every phase's taps, one after another (their weights do not depend on the chunk)
+    const Layout l(d.g, 1);
+    float* wpk = s.wpack;
+    for (int64_t p = 0; p < l.phases; ++p) {
+      const InputGradTaps tg = input_grad_taps(l, p);
+      pack_weights(w, cout, cin, true, tg.tap, tg.nt, CB, wpk);
+      wpk += round_up(cin, CB) * cout * tg.nt;
+    }
+  }
   // A batch of 0 still writes the gradients (beta 0) as the GEMM path does.
   if (d.batch == 0) {
     if (dw_beta == 0.f) std::fill(dw, dw + cout * cin * kTaps, 0.f);
@@ -318,7 +439,7 @@ template <int V, int CB, int NV, int CBW>
   for (int64_t n0 = 0; n0 < d.batch; n0 += chunk) {
     const Layout l(d.g, std::min(chunk, d.batch - n0));
     const bool first = n0 == 0;
-    stack_planes(x + n0 * in_size, nullptr, cin, l, s.xpad);
+    stack_input(x + n0 * in_size, cin, l, s.xpad);
     stack_planes(dy + n0 * out_size, relu_output ? relu_output + n0 * out_size : nullptr, cout, l, s.dypad);
     if (db)
       for (int64_t co = 0; co < cout; ++co) {
@@ -330,9 +451,7 @@ template <int V, int CB, int NV, int CBW>
       for (int64_t ci = 0; ci < cin; ++ci) weight_grad_block<V, CBW>(s.xpad, s.dypad, cin, co0, ci, l, first, s.lanes);
     for (; co0 < cout; ++co0)
       for (int64_t ci = 0; ci < cin; ++ci) weight_grad_block<V, 1>(s.xpad, s.dypad, cin, co0, ci, l, first, s.lanes);
-    if (!dx) continue;
-    conv_planes<V, CB, NV>(s.dypad, cout, l, s.wpack, cin, s.out);
-    unstack_planes(s.out, nullptr, false, cin, l, dx + n0 * in_size);
+    if (dx) input_grad<V, CB, NV>(s, cin, cout, l, dx + n0 * in_size);
   }
   if (d.batch > 0) sum_lanes(s.lanes, cout * cin * kTaps, dw_beta == 0.f, dw);
 }
@@ -384,8 +503,9 @@ Impl& impl() {
 }  // namespace
 
 bool direct_conv_fits(const kernels::ConvGeometry& g) {
-  return g.kh == 3 && g.kw == 3 && g.stride == 1 && g.pad == 1 && g.oh == g.h && g.ow == g.w &&
-         g.w >= kDirectConvMinWidth;
+  const bool same = g.stride == 1 && g.oh == g.h && g.ow == g.w;
+  const bool halved = g.stride == 2 && g.oh == (g.h + 1) / 2 && g.ow == (g.w + 1) / 2;
+  return g.kh == 3 && g.kw == 3 && g.pad == 1 && (same || halved) && g.ow >= kDirectConvMinWidth;
 }
 
 int64_t direct_conv_scratch_floats(const DirectConv& d) {

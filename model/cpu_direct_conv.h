@@ -1,4 +1,4 @@
-// Direct 3x3 convolution on the CPU (NCHW float32, stride 1, padding 1): forward, input gradient
+// Direct 3x3 convolution on the CPU (NCHW float32, stride 1 or 2, padding 1): forward, input gradient
 // and weight gradient without im2col columns (Note [Direct CPU convolution] in
 // cpu_direct_conv.cpp). Conv2d's CPU float32 path takes these for the shapes direct_conv_fits
 // accepts and the chunked im2col + GEMM path (Note [Chunked CPU convolution]) for the rest.
@@ -12,20 +12,20 @@
 namespace dtrain::cpu {
 
 struct DirectConv {
-  kernels::ConvGeometry g;  // g.c = in channels; g.oh == g.h, g.ow == g.w
+  kernels::ConvGeometry g;  // g.c = in channels
   int64_t batch, out_c;
 };
 
-// 3x3, stride 1, padding 1 on planes at least kDirectConvMinWidth wide (narrower, the zero
-// column of each row would waste a third or more of every vector).
+// 3x3, padding 1, stride 1 or 2, with outputs at least kDirectConvMinWidth wide (narrower, the
+// zero column of each row would waste a third or more of every vector).
 constexpr int64_t kDirectConvMinWidth = 4;
 bool direct_conv_fits(const kernels::ConvGeometry& g);
 
 // Floats of scratch the two calls below need for d (a chunk of images at a time).
 int64_t direct_conv_scratch_floats(const DirectConv& d);
 
-// y [batch, out_c, h, w] = conv(x [batch, in_c, h, w], w [out_c, in_c, 3, 3]) + bias[co] (nullptr:
-// none), then max(., 0) when relu.
+// y [batch, out_c, oh, ow] = conv(x [batch, in_c, h, w], w [out_c, in_c, 3, 3]) + bias[co]
+// (nullptr: none), then max(., 0) when relu.
 void direct_conv_forward(const DirectConv& d, const float* x, const float* w, const float* bias, bool relu, float* y,
                          float* scratch);
 

@@ -1,7 +1,7 @@
 // The direct 3x3 kernels of model/cpu_direct_conv.h (Note [Direct CPU convolution]) against
 // convolution loops in double: forward with and without bias and fused ReLU, the weight, bias
-// and input gradients written and accumulated, over odd sizes, channel counts that fill no
-// register tile, one and several images per chunk, and every build (AVX-512, AVX2, SSE2) this
+// and input gradients written and accumulated, over odd sizes, strides 1 and 2, channel counts
+// that fill no register tile, one and several images per chunk, and every build (AVX-512, AVX2, SSE2) this
 // CPU runs; and the shapes they decline, which stay on im2col + GEMM.
 #include "model/cpu_direct_conv.h"
 
@@ -18,10 +18,14 @@ namespace {
 using testing::random_values;
 
 struct Case {
-  int64_t batch, in_c, out_c, h, w;
+  int64_t batch, in_c, out_c, h, w, stride = 1;
+  int64_t oh() const { return (h - 1) / stride + 1; }
+  int64_t ow() const { return (w - 1) / stride + 1; }
 };
 
-kernels::ConvGeometry geometry3x3(int64_t c, int64_t h, int64_t w) { return {c, h, w, 3, 3, 1, 1, h, w}; }
+kernels::ConvGeometry geometry3x3(int64_t c, int64_t h, int64_t w, int64_t stride = 1) {
+  return {c, h, w, 3, 3, stride, 1, (h - 1) / stride + 1, (w - 1) / stride + 1};
+}
 
 // Sums in double and the sums of the terms' magnitudes (the tolerance's scale).
 struct Reference {
@@ -30,9 +34,8 @@ struct Reference {
 
 Reference reference(const Case& t, const std::vector<float>& x, const std::vector<float>& w,
                     const std::vector<float>& b, const std::vector<float>& dy_masked) {
-  const int64_t plane = t.h * t.w;
   Reference r;
-  r.y.assign(static_cast<size_t>(t.batch * t.out_c * plane), 0.0);
+  r.y.assign(static_cast<size_t>(t.batch * t.out_c * t.oh() * t.ow()), 0.0);
   r.y_abs = r.y;
   r.dw.assign(w.size(), 0.0);
   r.dw_abs = r.dw;
@@ -41,15 +44,15 @@ Reference reference(const Case& t, const std::vector<float>& x, const std::vecto
   r.dx_abs = r.dx;
   for (int64_t n = 0; n < t.batch; ++n)
     for (int64_t co = 0; co < t.out_c; ++co)
-      for (int64_t oy = 0; oy < t.h; ++oy)
-        for (int64_t ox = 0; ox < t.w; ++ox) {
-          const size_t o = static_cast<size_t>(((n * t.out_c + co) * t.h + oy) * t.w + ox);
+      for (int64_t oy = 0; oy < t.oh(); ++oy)
+        for (int64_t ox = 0; ox < t.ow(); ++ox) {
+          const size_t o = static_cast<size_t>(((n * t.out_c + co) * t.oh() + oy) * t.ow() + ox);
           r.y[o] = b[static_cast<size_t>(co)];
           r.db[static_cast<size_t>(co)] += dy_masked[o];
           for (int64_t ci = 0; ci < t.in_c; ++ci)
             for (int64_t ky = 0; ky < 3; ++ky)
               for (int64_t kx = 0; kx < 3; ++kx) {
-                const int64_t iy = oy - 1 + ky, ix = ox - 1 + kx;
+                const int64_t iy = oy * t.stride - 1 + ky, ix = ox * t.stride - 1 + kx;
                 if (iy < 0 || iy >= t.h || ix < 0 || ix >= t.w) continue;
                 const size_t wi = static_cast<size_t>(((co * t.in_c + ci) * 3 + ky) * 3 + kx);
                 const size_t xi = static_cast<size_t>(((n * t.in_c + ci) * t.h + iy) * t.w + ix);
@@ -85,6 +88,12 @@ const std::vector<Case> kCases = {
     {3, 6, 11, 5, 4},     // the narrowest plane taken, odd height
     {40, 3, 5, 6, 9},     // many images stacked in one chunk
     {60, 96, 101, 4, 4},  // chunks of 26 images and a short last one
+    {2, 16, 32, 28, 28, 2},  // stride 2: ResNet's layer2.0.conv1 at width 16
+    {3, 32, 64, 14, 14, 2},  // layer3.0.conv1 (7x7 out of 14x14)
+    {4, 64, 128, 7, 7, 2},   // layer4.0.conv1: an odd input, 4x4 out
+    {3, 5, 7, 9, 13, 2},     // odd sizes both ways (5x7 out)
+    {2, 3, 4, 8, 10, 2},     // even sizes (4x5 out)
+    {70, 40, 50, 9, 8, 2},   // several chunks (5x4 out)
 };
 
 class DirectConvIsa : public ::testing::TestWithParam<const char*> {
@@ -99,9 +108,9 @@ TEST_P(DirectConvIsa, EqualsConvolutionLoops) {
   for (const Case& t : kCases)
     for (int variant = 0; variant < 2; ++variant) {  // 0: no bias, no ReLU; 1: bias and fused ReLU
       const bool bias = variant == 1, relu = variant == 1;
-      const std::string what = fmt::format("{} batch {} in {} out {} {}x{} bias/relu {}", GetParam(), t.batch,
-                                           t.in_c, t.out_c, t.h, t.w, variant);
-      const kernels::ConvGeometry g = geometry3x3(t.in_c, t.h, t.w);
+      const std::string what = fmt::format("{} batch {} in {} out {} {}x{} stride {} bias/relu {}", GetParam(),
+                                           t.batch, t.in_c, t.out_c, t.h, t.w, t.stride, variant);
+      const kernels::ConvGeometry g = geometry3x3(t.in_c, t.h, t.w, t.stride);
       ASSERT_TRUE(cpu::direct_conv_fits(g)) << what;
       const cpu::DirectConv d{g, t.batch, t.out_c};
       const std::vector<float> x = random_values(static_cast<size_t>(t.batch * t.in_c * t.h * t.w), 31);
@@ -109,7 +118,7 @@ TEST_P(DirectConvIsa, EqualsConvolutionLoops) {
       const std::vector<float> b = bias ? random_values(static_cast<size_t>(t.out_c), 33)
                                         : std::vector<float>(static_cast<size_t>(t.out_c), 0.f);
       std::vector<float> scratch(static_cast<size_t>(cpu::direct_conv_scratch_floats(d)), NAN);
-      std::vector<float> y(static_cast<size_t>(t.batch * t.out_c * t.h * t.w), NAN);  // NaN: all must be written
+      std::vector<float> y(static_cast<size_t>(t.batch * t.out_c * t.oh() * t.ow()), NAN);  // NaN: all must be written
       cpu::direct_conv_forward(d, x.data(), w.data(), bias ? b.data() : nullptr, relu, y.data(), scratch.data());
       const std::vector<float> dy = random_values(y.size(), 34);
       std::vector<float> dy_masked = dy;
@@ -154,14 +163,18 @@ TEST_P(DirectConvIsa, EmptyBatchWritesZeroGradients) {
 
 INSTANTIATE_TEST_SUITE_P(Builds, DirectConvIsa, ::testing::Values("avx512", "avx2", "generic"));
 
-// Only 3x3, stride 1, padding 1 on planes at least kDirectConvMinWidth wide; everything else
-// (ResNet's stride-2 and 1x1 downsampling) stays on im2col + GEMM.
-TEST(DirectConv, FitsOnlyThreeByThreeStrideOnePaddingOne) {
+// Only 3x3, padding 1, stride 1 or 2, outputs at least kDirectConvMinWidth wide; everything else
+// (ResNet's 1x1 downsampling) stays on im2col + GEMM.
+TEST(DirectConv, FitsOnlyThreeByThreePaddingOneStrideOneOrTwo) {
   EXPECT_TRUE(cpu::direct_conv_fits(geometry3x3(16, 28, 28)));
   EXPECT_TRUE(cpu::direct_conv_fits(geometry3x3(1, 1, cpu::kDirectConvMinWidth)));
   EXPECT_TRUE(cpu::direct_conv_fits(geometry3x3(128, 4, 4)));
   EXPECT_FALSE(cpu::direct_conv_fits(geometry3x3(1, 28, cpu::kDirectConvMinWidth - 1)));
-  EXPECT_FALSE(cpu::direct_conv_fits({16, 28, 28, 3, 3, 2, 1, 14, 14}));  // stride 2
+  EXPECT_TRUE(cpu::direct_conv_fits(geometry3x3(16, 28, 28, 2)));
+  EXPECT_TRUE(cpu::direct_conv_fits(geometry3x3(64, 7, 7, 2)));  // 4x4 out
+  EXPECT_FALSE(cpu::direct_conv_fits(geometry3x3(64, 5, 5, 2)));  // 3x3 out
+  EXPECT_FALSE(cpu::direct_conv_fits({16, 28, 28, 3, 3, 3, 1, 10, 10}));  // stride 3
+  EXPECT_FALSE(cpu::direct_conv_fits({16, 28, 28, 1, 1, 2, 0, 14, 14}));  // ResNet's 1x1 downsampling
   EXPECT_FALSE(cpu::direct_conv_fits({16, 28, 28, 1, 1, 1, 0, 28, 28}));  // 1x1
   EXPECT_FALSE(cpu::direct_conv_fits({16, 28, 28, 3, 3, 1, 0, 26, 26}));  // no padding
   EXPECT_FALSE(cpu::direct_conv_fits({16, 28, 28, 5, 5, 1, 2, 28, 28}));  // 5x5
