@@ -114,7 +114,6 @@ Scratch carve(const DirectConv& d, float* s) {
 // (same layout as src), each element zeroed where mask <= 0 (the fused ReLU's gradient).
 void stack_planes(const float* __restrict src, const float* __restrict mask, int64_t channels, const Layout& l,
                   float* __restrict dst) {
-  const size_t row_bytes = sizeof(float) * static_cast<size_t>(l.w);
   for (int64_t c = 0; c < channels; ++c) {
     float* o = dst + c * l.sp;
     std::memset(o, 0, sizeof(float) * static_cast<size_t>(l.base));  // the front and the first zero row
@@ -129,7 +128,7 @@ void stack_planes(const float* __restrict src, const float* __restrict mask, int
           const float* mr = m + y * l.w;
           for (int64_t x = 0; x < l.w; ++x) row[x] = mr[x] > 0.f ? sr[x] : 0.f;
         } else {
-          std::memcpy(row, sr, row_bytes);
+          for (int64_t x = 0; x < l.w; ++x) row[x] = sr[x];  // rows of 4-28: a loop, not a memcpy call
         }
         row[l.w] = 0.f;
       }
@@ -213,7 +212,7 @@ void unstack_planes(const float* __restrict t, const float* bias, bool relu, int
         } else if (bias) {
           for (int64_t ox = 0; ox < l.w; ++ox) dst[ox] = src[ox] + b;
         } else {
-          std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(l.w));
+          for (int64_t ox = 0; ox < l.w; ++ox) dst[ox] = src[ox];
         }
       }
     }
