@@ -14,7 +14,8 @@
 //   that pitch reads tap (ky, kx) at q + (ky-1)*wp + kx-1: every tap of every output is one
 //   contiguous, unaligned vector load, with no edge cases. The zero columns and rows are
 //   computed too and thrown away: h*w / ((h+1)*(w+1)) of the work is useful, 94% at 28x28,
-//   77% at 7x7, 64% at 4x4 (narrower planes stay on im2col + GEMM).
+//   77% at 7x7, 64% at 4x4 (Note [Dense 4x4 planes] recovers those with AVX-512; narrower
+//   planes stay on im2col + GEMM).
 // - Forward: a register tile of CB output channels x NV vectors of pixels accumulates over the
 //   input channels and the 9 taps (per tap NV loads, CB broadcast weights, CB*NV FMAs; weights
 //   packed [channel block][in channel][tap][CB]); the tile is written to a scratch row and
@@ -32,9 +33,23 @@
 // -ffp-contract=fast, so the vector a*b+c are FMAs: the sums are not im2col + GEMM's sums and
 // differ between the three builds (as OpenBLAS's differ between its core types), but a run on
 // one machine is bitwise repeatable: the chunks are a function of the layer and the batch only.
-// Measured (issue 24, CPU seconds of 20 steps of ResNet-18 width 16 batch 64 with the GEMMs on
-// OPENBLAS_CORETYPE=Haswell, interleaved on the shared machine): im2col + GEMM 2.85 s, these
-// kernels on the 28x28 and 14x14 layers 2.2 s, on every 3x3 stride-1 layer 1.85 s.
+//
+// Note [Strided direct convolution]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// ResNet's first convolution of layers 2-4 is 3x3 with stride 2. Its input is split into four
+// phases, P_ab[i, j] = x[2i + a, 2j + b], each stacked at the output's size (zero past the
+// input's edge). Output (oy, ox) reads x[2oy + ky - 1, 2ox + kx - 1]: for ky = 1 that is phase
+// a = 0 at row oy, for ky = 0 phase a = 1 at row oy - 1 (the zero row above the first), for
+// ky = 2 phase 1 at row oy; the same for columns. So each tap is one phase at a shift of 0 or
+// -1 (Layout::at), and forward and the weight gradient are the stride-1 kernels over 4*in_c
+// planes. The input gradient of phase ab gathers only that phase's taps (1, 2, 2 or 4 of them),
+// reading dY at minus their shift (0 or +1: the zero column and the zero row below), and is
+// scattered back to x's pixels of that phase.
+//
+// Measured (issue 24: CPU seconds of 20 training steps of ResNet-18 width 16 batch 64, GEMMs on
+// OPENBLAS_CORETYPE=Haswell, interleaved with main's build on the shared machine, startup 0.33
+// s included): im2col + GEMM 3.3 s; these kernels on the 28x28 and 14x14 stride-1 layers 2.5 s,
+// on every stride-1 layer 2.2 s, with stride 2 and dense 4x4 planes 2.1 s.
 #include "model/cpu_direct_conv.h"
 
 #include <algorithm>
@@ -62,15 +77,21 @@ int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 // one such plane per channel and tap t reads base + q + at[t]; with stride 2 it is four, its
 // phases (x[2i + a, 2j + b] at (i, j): phase 2a + b, Note [Strided direct convolution]), and
 // at[t] also selects tap t's phase.
+//
+// Dense (Note [Dense 4x4 planes]): 4x4 planes at stride 1 with 16-float vectors, the images'
+// planes one after another without zero rows or columns (wp = 4), each vector one image; tap
+// t's loads are masked by masks[t] instead.
 struct Layout {
+  bool dense;
   int64_t h, w, in_h, in_w, stride, phases, wp, nb, q, qr, base, sp, in_stride;
   int64_t at[kTaps];
-  Layout(const kernels::ConvGeometry& g, int64_t images)
-      : h(g.oh), w(g.ow), in_h(g.h), in_w(g.w), stride(g.stride), phases(g.stride * g.stride), wp(g.ow + 1),
-        nb(images) {
-    q = (nb * (h + 1) - 1) * wp;  // the outputs' rows, the zero rows between images included
-    qr = round_up(q, kTile);      // ... rounded up to whole tiles
-    base = kFront + wp;
+  Layout(const kernels::ConvGeometry& g, int64_t images, bool dense_4x4 = false)
+      : dense(dense_4x4 && g.stride == 1 && g.oh == 4 && g.ow == 4), h(g.oh), w(g.ow), in_h(g.h), in_w(g.w),
+        stride(g.stride), phases(g.stride * g.stride), nb(images) {
+    wp = dense ? w : w + 1;
+    q = dense ? nb * h * w : (nb * (h + 1) - 1) * wp;  // the outputs' rows, any zero rows between images included
+    qr = round_up(q, kTile);                           // ... rounded up to whole tiles
+    base = dense ? kFront : kFront + wp;
     sp = round_up(base + qr + wp + 2, 16);
     in_stride = phases * sp;
     for (int64_t t = 0; t < kTaps; ++t) {
@@ -114,6 +135,26 @@ Scratch carve(const DirectConv& d, float* s) {
 // (same layout as src), each element zeroed where mask <= 0 (the fused ReLU's gradient).
 void stack_planes(const float* __restrict src, const float* __restrict mask, int64_t channels, const Layout& l,
                   float* __restrict dst) {
+  if (l.dense) {  // the planes one after another
+    const int64_t plane = l.h * l.w;
+    for (int64_t c = 0; c < channels; ++c) {
+      float* o = dst + c * l.sp;
+      std::memset(o, 0, sizeof(float) * static_cast<size_t>(l.base));
+      for (int64_t n = 0; n < l.nb; ++n) {
+        const float* sp = src + (n * channels + c) * plane;
+        float* op = o + l.base + n * plane;
+        if (mask) {
+          const float* mp = mask + (n * channels + c) * plane;
+          for (int64_t p = 0; p < plane; ++p) op[p] = mp[p] > 0.f ? sp[p] : 0.f;
+        } else {
+          for (int64_t p = 0; p < plane; ++p) op[p] = sp[p];
+        }
+      }
+      const int64_t tail = l.base + l.nb * plane;
+      std::memset(o + tail, 0, sizeof(float) * static_cast<size_t>(l.sp - tail));
+    }
+    return;
+  }
   for (int64_t c = 0; c < channels; ++c) {
     float* o = dst + c * l.sp;
     std::memset(o, 0, sizeof(float) * static_cast<size_t>(l.base));  // the front and the first zero row
@@ -202,7 +243,7 @@ void unstack_planes(const float* __restrict t, const float* bias, bool relu, int
     for (int64_t c = 0; c < channels; ++c) {
       const float b = bias ? bias[c] : 0.f;
       for (int64_t oy = 0; oy < l.h; ++oy) {
-        const float* src = t + c * l.qr + (n * (l.h + 1) + oy) * l.wp;
+        const float* src = t + c * l.qr + (n * (l.dense ? l.h : l.h + 1) + oy) * l.wp;
         float* dst = y + ((n * channels + c) * l.h + oy) * l.w;
         if (relu) {
           for (int64_t ox = 0; ox < l.w; ++ox) {
@@ -259,6 +300,33 @@ InputGradTaps input_grad_taps(const Layout& l, int64_t p) {
 
 template <int V>
 using Vec [[gnu::vector_size(V * sizeof(float))]] = float;
+template <int V>
+using Bits [[gnu::vector_size(V * sizeof(float))]] = int32_t;
+
+// Note [Dense 4x4 planes]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// ResNet's layer4 convolves 4x4 planes: stacked with a zero row and column (struct Layout) only
+// 16 of every 25 pixels computed are outputs. With 16-float vectors (the AVX-512 build) a
+// 4x4 plane is exactly one vector, so the planes lie one after another and every vector is one
+// image; a tap's load reaches into the neighbouring rows and images where the padding should
+// be, and is masked instead: lane p of masks[t] keeps tap t's pixel when (p/4 + ky - 1,
+// p%4 + kx - 1) lies inside the plane. One AND per load, no wasted lanes.
+struct DenseMasks {
+  Bits<16> m[kTaps];
+  DenseMasks() {
+    for (int64_t t = 0; t < kTaps; ++t)
+      for (int p = 0; p < 16; ++p) {
+        const int64_t y = p / 4 + t / 3 - 1, x = p % 4 + t % 3 - 1;
+        m[t][p] = y >= 0 && y < 4 && x >= 0 && x < 4 ? -1 : 0;
+      }
+  }
+};
+
+// v, or v masked by masks[t] (dense planes only; masks nullptr otherwise).
+template <int V, bool DENSE>
+[[gnu::always_inline]] inline void mask_tap(Vec<V>& v, const DenseMasks* masks, int t) {
+  if constexpr (DENSE && V == 16) v = reinterpret_cast<Vec<V>>(reinterpret_cast<Bits<V>>(v) & masks->m[t]);
+}
 
 // Unaligned loads and stores. Vectors pass by reference: by value, the wide vectors' calling
 // convention would differ between the builds (-Wpsabi).
@@ -274,10 +342,11 @@ template <int V>
 
 // out[o, q] for o < outs (rounded up to CB), q < qr: sum over the `ins` stacked inputs `in`
 // (in_stride apart) and the NT taps of wpk's weights times in[i, base + q + at[tap]].
-template <int V, int CB, int NV, int NT>
+template <int V, int CB, int NV, int NT, bool DENSE = false>
 [[gnu::always_inline]] inline void conv_planes(const float* __restrict in, int64_t ins, int64_t in_stride,
                                                const int64_t* at, const Layout& l, const float* __restrict wpk,
-                                               int64_t outs, float* __restrict out) {
+                                               int64_t outs, float* __restrict out,
+                                               const DenseMasks* masks = nullptr) {
   for (int64_t o0 = 0; o0 < outs; o0 += CB) {
     const float* wb = wpk + o0 * ins * NT;
     for (int64_t q0 = 0; q0 < l.qr; q0 += V * NV) {
@@ -289,7 +358,10 @@ template <int V, int CB, int NV, int NT>
         for (int t = 0; t < NT; ++t) {
           Vec<V> xv[NV];
 #pragma GCC unroll 4
-          for (int v = 0; v < NV; ++v) load<V>(xv[v], ip + at[t] + v * V);
+          for (int v = 0; v < NV; ++v) {
+            load<V>(xv[v], ip + at[t] + v * V);
+            mask_tap<V, DENSE>(xv[v], masks, t);
+          }
 #pragma GCC unroll 8
           for (int j = 0; j < CB; ++j) {
             const float s = wi[t * CB + j];
@@ -329,10 +401,11 @@ template <int V>
 // dy[co0 + j, base + q] X[ci, base + q + at[tap]], for j < CBW (overwrite: =, the batch's first
 // chunk): dY is zero wherever q is no output pixel. The lanes are added up once, after the last
 // chunk (sum_lanes).
-template <int V, int CBW>
+template <int V, int CBW, bool DENSE = false>
 [[gnu::always_inline]] inline void weight_grad_block(const float* __restrict xpad, const float* __restrict dypad,
                                                      int64_t cin, int64_t co0, int64_t ci, const Layout& l,
-                                                     bool overwrite, float* __restrict lanes) {
+                                                     bool overwrite, float* __restrict lanes,
+                                                     const DenseMasks* masks = nullptr) {
   Vec<V> acc[CBW][kTaps] = {};
   {
     const float* xp = xpad + ci * l.in_stride + l.base;
@@ -345,6 +418,7 @@ template <int V, int CBW>
       for (int t = 0; t < kTaps; ++t) {
         Vec<V> xv;
         load<V>(xv, xp + q + l.at[t]);
+        mask_tap<V, DENSE>(xv, masks, t);
         // In a register: left to itself GCC folds the load into each channel's FMA, loading
         // it CBW times (the loop was bound by loads).
         asm("" : "+v"(xv));
@@ -384,12 +458,30 @@ template <int V, int CB, int NV>
   const int64_t chunk = chunk_images(d);
   const int64_t taps[kTaps] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
   pack_weights(w, cout, cin, false, taps, kTaps, CB, s.wpack);
+  static const DenseMasks masks;
   for (int64_t n0 = 0; n0 < d.batch; n0 += chunk) {
-    const Layout l(d.g, std::min(chunk, d.batch - n0));
+    const Layout l(d.g, std::min(chunk, d.batch - n0), V == 16);
     stack_input(x + n0 * in_size, cin, l, s.xpad);
-    conv_planes<V, CB, NV, kTaps>(s.xpad, cin, l.in_stride, l.at, l, s.wpack, cout, s.out);
+    if (l.dense)
+      conv_planes<V, CB, NV, kTaps, true>(s.xpad, cin, l.in_stride, l.at, l, s.wpack, cout, s.out, &masks);
+    else
+      conv_planes<V, CB, NV, kTaps>(s.xpad, cin, l.in_stride, l.at, l, s.wpack, cout, s.out);
     unstack_planes(s.out, bias, relu, cout, l, y + n0 * out_size);
   }
+}
+
+// The chunk's weight gradient into s.lanes, CBW output channels at a time.
+template <int V, int CBW, bool DENSE>
+[[gnu::always_inline]] inline void weight_grad(const Scratch& s, int64_t cin, int64_t cout, const Layout& l,
+                                               bool first) {
+  static const DenseMasks masks;
+  int64_t co0 = 0;
+  for (; co0 + CBW <= cout; co0 += CBW)
+    for (int64_t ci = 0; ci < cin; ++ci)
+      weight_grad_block<V, CBW, DENSE>(s.xpad, s.dypad, cin, co0, ci, l, first, s.lanes, &masks);
+  for (; co0 < cout; ++co0)
+    for (int64_t ci = 0; ci < cin; ++ci)
+      weight_grad_block<V, 1, DENSE>(s.xpad, s.dypad, cin, co0, ci, l, first, s.lanes, &masks);
 }
 
 // dX of a chunk (l): per phase (one with stride 1), the convolution of dY with that phase's
@@ -400,7 +492,9 @@ template <int V, int CB, int NV>
   const float* wpk = s.wpack;
   for (int64_t p = 0; p < l.phases; ++p) {
     const InputGradTaps tg = input_grad_taps(l, p);
-    switch (tg.nt) {  // stride 1: 9; stride 2: 1, 2, 2, 4
+    static const DenseMasks masks;  // stride 1's taps are listed in at's order: mask t is tap t's
+    switch (l.dense ? 0 : tg.nt) {  // stride 1: 9; stride 2: 1, 2, 2, 4
+      case 0: conv_planes<V, CB, NV, 9, true>(s.dypad, cout, l.sp, tg.at, l, wpk, cin, s.out, &masks); break;
       case 9: conv_planes<V, CB, NV, 9>(s.dypad, cout, l.sp, tg.at, l, wpk, cin, s.out); break;
       case 4: conv_planes<V, CB, NV, 4>(s.dypad, cout, l.sp, tg.at, l, wpk, cin, s.out); break;
       case 2: conv_planes<V, CB, NV, 2>(s.dypad, cout, l.sp, tg.at, l, wpk, cin, s.out); break;
@@ -436,7 +530,7 @@ template <int V, int CB, int NV, int CBW>
     if (db && db_beta == 0.f) std::fill(db, db + cout, 0.f);
   }
   for (int64_t n0 = 0; n0 < d.batch; n0 += chunk) {
-    const Layout l(d.g, std::min(chunk, d.batch - n0));
+    const Layout l(d.g, std::min(chunk, d.batch - n0), V == 16);
     const bool first = n0 == 0;
     stack_input(x + n0 * in_size, cin, l, s.xpad);
     stack_planes(dy + n0 * out_size, relu_output ? relu_output + n0 * out_size : nullptr, cout, l, s.dypad);
@@ -445,11 +539,10 @@ template <int V, int CB, int NV, int CBW>
         const float total = plane_sum(s.dypad + co * l.sp, l.sp);
         db[co] = first && db_beta == 0.f ? total : db[co] + total;  // not beta * db: stale memory may hold NaN
       }
-    int64_t co0 = 0;
-    for (; co0 + CBW <= cout; co0 += CBW)
-      for (int64_t ci = 0; ci < cin; ++ci) weight_grad_block<V, CBW>(s.xpad, s.dypad, cin, co0, ci, l, first, s.lanes);
-    for (; co0 < cout; ++co0)
-      for (int64_t ci = 0; ci < cin; ++ci) weight_grad_block<V, 1>(s.xpad, s.dypad, cin, co0, ci, l, first, s.lanes);
+    if (l.dense)
+      weight_grad<V, CBW, true>(s, cin, cout, l, first);
+    else
+      weight_grad<V, CBW, false>(s, cin, cout, l, first);
     if (dx) input_grad<V, CB, NV>(s, cin, cout, l, dx + n0 * in_size);
   }
   if (d.batch > 0) sum_lanes(s.lanes, cout * cin * kTaps, dw_beta == 0.f, dw);
