@@ -79,8 +79,9 @@ inline void add_row(float* __restrict acc, const float* __restrict in, int64_t b
   }
 }
 
-// Sum of x[0, n) in 8 interleaved lanes (vectorises without reordering flags), lanes added last.
-inline float lane_sum(const float* x, int64_t n) {
+}  // namespace
+
+DTRAIN_CPU_CLONES float lane_sum(const float* x, int64_t n) {
   float lanes[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
@@ -88,8 +89,6 @@ inline float lane_sum(const float* x, int64_t n) {
   for (; i < n; ++i) lanes[0] += x[i];
   return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
 }
-
-}  // namespace
 
 namespace {
 

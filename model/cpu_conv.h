@@ -37,6 +37,9 @@ void bias_relu(float* y, const float* bias, int64_t channels, int64_t plane, boo
 void nchw_to_columns(const float* dy, const float* relu_output, int64_t batch, int64_t channels, int64_t plane,
                      float* dyc, float* db, float db_beta);
 
+// Sum of x[0, n) in 8 interleaved lanes (vectorises without reordering flags), lanes added last.
+float lane_sum(const float* x, int64_t n);
+
 // out[c, r] = t[r, c] for t [rows, cols] (beta 0), or out[c, r] + t[r, c] (beta 1; not beta *
 // out: stale memory may hold NaN). Conv2d's weight gradient, computed transposed.
 void transpose_into(const float* t, int64_t rows, int64_t cols, float* out, float beta);

@@ -57,6 +57,8 @@
 #include <string_view>
 #include <vector>
 
+#include "model/cpu_conv.h"
+
 namespace dtrain::cpu {
 
 namespace {
@@ -223,16 +225,6 @@ void unstack_phase(const float* __restrict t, int64_t channels, int64_t a, int64
         float* dst = dx + ((n * channels + c) * l.in_h + 2 * i + a) * l.in_w + b;
         for (int64_t j = 0; j < cols; ++j) dst[2 * j] = src[j];
       }
-}
-
-// Sum of a padded plane in 8 lanes (the borders add +0), lanes added last.
-float plane_sum(const float* x, int64_t n) {
-  float lanes[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) lanes[j] += x[i + j];
-  for (; i < n; ++i) lanes[0] += x[i];
-  return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
 }
 
 // y[n, c, oy, ox] = t[c, q] (+ bias[c], then max(., 0) when relu) for the chunk's images
@@ -536,7 +528,7 @@ template <int V, int CB, int NV, int CBW>
     stack_planes(dy + n0 * out_size, relu_output ? relu_output + n0 * out_size : nullptr, cout, l, s.dypad);
     if (db)
       for (int64_t co = 0; co < cout; ++co) {
-        const float total = plane_sum(s.dypad + co * l.sp, l.sp);
+        const float total = lane_sum(s.dypad + co * l.sp, l.sp);  // the zeros around the planes add +0
         db[co] = first && db_beta == 0.f ? total : db[co] + total;  // not beta * db: stale memory may hold NaN
       }
     if (l.dense)
