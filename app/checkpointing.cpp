@@ -132,6 +132,7 @@ checkpoint::TrainingState position_state(const RunPosition& pos, const TrainConf
   s.global_step = pos.global_step;
   s.samples_seen = pos.samples_seen;
   s.world_size = world_size;
+  s.pipeline_stages = c.pipeline.stages;
   s.seed = c.seed;
   s.lr_schedule_position = pos.epoch;  // the schedules are per epoch
   s.lr = lr;
@@ -141,6 +142,25 @@ checkpoint::TrainingState position_state(const RunPosition& pos, const TrainConf
 
 RunPosition position_of(const checkpoint::TrainingState& s) {
   return {s.epoch, s.step_in_epoch, s.sample_in_epoch, s.global_step, s.samples_seen};
+}
+
+std::optional<LayoutChange> layout_change(const checkpoint::TrainingState& saved, int world_size, int pipeline_stages) {
+  if (saved.world_size == world_size && saved.pipeline_stages == pipeline_stages) return std::nullopt;
+  const bool grids = saved.pipeline_stages != 1 || pipeline_stages != 1;  // Note [Resume layout]
+  const auto layout = [grids](int64_t world, int64_t stages) {
+    return grids ? fmt::format("{} (P {} x D {})", world, stages, world / stages) : fmt::format("{}", world);
+  };
+  return LayoutChange{layout(saved.world_size, saved.pipeline_stages), layout(world_size, pipeline_stages)};
+}
+
+std::string image_resume_layout_note(const checkpoint::TrainingState& s, int world_size, int pipeline_stages) {
+  const std::optional<LayoutChange> change = layout_change(s, world_size, pipeline_stages);
+  if (!change) return "";
+  return fmt::format(
+      "resume: saved at world size {}, running at {}: the rest of epoch {} continues from sample {} of the same "
+      "order, every remaining sample used once; not bitwise identical to continuing at world size {} (batches "
+      "group differently)",
+      change->saved, change->running, s.epoch + 1, s.sample_in_epoch, change->saved);
 }
 
 CheckpointerOptions checkpointer_options(const CheckpointSettings& settings) {

@@ -47,6 +47,19 @@ checkpoint::TrainingState position_state(const RunPosition& pos, const TrainConf
 // Where a checkpoint's state says the run stands.
 RunPosition position_of(const checkpoint::TrainingState& state);
 
+// Note [Resume layout]: a run resumed on another grid than the checkpoint's (another world size,
+// or the same world size cut into other pipeline stages P x data-parallel replicas D) reads the
+// same samples (slots), each once, but groups and sums them otherwise, so it is not bitwise the
+// run it continues; the resume notes say so. The two layouts as the notes print them: the world
+// size alone when neither run is a pipeline ("4"), else with its grid ("2 (P 2 x D 1)"); nullopt
+// when the layouts are the same.
+struct LayoutChange {
+  std::string saved, running;
+};
+std::optional<LayoutChange> layout_change(const checkpoint::TrainingState& saved, int world_size, int pipeline_stages);
+// An image-model run's note about resuming `saved` at another layout; "" at the same one.
+std::string image_resume_layout_note(const checkpoint::TrainingState& saved, int world_size, int pipeline_stages);
+
 // The library's Checkpointer (train/checkpointer.h) as the flags ask for it.
 CheckpointerOptions checkpointer_options(const CheckpointSettings& settings);
 

@@ -119,8 +119,9 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
   reporter.start_lm(rt, fmt::format("Gpt(vocab={}, context={}, layers={}, heads={}, embd={})", spec.vocab,
                                     spec.context, spec.layers, spec.heads, spec.embd),
                     c, data.train_tokens(), data.val_tokens(), parameters);
-  // Note [A language model's position] (app/lm_trainer.cpp) with --accumulate 1 and N = D: replica
-  // d of step s reads slot g0 + d, g0 the slots consumed, D per step.
+  // Note [A language model's position] (app/lm_trainer.cpp) with N = D: accumulated batch a of a
+  // step reads slot g0 + a x D + d on replica d, g0 the slots consumed (A x D per step), so the
+  // slots are the unsplit GPT's at np D with --accumulate A.
   int64_t step = 0, slots = 0;
   if (resumed) {
     step = resumed->state.global_step;
@@ -134,10 +135,12 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
   if (!resumed && !k.init_weights.empty()) reporter.note(fmt::format("initial weights: {}", k.init_weights));
   int64_t stage_parameters = 0;
   for (Parameter* q : stage.module().parameters()) stage_parameters += q->value.numel();
-  reporter.note(fmt::format("pipeline: {} stage(s) x {} replica(s), {} micro-batch(es) of {} sequences, schedule {}, "
-                            "layers {} (0: the embeddings, {}: ln_f and the head, which holds its copy of the tied "
-                            "wte); this stage (the last) holds {} parameters",
-                            grid.stages, grid.replicas, p.micro_batches, c.batch_size / p.micro_batches,
+  reporter.note(fmt::format("pipeline: {} stage(s) x {} replica(s), {}{} micro-batch(es) of {} sequences, "
+                            "schedule {}, layers {} (0: the embeddings, {}: ln_f and the head, which holds its copy of "
+                            "the tied wte); this stage (the last) holds {} parameters",
+                            grid.stages, grid.replicas,
+                            c.accumulate > 1 ? fmt::format("{} accumulated batch(es) of ", c.accumulate) : "",
+                            p.micro_batches, c.batch_size / p.micro_batches,
                             pipeline_schedule_name(p.schedule), describe_partition(ranges), lm.layers + 1,
                             stage_parameters));
   report_reached_training();
@@ -146,7 +149,7 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
   result.device = rt.device().str();
   result.parameters = parameters;
   Tracer tracer(!c.output.trace_path.empty());
-  const double tokens_per_step = static_cast<double>(c.batch_size * lm.context * grid.replicas);
+  const double tokens_per_step = static_cast<double>(c.batch_size * lm.context * c.accumulate * grid.replicas);
   const safetensors::Metadata architecture = gpt_architecture_metadata(spec);
   SampleLog sample_log(rt.rank());  // a test hook: the slots stage 0 of each replica reads
   // Between two steps, by every rank together (each stage's replica 0 holds its tensors).
@@ -186,16 +189,21 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
   float loss = 0;
   while (step < lm.steps) {
     set_collective_context(fmt::format("step {}", step + 1));
-    const int64_t g = slots + grid.replica;
-    data.stage_train(g);
-    if (sample_log.enabled() && grid.stage == 0) {  // the slot read, not the counter: they differ when shuffled
-      const int64_t slot = data.train_slot(g);
-      sample_log.record(0, step + 1, std::span(&slot, 1));
-    }
     optimizer->zero_grad();
-    const Tensor targets = data.targets().view({c.batch_size, lm.context});
-    loss = stage.train_step(data.inputs(), targets, {0, 1, gate.loss_scale()}).loss;
-    trace_pipeline_step(tracer, stage);
+    // --accumulate A: A pipeline steps per optimizer step, the stage's gradient sum over its
+    // replicas in the last one's last micro-batch only (Note [Pipeline loss]); the loss logged is
+    // the last batch's, as the unsplit GPT logs its last micro-batch's.
+    for (int64_t a = 0; a < c.accumulate; ++a) {
+      const int64_t g = slots + a * grid.replicas + grid.replica;
+      data.stage_train(g);
+      if (sample_log.enabled() && grid.stage == 0) {  // the slot read, not the counter: they differ when shuffled
+        const int64_t slot = data.train_slot(g);
+        sample_log.record(0, step + 1, std::span(&slot, 1));
+      }
+      const Tensor targets = data.targets().view({c.batch_size, lm.context});
+      loss = stage.train_step(data.inputs(), targets, {a, c.accumulate, gate.loss_scale()}).loss;
+      trace_pipeline_step(tracer, stage);
+    }
     optimizer->set_lr(static_cast<float>(schedule.lr_at(step)));
     if (gate.pass(step + 1)) {  // fp16: unscale, check, the world's vote
       if (clipper) clipper->clip(c.clip_grad_norm);
@@ -204,7 +212,7 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
     }
     reporter.note(gate.take_warning());
     ++step;
-    slots += grid.replicas;
+    slots += c.accumulate * grid.replicas;
     if (last && grid.replicas > 1) grid.data_parallel->allreduce(&loss, 1, DType::kF32, ReduceOp::kAvg);
     if (last && !std::isfinite(loss))
       // As the image pipeline's: the last stage alone sees the loss (core/exit_status.h).

@@ -257,6 +257,7 @@ checkpoint::TrainingState lm_training_state(int64_t step, int64_t slots, const T
   s.global_step = step;
   s.samples_seen = slots;
   s.world_size = world_size;
+  s.pipeline_stages = c.pipeline.stages;
   s.seed = c.seed;
   s.lr_schedule_position = step;
   s.lr = static_cast<float>(schedule.lr_at(std::max<int64_t>(step - 1, 0)));
@@ -268,10 +269,11 @@ void note_lm_resume(Reporter& reporter, const ResumedRun& resumed, const TrainCo
   const checkpoint::TrainingState& s = resumed.state;
   reporter.note(fmt::format("resume: from {} (step {}, {} slots consumed){}", resumed.path, s.global_step,
                             s.samples_seen, c.checkpoints.init_weights.empty() ? "" : "; --init-weights not used"));
-  if (s.world_size != world_size)
+  // Note [Resume layout] (app/checkpointing.h): the pipeline's grid counts, not only the world size.
+  if (const std::optional<LayoutChange> change = layout_change(s, world_size, c.pipeline.stages))
     reporter.note(fmt::format("resume: saved at world size {}, running at {}: continuing from slot {}, every slot "
                               "once; not bitwise identical to continuing at world size {}",
-                              s.world_size, world_size, s.samples_seen, s.world_size));
+                              change->saved, change->running, s.samples_seen, change->saved));
   if (s.global_step >= c.lm->steps)
     reporter.note(fmt::format("resume: the checkpoint has done {} of --steps {}: nothing left to train",
                               s.global_step, c.lm->steps));

@@ -153,6 +153,7 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
     reporter.note(fmt::format("resume: from {} (global step {}; epoch {}, {} step(s) and {} samples into it){}",
                               resumed->path, st.global_step, st.epoch + 1, st.step_in_epoch, st.sample_in_epoch,
                               k.init_weights.empty() ? "" : "; --init-weights not used"));
+    if (std::string note = image_resume_layout_note(st, rt.size(), p.stages); !note.empty()) reporter.note(note);
   } else if (!k.init_weights.empty()) {
     reporter.note(fmt::format("initial weights: {}", k.init_weights));
   }

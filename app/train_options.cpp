@@ -521,8 +521,6 @@ void check_pipeline(const TrainConfig& c, const cxxopts::ParseResult& r) {
   not_yet(c.ddp.zero_stage != 0 && (!c.checkpoints.dir.empty() || c.checkpoints.resume != ResumeMode::kNone),
           "--zero and checkpoints (--checkpoint-dir, --resume: the stages' optimizer shards are not saved yet)");
   not_yet(c.data.sampler == SamplerTail::kUneven, "--sampler uneven");
-  // The image pipeline accumulates (Note [Pipeline loss]); the GPT's loop does not yet.
-  not_yet(c.lm.has_value() && c.accumulate != 1, "--model gpt and --accumulate");
   not_yet(c.model.dropout != 0.f, "--dropout");
   // BatchNorm's running statistics would be updated by the shape probe and again by every
   // recomputed forward, and each micro-batch would be normalised on its own rows.

@@ -168,12 +168,8 @@ void Trainer::choose_starting_point() {
   reporter_.note(fmt::format("resume: from {} (global step {}; epoch {}, {} step(s) and {} samples into it){}",
                              resumed->path, s.global_step, s.epoch + 1, s.step_in_epoch, s.sample_in_epoch,
                              k.init_weights.empty() ? "" : "; --init-weights not used"));
-  if (s.world_size != rt_.size())
-    reporter_.note(fmt::format(
-        "resume: saved at world size {}, running at {}: the rest of epoch {} continues from sample {} of the same "
-        "order, every remaining sample used once; not bitwise identical to continuing at world size {} (batches "
-        "group differently)",
-        s.world_size, rt_.size(), s.epoch + 1, s.sample_in_epoch, s.world_size));
+  // Note [Resume layout]: a pipeline's checkpoint at this world size is another layout too.
+  if (std::string note = image_resume_layout_note(s, rt_.size(), c_.pipeline.stages); !note.empty()) reporter_.note(note);
   if (pos_.epoch >= c_.epochs)
     reporter_.note(fmt::format("resume: the checkpoint has finished epoch {} of --epochs {}: nothing left to train",
                                pos_.epoch, c_.epochs));

@@ -133,6 +133,7 @@ json to_json(const TrainingState& s) {
   };
   if (!s.buckets.is_null()) doc["buckets"] = s.buckets;
   if (!s.grad_scaler.is_null()) doc["grad_scaler"] = s.grad_scaler;
+  if (s.pipeline_stages != 1) doc["pipeline_stages"] = s.pipeline_stages;
   doc[kStateChecksum] = hex32(state_checksum(doc));
   return doc;
 }
@@ -180,6 +181,8 @@ TrainingState training_state_from_json(const json& doc, std::string_view source)
   s.files = files_from_json(doc, source);
   if (doc.contains("buckets")) s.buckets = doc["buckets"];
   if (doc.contains("grad_scaler")) s.grad_scaler = doc["grad_scaler"];
+  // Absent: a data-parallel run's, or an older dtrain's (whose pipelines saved no layout).
+  if (doc.contains("pipeline_stages")) s.pipeline_stages = int_field(doc, "pipeline_stages", source, 1);
   return s;
 }
 

@@ -38,6 +38,8 @@ struct TrainingState {
   int64_t global_step = 0;      // optimizer steps since the start: the N of step-<N>
   int64_t samples_seen = 0;     // global samples consumed, over all ranks
   int64_t world_size = 1;
+  int64_t pipeline_stages = 1;  // P of the P x D grid (world_size / P replicas); written only when
+                                // > 1, so a data-parallel run's state.json is as before
   uint64_t seed = 0;
   nlohmann::json rng;           // opaque to this layer: the trainer's RNG state(s)
   int64_t lr_schedule_position = 0;  // the schedule's position (epochs for the per-epoch schedules)

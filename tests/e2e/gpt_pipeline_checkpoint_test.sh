@@ -9,6 +9,9 @@
 # - the pipeline's step 10 resumed at P = 1 (np D, the same global batch) and the P = 1 run's step
 #   10 resumed in the pipeline each read every token slot once over the two runs
 #   (DTRAIN_TEST_SAMPLE_LOG) and end within 2e-4 relative of the P = 1 run;
+# - the pipeline's step 10 resumed at P = 1 on as many ranks says it runs on another layout;
+# - with --accumulate 2: the pipeline logs P = 1's norms and val losses, a resume at the same
+#   layout ends bit for bit, and one at P = 1 reads every slot once and ends within 2e-4;
 # - `dtrain eval` loads the pipeline's model.safetensors and gets the run's last val loss, and
 #   `dtrain sample` loads it;
 # - --init-weights: the pipeline started from the P = 1 run's weights logs what P = 1 started
@@ -125,6 +128,39 @@ across() {
 }
 across full to1 "P $P x D $D -> P = 1 at np $D" "$D"
 across one toP "P = 1 -> P $P x D $D" "$NP" "${PIPE[@]}"
+
+# Note [Resume layout]: the same world size on another grid (P = 1 at np NP) is noted as such;
+# the same layout (res.log above) is not.
+dtrain_at "$NP" "$WORK/flat.log" "${gpt[@]}" --resume "$WORK/full/step-10" --checkpoint-dir "$WORK/flat"
+check "P $P x D $D -> P 1 x D $NP: the layout note" grep -q "^resume: saved at world size $NP (P $P x D $D), running \
+at $NP (P 1 x D $NP): continuing from slot $((10 * D)), every slot once; not bitwise" "$WORK/flat.log"
+check "the same layout: no layout note" sh -c "! grep -q '^resume: saved at world size' '$WORK/res.log'"
+
+# --accumulate 2 (2 x D slots a step, Note [A language model's position]): the pipeline logs P = 1's
+# (np D) norms and val losses; its step 10 resumed at the same layout ends bit for bit, and
+# resumed at P = 1 reads every slot once over the two runs and ends within 2e-4 of P = 1's.
+acc=("${gpt[@]}" --accumulate 2)
+DTRAIN_TEST_SAMPLE_LOG="$WORK/slots-accfull" dtrain_at "$NP" "$WORK/accfull.log" "${acc[@]}" "${PIPE[@]}" \
+  --checkpoint-dir "$WORK/accfull"
+dtrain_at "$D" "$WORK/accone.log" "${acc[@]}" --checkpoint-dir "$WORK/accone"
+check "--accumulate 2: P = 1 at np $D's norms, val losses (and at D 1 losses)" \
+  same_steps "$WORK/accone.log" "$WORK/accfull.log"
+mkdir -p "$WORK/accres"
+cp -r "$WORK/accfull/step-10" "$WORK/accres/"
+dtrain_at "$NP" "$WORK/accres.log" "${acc[@]}" "${PIPE[@]}" --checkpoint-dir "$WORK/accres" --resume auto
+check "--accumulate 2: resumed at slot $((20 * D))" \
+  grep -q "^resume: from $WORK/accres/step-10 (step 10, $((20 * D)) slots consumed)" "$WORK/accres.log"
+same=1
+for f in "$WORK"/accfull/step-20/*; do
+  cmp -s "$f" "$WORK/accres/step-20/$(basename "$f")" || { same=0; echo "# differs: $(basename "$f")"; }
+done
+check "--accumulate 2: resume at P $P x D $D, model, every optimizer shard and state.json bit for bit" [ "$same" -eq 1 ]
+DTRAIN_TEST_SAMPLE_LOG="$WORK/slots-accto1" dtrain_at "$D" "$WORK/accto1.log" "${acc[@]}" \
+  --resume "$WORK/accfull/step-10" --checkpoint-dir "$WORK/accto1"
+check "--accumulate 2, P $P x D $D -> P = 1: every slot 0..$((40 * D - 1)) read once over the two runs" \
+  every_slot_once slots-accfull slots-accto1 $((40 * D))
+close "$WORK/accone/step-20/model.safetensors" "$WORK/accto1/step-20/model.safetensors"
+check "--accumulate 2, P $P x D $D -> P = 1: ends within 2e-4 of the P = 1 run" [ $? -eq 0 ]
 
 # dtrain eval over the run's 2 validation slots of B sequences: the run's last val loss.
 dtrain_at 1 "$WORK/eval.log" eval --weights "$WORK/full/step-20" --data "$WORK/shards" --batch-size "$B" \

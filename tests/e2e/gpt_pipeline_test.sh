@@ -4,10 +4,10 @@
 # (P 2), NP 3 (P 3) and NP 4 (P 2 x D 2) every step's loss and gradient norm equal one process's
 # on the same global batch (AdamW, warm-up, cosine, clipping; within the printed precision), and
 # so does the validation loss at D 1 (at D 2 a validation slot holds B sequences, not 2B: other
-# text); GPipe and 1F1B end with the same parameters bit for bit; with --amp fp16 and an inf
-# injected on one rank (the last, at step 4), every rank skips that step as one process that
-# poisons it does (the same losses, norms, scale and skipped count); a --pipeline-split
-# that leaves a stage no layer is one line and a non-zero exit.
+# text), with --accumulate 2 too; GPipe and 1F1B end with the same parameters bit for bit; with
+# --amp fp16 and an inf injected on one rank (the last, at step 4), every rank skips that step as
+# one process that poisons it does (the same losses, norms, scale and skipped count); a
+# --pipeline-split that leaves a stage no layer is one line and a non-zero exit.
 # Usage: gpt_pipeline_test.sh DTRAIN NP
 set -uo pipefail
 DTRAIN=$1
@@ -67,6 +67,17 @@ for schedule in 1f1b gpipe; do
   check "$schedule: P $P x D $D logs the np 1 run's losses, norms and val losses" \
     same_steps "$WORK/ref.log" "$WORK/$schedule.log"
 done
+# --accumulate 2: two pipeline steps of B x D sequences per optimizer step, the gradients summed
+# over the replicas in the second's last micro-batch only (Note [Pipeline loss]): the np 1 run's
+# --accumulate 2 losses, norms and val losses.
+dtrain_at 1 "$WORK/ref-acc.log" "${gpt[@]}" --batch-size $((B * D)) --accumulate 2
+dtrain_at "$NP" "$WORK/acc.log" "${gpt[@]}" --batch-size "$B" --pipeline-stages "$P" --micro-batches "$M" \
+  --accumulate 2
+check "--accumulate 2: P $P x D $D logs the np 1 run's losses, norms and val losses" \
+  same_steps "$WORK/ref-acc.log" "$WORK/acc.log"
+loss_at_20() { sed -n 's/^step 20\/20 | loss \([0-9.]*\) .*/\1/p' "$1"; }
+check "--accumulate 2: another run than --accumulate 1 (loss at step 20 $(loss_at_20 "$WORK/acc.log"))" \
+  [ -n "$(loss_at_20 "$WORK/acc.log")" -a "$(loss_at_20 "$WORK/acc.log")" != "$(loss_at_20 "$WORK/ref.log")" ]
 check "gpipe and 1f1b end bit for bit alike" \
   same_nonempty "$(fingerprint "$WORK/1f1b.log")" "$(fingerprint "$WORK/gpipe.log")"
 check "the bubble line" grep -q "^pipeline: idle share per stage" "$WORK/1f1b.log"

@@ -67,6 +67,36 @@ TEST(BucketLayoutJson, RoundTripsThroughStateJson) {
   EXPECT_TRUE(checkpoint::decode_state(checkpoint::encode_state({}), "state.json").buckets.is_null());
 }
 
+// Note [Resume layout]: the grid a checkpoint was saved on round-trips through state.json (absent
+// at P = 1, as older checkpoints have it), and a resume on another grid is noted even at the same
+// world size.
+TEST(ResumeLayout, TheSameWorldSizeCutIntoOtherStagesIsAnotherLayout) {
+  checkpoint::TrainingState saved;
+  saved.world_size = 2;
+  EXPECT_FALSE(checkpoint::to_json(saved).contains("pipeline_stages"));
+  saved.pipeline_stages = 2;
+  saved = checkpoint::decode_state(checkpoint::encode_state(saved), "state.json");
+  EXPECT_EQ(saved.pipeline_stages, 2);
+  EXPECT_EQ(layout_change(saved, 2, 2), std::nullopt);
+  const std::optional<LayoutChange> to_p1 = layout_change(saved, 2, 1);  // P 2 x D 1 -> P 1 x D 2
+  ASSERT_TRUE(to_p1.has_value());
+  EXPECT_EQ(to_p1->saved, "2 (P 2 x D 1)");
+  EXPECT_EQ(to_p1->running, "2 (P 1 x D 2)");
+  EXPECT_EQ(image_resume_layout_note(saved, 2, 1).rfind("resume: saved at world size 2 (P 2 x D 1), running at 2 (P "
+                                                         "1 x D 2): the rest of epoch 1",
+                                                         0),
+            0u);
+  EXPECT_EQ(image_resume_layout_note(saved, 2, 2), "");
+  // Data-parallel runs only: the world size alone, as before.
+  checkpoint::TrainingState dp;
+  dp.world_size = 4;
+  EXPECT_EQ(layout_change(dp, 4, 1), std::nullopt);
+  const std::optional<LayoutChange> to_2 = layout_change(dp, 2, 1);
+  ASSERT_TRUE(to_2.has_value());
+  EXPECT_EQ(to_2->saved + " -> " + to_2->running, "4 -> 2");
+  EXPECT_EQ(layout_change(dp, 4, 2).value().saved, "4 (P 1 x D 4)");
+}
+
 TEST(BucketLayoutJson, ALayoutThatDoesNotFitTheModelIsOneLineNamingTheField) {
   auto error_of = [](const nlohmann::json& j) {
     try {

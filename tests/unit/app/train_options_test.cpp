@@ -119,7 +119,8 @@ TEST(TrainOptions, PipelineRefusesWhatItCannotTrainYet) {
   EXPECT_EQ(with({"--micro-batches", "1"}),
             "--micro-batches 1 is fewer than --pipeline-stages 2: every stage needs a micro-batch in flight (use "
             "--micro-batches >= 2)");
-  // The GPT trains through the pipeline (clipping, checkpoints and --init-weights included).
+  // The GPT trains through the pipeline (clipping, checkpoints, --init-weights and --accumulate
+  // included).
   EXPECT_EQ(with({"--model", "gpt", "--batch-size", "8", "--clip-grad-norm", "1"}), "<no error>");
   EXPECT_EQ(with({"--model", "gpt", "--batch-size", "8", "--init-weights", "w.safetensors"}), "<no error>");
   EXPECT_EQ(with({"--model", "gpt", "--batch-size", "8", "--checkpoint-dir", "ckpt", "--checkpoint-every", "5",
@@ -139,8 +140,8 @@ TEST(TrainOptions, PipelineRefusesWhatItCannotTrainYet) {
   EXPECT_EQ(with({"--zero", "1", "--checkpoint-dir", "ck"}),
             "--pipeline-stages 2: not yet with --zero and checkpoints (--checkpoint-dir, --resume: the stages' "
             "optimizer shards are not saved yet)");
-  EXPECT_EQ(with({"--model", "gpt", "--batch-size", "8", "--accumulate", "2"}),
-            "--pipeline-stages 2: not yet with --model gpt and --accumulate");
+  EXPECT_EQ(with({"--model", "gpt", "--batch-size", "8", "--accumulate", "2"}), "<no error>");
+  EXPECT_EQ(with({"--accumulate", "2"}), "<no error>");  // the image pipeline's too
   // DDP's own settings would be dropped by a stage, which sums its gradients itself.
   for (const std::vector<std::string>& more : std::vector<std::vector<std::string>>{
            {"--comm-hook", "bf16"}, {"--bucket-cap-mb", "4"}, {"--find-unused-parameters"}, {"--broadcast-buffers", "off"}})
