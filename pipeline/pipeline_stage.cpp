@@ -235,7 +235,9 @@ PipelineStage::Result PipelineStage::train_step(const Tensor& input, const Tenso
   }
   for (WorkHandle& w : sums_) w->wait();
   sums_.clear();
-  if (tied_) sum_tied_gradients();
+  // Once per optimizer step, on its accumulated gradients: each end adds the other's copy, so a
+  // sum in every part would add the earlier parts' twice.
+  if (tied_ && part.index == part.count - 1) sum_tied_gradients();
   step_ns_ += steady_now_ns() - step_start;
   for (const PipeSpan& s : spans_)
     if (s.kind != PipeSpan::kTransfer) busy_ns_ += s.end_ns - s.start_ns;

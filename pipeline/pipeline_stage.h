@@ -45,9 +45,9 @@ struct PipelineOptions {
   // Note [Tied stages]: the name of a parameter that the first and the last stage both hold (the
   // GPT's transformer.wte.weight, its embedding and its output layer: Note [GPT pipeline
   // stages] in model/gpt.h); "" for none. At construction the last stage takes stage 0's
-  // value; after each step's gradient sums the two copies' gradients are added (each end adds
-  // the other's: a + b == b + a bit for bit), so both take the same optimizer update and stay
-  // bitwise equal. Nothing at P = 1.
+  // value; after each optimizer step's gradient sums (in its last PipelineStepPart) the two
+  // copies' gradients are added (each end adds the other's: a + b == b + a bit for bit), so both
+  // take the same optimizer update and stay bitwise equal. Nothing at P = 1.
   std::string tied_parameter;
 };
 
