@@ -169,7 +169,8 @@ void Trainer::choose_starting_point() {
                              resumed->path, s.global_step, s.epoch + 1, s.step_in_epoch, s.sample_in_epoch,
                              k.init_weights.empty() ? "" : "; --init-weights not used"));
   // Note [Resume layout]: a pipeline's checkpoint at this world size is another layout too.
-  if (std::string note = image_resume_layout_note(s, rt_.size(), c_.pipeline.stages); !note.empty()) reporter_.note(note);
+  if (std::string note = image_resume_layout_note(s, rt_.size(), c_.pipeline.stages); !note.empty())
+    reporter_.note(note);
   if (pos_.epoch >= c_.epochs)
     reporter_.note(fmt::format("resume: the checkpoint has finished epoch {} of --epochs {}: nothing left to train",
                                pos_.epoch, c_.epochs));
