@@ -15,6 +15,7 @@
 #include "app/pipeline_report.h"
 #include "app/rank_agreement.h"
 #include "app/preemption.h"
+#include "app/progress.h"
 #include "app/reporter.h"
 #include "app/sample_log.h"
 #include "app/trace.h"
@@ -112,7 +113,9 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
   const StepLrSchedule schedule{c.optimizer.lr, c.min_lr, c.warmup_steps, lm.steps,
                                 c.lr_schedule == LrSchedule::Kind::kCosine};
   const bool last = grid.stage == grid.stages - 1;
-  Reporter reporter(c.output, last && grid.replica == 0, false);
+  // The progress line as the data-parallel GPT draws it (app/lm_trainer.cpp), by the rank that logs.
+  const bool logger = last && grid.replica == 0;
+  Reporter reporter(c.output, logger, logger && progress_wanted_here(c.output.progress));
   reporter.watch_loss_scale(gate.state());
   int64_t parameters = 0;
   for (const LayerSize& l : plan_gpt(spec)) parameters += l.parameters;
@@ -187,6 +190,7 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
   int64_t interval_steps = 0;
   double eval_seconds = 0;
   float loss = 0;
+  Tensor loss_tensor = Tensor::zeros({1});  // the progress line reads the loss from a tensor
   while (step < lm.steps) {
     set_collective_context(fmt::format("step {}", step + 1));
     optimizer->zero_grad();
@@ -219,6 +223,14 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
       throw Error(fmt::format("the loss is {} at step {}: training diverged", loss, step), ErrorKind::kDiverged);
     ++interval_steps;
     const bool end = step == lm.steps;
+    if (reporter.draws_progress()) {  // rates over this run's steps, evaluations left out
+      const double run_seconds = seconds_since(start) - eval_seconds;
+      const double steps_per_s = run_seconds > 0 ? static_cast<double>(step - first_step) / run_seconds : 0;
+      loss_tensor.data()[0] = loss;
+      reporter.lm_progress({step, lm.steps, tokens_per_step * steps_per_s, 0.f, schedule.lr_at(step - 1),
+                            steps_per_s > 0 ? static_cast<double>(lm.steps - step) / steps_per_s : 0},
+                           loss_tensor);
+    }
     if (step % c.output.log_interval == 0 || step == 1 || end) {
       const double seconds = seconds_since(interval_start);
       reporter.lm_step({step, lm.steps, loss, clipper ? clipper->last_norm() : -1.f, schedule.lr_at(step - 1),

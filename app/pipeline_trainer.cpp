@@ -16,6 +16,7 @@
 #include "app/pipeline_zero.h"
 #include "app/preemption.h"
 #include "app/rank_agreement.h"
+#include "app/progress.h"
 #include "app/reporter.h"
 #include "app/trace.h"
 #include "app/train_step.h"
@@ -141,7 +142,8 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   const LrSchedule schedule{c.lr_schedule, c.optimizer.lr, c.lr_step_size, c.lr_gamma, c.epochs, 0.f};
   const bool last = grid.stage == grid.stages - 1;
   const bool logger = last && grid.replica == 0;
-  Reporter reporter(c.output, logger, false);
+  // The progress line as the data-parallel trainer draws it, by the rank that logs.
+  Reporter reporter(c.output, logger, logger && progress_wanted_here(c.output.progress));
   reporter.watch_loss_scale(gate.state());
   reporter.start(rt, description, c, data.train->size(), data.test->size());
   int64_t stage_parameters = 0;

@@ -20,6 +20,16 @@
 // every stage's last micro-batch). The recomputation replays the same random numbers (rng
 // counters saved and restored), so the result is what a stored activation would give, at the
 // cost of up to one extra forward per micro-batch.
+//
+// Note [Pipeline dropout]: Dropout's mask element i of a forward is hash(seed, counter + i), the
+// counter advancing by the forward's numel (model/activation.h), and each layer's seed is the
+// unsplit model's (built by its place in the whole model). A stage's first forwards run in
+// micro-batch order in both schedules, micro-batch m's rows being rows m x B/M.. of the batch, so
+// layer l's counter before it is c + m x (B/M) x width: the unsplit model's forward draws exactly
+// these numbers for those rows. The shape probe and the recomputed forwards put the counters back,
+// so the masks, and the weights, are the unsplit model's (each replica's those of a data-parallel
+// rank). A checkpoint gathers the stages' counters into the unsplit model's list; a stage does not
+// take its own back on --resume yet (refused).
 #pragma once
 
 #include <cstdint>

@@ -79,6 +79,28 @@ void restore_rng(const json& rng, Module& model, const std::string& source) {
   for (size_t i = 0; i < counters.size(); ++i) *counters[i] = (*saved)[i].get<uint64_t>();
 }
 
+// Note [Pipeline dropout] (pipeline/pipeline_stage.h): the unsplit model's Dropout counters,
+// in its layers' order, from the stages' holders (one a stage, in stage order by world rank:
+// Note [Pipeline grid]); collective.
+json whole_dropout_counters(Communicator& control, Module& stage, bool holds) {
+  std::vector<int64_t> mine;
+  if (holds)
+    for (uint64_t* c : stage.rng_counters()) mine.push_back(static_cast<int64_t>(*c));
+  const auto n = static_cast<size_t>(control.size());
+  std::vector<int64_t> counts(n);
+  const auto count = static_cast<int64_t>(mine.size());
+  control.allgather(&count, counts.data(), 1, DType::kI64);
+  const int64_t most = *std::max_element(counts.begin(), counts.end());
+  if (most == 0) return json::array();
+  mine.resize(static_cast<size_t>(most));
+  std::vector<int64_t> all(n * static_cast<size_t>(most));
+  control.allgather(mine.data(), all.data(), most, DType::kI64);
+  json out = json::array();
+  for (size_t r = 0; r < n; ++r)
+    for (int64_t i = 0; i < counts[r]; ++i) out.push_back(static_cast<uint64_t>(all[r * static_cast<size_t>(most) + i]));
+  return out;
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
@@ -249,6 +271,7 @@ void Checkpointer::save_stage(checkpoint::TrainingState state, Module& stage, co
   if (options_.dir.empty()) return;
   const int64_t step = state.global_step;
   const std::string path = (fs::path(options_.dir) / checkpoint::step_dir_name(step)).string();
+  json dropout_counters = whole_dropout_counters(control_, stage, holds);
   OptimizerState parameters, optimizer_state;  // views: nothing copied
   if (holds) {
     for (const NamedTensor& t : state_tensors(stage)) parameters.tensors.push_back({*t.name, *t.value});
@@ -288,7 +311,8 @@ void Checkpointer::save_stage(checkpoint::TrainingState state, Module& stage, co
   broadcast_from_root(control_, [&]() -> std::vector<std::string> {
     checkpoint::CheckpointSnapshot snapshot;
     snapshot.state = std::move(state);
-    snapshot.state.rng = with_dropout_counters(std::move(snapshot.state.rng), stage);
+    if (!snapshot.state.rng.is_object()) snapshot.state.rng = json::object();
+    snapshot.state.rng["dropout_counters"] = std::move(dropout_counters);
     snapshot.model_metadata = metadata;
     snapshot.optimizer_metadata = optimizer_metadata;
     snapshot.sharded = std::move(save);
