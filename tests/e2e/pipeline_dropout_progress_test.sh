@@ -8,7 +8,8 @@
 #   data-parallel rank does, not as one process on the global batch, and only the test set lines
 #   are compared: the data-parallel run logs rank 0's loss); state.json's
 #   dropout_counters are that run's (the stages' counters gathered in the unsplit model's order);
-#   and dropout matters (the run without it logs other losses);
+#   GPipe ends with 1F1B's weights bit for bit; and dropout matters (the run without it logs other
+#   losses);
 # - --progress on: the image models' and the GPT's progress line, redrawn in place by one rank
 #   (the last stage's replica 0) instead of the step lines, with the test set / val lines below.
 # Usage: pipeline_dropout_progress_test.sh DTRAIN NP
@@ -47,6 +48,11 @@ else  # a data-parallel run logs rank 0's loss, a pipeline the mean over its rep
 fi
 close "$WORK/ref" "$WORK/pipe" 1e-5
 check "--dropout: weights within 1e-5 of the unsplit dropout run's" [ $? -eq 0 ]
+# GPipe recomputes on every stage (the last included: Note [Recomputed activations]), with the
+# counters each micro-batch's first forward used.
+dtrain_at "$NP" "$WORK/gpipe.log" train "${RUN[@]}" "${PIPE[@]}" --pipeline-schedule gpipe --dropout 0.3 \
+  --checkpoint-dir "$WORK/gpipe"
+check "--dropout: GPipe's weights are 1F1B's bit for bit" cmp "$(final_model "$WORK/pipe")" "$(final_model "$WORK/gpipe")"
 ref_counters=$(counters "$WORK/ref") pipe_counters=$(counters "$WORK/pipe")
 echo "# dropout_counters: $ref_counters / $pipe_counters"
 check "--dropout: state.json's dropout_counters are the unsplit run's (3 layers)" \
