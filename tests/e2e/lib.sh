@@ -92,6 +92,15 @@ has_checkpoint() { [ -n "$(latest_step "$1")" ]; }
 step_at_least() { local s; s=$(latest_step "$1"); [ -n "$s" ] && [ "$s" -ge "$2" ]; }
 # The file names the newest checkpoint in DIR.
 final_model() { echo "$1/step-$(latest_step "$1")/model.safetensors"; }
+# final_weights_close DIR_A DIR_B BOUND: the two runs' final models within BOUND relative
+# (weights_close.py), its verdict printed as a comment.
+final_weights_close() {
+  /usr/bin/python3 "$(dirname "$0")/weights_close.py" "$(final_model "$1")" "$(final_model "$2")" "$3" \
+    >"$WORK/close.log" 2>&1
+  local status=$?
+  echo "# $(tail -1 "$WORK/close.log")"
+  return $status
+}
 
 # The lines a resumed run must repeat, with the checkpoint directory DIR written as "DIR".
 log_lines() { grep -E '^(Train Epoch|Test set|checkpoint: /)' "$1" | sed "s|$2|DIR|g"; }

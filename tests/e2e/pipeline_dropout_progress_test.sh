@@ -22,13 +22,6 @@ source "$(dirname "$0")/lib.sh"
 pipeline_layout "$NP"
 RUN=("${COMMON[@]}" --train-limit 1536 --hidden 64,48,32 --epochs 2 --batch-size "$B")
 PIPE=(--pipeline-stages "$P" --micro-batches "$M")
-close() {
-  /usr/bin/python3 "$(dirname "$0")/weights_close.py" "$(final_model "$1")" "$(final_model "$2")" "$3" \
-    >"$WORK/close.log" 2>&1
-  local status=$?
-  echo "# $(tail -1 "$WORK/close.log")"
-  return $status
-}
 counters() {
   python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["rng"]["dropout_counters"])' \
     "$(dirname "$(final_model "$1")")/state.json"
@@ -46,7 +39,7 @@ else  # a data-parallel run logs rank 0's loss, a pipeline the mean over its rep
   check "--dropout: P $P x D $D logs the unsplit dropout run's test set" \
     same_lines "$WORK/ref_test.log" "$WORK/pipe_test.log"
 fi
-close "$WORK/ref" "$WORK/pipe" 1e-5
+final_weights_close "$WORK/ref" "$WORK/pipe" 1e-5
 check "--dropout: weights within 1e-5 of the unsplit dropout run's" [ $? -eq 0 ]
 # GPipe recomputes on every stage (the last included: Note [Recomputed activations]), with the
 # counters each micro-batch's first forward used.

@@ -30,13 +30,6 @@ RUN=("${COMMON[@]}" --train-limit 1536 --hidden 64,48,32 --epochs 2)
 SHORT=(--train-limit 768 --epochs 1)
 PIPE=(--batch-size "$B" --pipeline-stages "$P" --micro-batches "$M")
 ONE=(--batch-size $((B * D)))  # the unsplit model in one process: the same global batch
-close() {
-  /usr/bin/python3 "$(dirname "$0")/weights_close.py" "$(final_model "$1")" "$(final_model "$2")" "$3" \
-    >"$WORK/close.log" 2>&1
-  local status=$?
-  echo "# $(tail -1 "$WORK/close.log")"
-  return $status
-}
 grad_scaler() {
   python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["grad_scaler"], sort_keys=True))' \
     "$(dirname "$(final_model "$1")")/state.json"
@@ -51,16 +44,16 @@ both() {
 both clip --clip-grad-norm 0.1
 check "--clip-grad-norm: P $P x D $D logs the unsplit clipped run's losses and test set" \
   same_lines "$WORK/clip_one.log" "$WORK/clip.log"
-close "$WORK/clip_one" "$WORK/clip" 1e-5
+final_weights_close "$WORK/clip_one" "$WORK/clip" 1e-5
 check "--clip-grad-norm: weights within 1e-5 of the unsplit clipped run's" [ $? -eq 0 ]
 dtrain_at 1 "$WORK/plain_one.log" train "${RUN[@]}" "${ONE[@]}" --checkpoint-dir "$WORK/plain_one"
-! close "$WORK/clip_one" "$WORK/plain_one" 1e-3
+! final_weights_close "$WORK/clip_one" "$WORK/plain_one" 1e-3
 check "--clip-grad-norm 0.1 clips (the unsplit run moves more than 1e-3 from the unclipped one)" [ $? -eq 0 ]
 
 both bf16 --amp bf16 "${SHORT[@]}"
 check "--amp bf16: P $P x D $D logs the unsplit bf16 run's losses and test set" \
   same_lines "$WORK/bf16_one.log" "$WORK/bf16.log"
-close "$WORK/bf16_one" "$WORK/bf16" 1e-5
+final_weights_close "$WORK/bf16_one" "$WORK/bf16" 1e-5
 check "--amp bf16: weights within 1e-5 of the unsplit bf16 run's" [ $? -eq 0 ]
 
 FP16=(--amp fp16 --loss-scale-growth-interval 4)
@@ -70,7 +63,7 @@ export DTRAIN_TEST_POISON_GRADS="3@$((NP - 1)),7@0"
 dtrain_at "$NP" "$WORK/fp16.log" train "${RUN[@]}" "${PIPE[@]}" "${FP16[@]}" "${SHORT[@]}" --checkpoint-dir "$WORK/fp16"
 check "--amp fp16, an inf on one rank: P $P x D $D logs the unsplit run's losses, test set and skipped steps" \
   same_lines "$WORK/fp16_one.log" "$WORK/fp16.log"
-close "$WORK/fp16_one" "$WORK/fp16" 1e-5
+final_weights_close "$WORK/fp16_one" "$WORK/fp16" 1e-5
 check "--amp fp16, an inf on one rank: weights within 1e-5 of the unsplit run's that skips those steps" [ $? -eq 0 ]
 one_state=$(grad_scaler "$WORK/fp16_one") pipe_state=$(grad_scaler "$WORK/fp16")
 echo "# grad_scaler: $one_state / $pipe_state"
