@@ -7,7 +7,8 @@
 #   D ranks with the same per-replica batch (one process at D 1; at D 2 each replica draws as a
 #   data-parallel rank does, not as one process on the global batch, and only the test set lines
 #   are compared: the data-parallel run logs rank 0's loss); state.json's
-#   dropout_counters are that run's (the stages' counters gathered in the unsplit model's order);
+#   dropout_counters are that run's (the stages' counters gathered in the unsplit model's order),
+#   and a data-parallel run resumed from its first epoch's checkpoint ends with the unsplit weights;
 #   GPipe ends with 1F1B's weights bit for bit; and dropout matters (the run without it logs other
 #   losses);
 # - --progress on: the image models' and the GPT's progress line, redrawn in place by one rank
@@ -50,6 +51,12 @@ ref_counters=$(counters "$WORK/ref") pipe_counters=$(counters "$WORK/pipe")
 echo "# dropout_counters: $ref_counters / $pipe_counters"
 check "--dropout: state.json's dropout_counters are the unsplit run's (3 layers)" \
   same_nonempty "$pipe_counters" "$ref_counters"
+# The pipeline's first epoch-end checkpoint resumed without the pipeline (D ranks): the gathered
+# counters go on drawing the unsplit run's masks.
+first=$(ls -d "$WORK"/pipe/step-* | sort -V | head -1)
+dtrain_at "$D" "$WORK/res.log" train "${RUN[@]}" --dropout 0.3 --resume "$first" --checkpoint-dir "$WORK/res"
+final_weights_close "$WORK/ref" "$WORK/res" 1e-5
+check "--dropout: the pipeline's checkpoint resumed on $D rank(s) ends within 1e-5 of the unsplit run" [ $? -eq 0 ]
 # (The weights cannot be compared: the Dropout layers shift the layers' names.)
 dtrain_at "$D" "$WORK/plain.log" train "${RUN[@]}"
 ! same_lines "$WORK/ref.log" "$WORK/plain.log" >/dev/null 2>&1
