@@ -162,13 +162,15 @@ TEST(BatchNormKernels, PlanesEqualElementsBitwise) {
 // The CPU loops of model/cpu_norm.h compute the row kernels' CPU lane (OneLane, launch_rows on the
 // CPU) bitwise: statistics with and without the running update, backward's sums with and without
 // the fused ReLU's mask (y has zeros, negatives and a NaN), gradients written and accumulated,
-// over planes that leave a tail after the groups of four (1, 3, 7) and that do not (4, 16).
+// over planes that leave a tail after the groups of four (1, 3, 7) and that do not (4, 16), and
+// batches of fewer planes than cpu_norm.cpp's groups (3) and of groups with a tail (9, 12).
 TEST(BatchNormKernels, CpuReductionsEqualTheRowKernelsBitwise) {
   auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
   };
+  for (int64_t n : {3, 9, 12})
   for (int64_t plane : {1, 3, 4, 7, 16}) {
-    const int64_t n = 3, c = 5, count = n * c * plane;
+    const int64_t c = 5, count = n * c * plane;
     std::vector<float> x = testing::random_values(count, 1, -2.f, 3.f), dy = testing::random_values(count, 2);
     std::vector<float> y = testing::random_values(count, 5);
     y[0] = NAN;
