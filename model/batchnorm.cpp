@@ -41,7 +41,16 @@ void BatchNorm::check_input(const Tensor& input) {
 
 // Per call: one per-channel pass (statistics, or the running ones' coefficients in evaluation),
 // one elementwise pass; in training the num_batches_tracked increment.
-Tensor BatchNorm::forward(const Tensor& input) {
+Tensor BatchNorm::forward(const Tensor& input) { return forward_impl(input, nullptr); }
+
+Tensor BatchNorm::forward_add_relu(const Tensor& input, const Tensor& residual) {
+  DTRAIN_CHECK(!relu_, "{}: forward_add_relu with a fused ReLU of its own", describe());
+  DTRAIN_CHECK(residual.shape() == input.shape() && residual.device() == input.device(),
+               "{}: residual {} for input {}", describe(), shape_str(residual.shape()), shape_str(input.shape()));
+  return forward_impl(input, &residual);
+}
+
+Tensor BatchNorm::forward_impl(const Tensor& input, const Tensor* residual) {
   check_input(input);
   const Device dev = weight_.value.device();
   input_ = input;
@@ -59,13 +68,12 @@ Tensor BatchNorm::forward(const Tensor& input) {
                                               options_.eps});
   }
   // One thread per element on the GPU; per plane on the CPU (the same floats, a vectorised loop).
+  const kernels::BatchNormApplyPlanes apply{output_.data(), input.data(), s + kAlpha * c, s + kShift * c, c, plane_,
+                                            relu_ || residual != nullptr, residual ? residual->data() : nullptr};
   if (dev.is_cpu())
-    launch(dev, batch_ * c,
-           kernels::BatchNormApplyPlanes{output_.data(), input.data(), s + kAlpha * c, s + kShift * c, c, plane_,
-                                         relu_});
+    launch(dev, batch_ * c, apply);
   else
-    launch(dev, output_.numel(),
-           kernels::BatchNormApply{{output_.data(), input.data(), s + kAlpha * c, s + kShift * c, c, plane_, relu_}});
+    launch(dev, output_.numel(), kernels::BatchNormApply{apply});
   return output_;
 }
 

@@ -49,6 +49,9 @@ class BatchNorm : public Module {
   // weight 1, bias 0, running_mean 0, running_var 1, num_batches_tracked 0 (int64), as PyTorch.
   BatchNorm(int64_t channels, int dims, Device device, BatchNormOptions options = {});
   Tensor forward(const Tensor& input) override;
+  // ReLU(bn(input) + residual) in the normalising pass (Note [Fused residual join] in
+  // model/resnet.cpp); backward is forward's (the join's ReLU is masked by the caller).
+  Tensor forward_add_relu(const Tensor& input, const Tensor& residual);
   Tensor backward(const Tensor& grad_output, bool need_input_grad = true) override;
   std::vector<Parameter*> parameters() override { return {&weight_, &bias_}; }
   std::vector<Buffer*> buffers() override { return {&running_mean_, &running_var_, &num_batches_tracked_}; }
@@ -57,6 +60,8 @@ class BatchNorm : public Module {
   void set_batch_stats_sync(std::shared_ptr<BatchStatsSync> sync) override { sync_ = std::move(sync); }
 
  private:
+  // forward, with the join's residual added and ReLU applied (residual defined) or not.
+  Tensor forward_impl(const Tensor& input, const Tensor* residual);
   // The training statistics: this rank's, or every rank's (Note [SyncBatchNorm]).
   void batch_statistics(const Tensor& input);
   void stats(const kernels::BatchNormStats& k);
@@ -82,6 +87,9 @@ class BatchNorm : public Module {
 class GlobalAvgPool : public Module {
  public:
   Tensor forward(const Tensor& input) override;
+  // ReLU(bn(input) + residual) in the normalising pass (Note [Fused residual join] in
+  // model/resnet.cpp); backward is forward's (the join's ReLU is masked by the caller).
+  Tensor forward_add_relu(const Tensor& input, const Tensor& residual);
   Tensor backward(const Tensor& grad_output, bool need_input_grad = true) override;
   std::string describe() const override { return "GlobalAvgPool()"; }
 

@@ -125,9 +125,11 @@ struct BatchNormEvalCoefficients {
   }
 };
 
-// y = x * alpha[c] + shift[c], then max(., 0) when relu (Note [Fused ReLU] in model/module.h),
+// y = x * alpha[c] + shift[c], plus residual when given (ResNet's join: Note [Fused residual
+// join] in model/resnet.cpp), then max(., 0) when relu (Note [Fused ReLU] in model/module.h),
 // one (n, c) plane per thread: the CPU's path (no division per element, an inner loop the
 // compiler vectorises). BatchNormApply computes the same floats one element per thread (the GPU's).
+// The sum is AddRelu's (a float, then the ReLU), so the fused join gives the unfused bits.
 struct BatchNormApplyPlanes {
   float* y;
   const float* x;
@@ -135,12 +137,23 @@ struct BatchNormApplyPlanes {
   const float* shift;
   int64_t channels, plane;
   bool relu;
+  const float* residual = nullptr;  // [N, C, plane] or nullptr
   DTRAIN_HD void operator()(int64_t r) const {
     const int64_t c = r % channels;
     const float a = alpha[c], s = shift[c];
     float* yr = y + r * plane;
     const float* xr = x + r * plane;
-    if (relu) {
+    if (residual) {
+      const float* rr = residual + r * plane;
+      if (relu) {
+        for (int64_t p = 0; p < plane; ++p) {
+          const float v = (xr[p] * a + s) + rr[p];
+          yr[p] = v > 0.f ? v : 0.f;
+        }
+      } else {
+        for (int64_t p = 0; p < plane; ++p) yr[p] = (xr[p] * a + s) + rr[p];
+      }
+    } else if (relu) {
       for (int64_t p = 0; p < plane; ++p) {
         const float v = xr[p] * a + s;
         yr[p] = v > 0.f ? v : 0.f;
@@ -155,7 +168,8 @@ struct BatchNormApply {
   BatchNormApplyPlanes a;
   DTRAIN_HD void operator()(int64_t i) const {
     const int64_t c = (i / a.plane) % a.channels;
-    const float v = a.x[i] * a.alpha[c] + a.shift[c];
+    float v = a.x[i] * a.alpha[c] + a.shift[c];
+    if (a.residual) v = v + a.residual[i];
     a.y[i] = a.relu ? (v > 0.f ? v : 0.f) : v;
   }
 };

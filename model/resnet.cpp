@@ -37,14 +37,18 @@ std::vector<Module*> BasicBlock::children() {
 }
 
 // Per call: the two convolutions and BatchNorms (the downsample's too), one pass for the join.
+// Note [Fused residual join]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The join ReLU(bn2(h) + identity) is bn2's normalising pass with the identity added before its
+// ReLU (kernels::BatchNormApplyPlanes' residual): one pass over the block's output instead of
+// bn2's and then AddRelu's, the same floats. bn2's output is the block's: backward masks the
+// gradient with it (bn2 itself, without a ReLU of its own, reads only its input in backward).
 Tensor BasicBlock::forward(const Tensor& x) {
   const Tensor& h = conv2_.forward(bn1_.forward(conv1_.forward(x)));
-  const Tensor& main = bn2_.forward(h);
   const Tensor& identity = downsample_ ? downsample_->forward(x) : x;
-  DTRAIN_CHECK(main.shape() == identity.shape(), "BasicBlock: {} and identity {}", shape_str(main.shape()),
+  DTRAIN_CHECK(h.shape() == identity.shape(), "BasicBlock: {} and identity {}", shape_str(h.shape()),
                shape_str(identity.shape()));
-  ensure_tensor(out_, main.shape(), main.device());
-  launch(main.device(), out_.numel(), kernels::AddRelu{out_.data(), main.data(), identity.data()});
+  out_ = bn2_.forward_add_relu(h, identity);
   return out_;
 }
 

@@ -159,6 +159,25 @@ TEST(BatchNormKernels, PlanesEqualElementsBitwise) {
 }
 
 
+// Note [Fused residual join]: the normalising pass with the identity added before the ReLU gives
+// bn2's output followed by AddRelu's, bitwise, on the CPU's planes and the GPU's elements.
+TEST(BatchNormKernels, ResidualJoinEqualsApplyThenAddReluBitwise) {
+  const int64_t n = 3, c = 4, plane = 7, count = n * c * plane;
+  const std::vector<float> x = testing::random_values(count, 1), r = testing::random_values(count, 2);
+  const std::vector<float> alpha = testing::random_values(c, 3), shift = testing::random_values(c, 4);
+  std::vector<float> main(count), want(count), planes(count), elements(count);
+  launch(Device::cpu(), n * c,
+         kernels::BatchNormApplyPlanes{main.data(), x.data(), alpha.data(), shift.data(), c, plane, false});
+  launch(Device::cpu(), count, kernels::AddRelu{want.data(), main.data(), r.data()});
+  launch(Device::cpu(), n * c,
+         kernels::BatchNormApplyPlanes{planes.data(), x.data(), alpha.data(), shift.data(), c, plane, true, r.data()});
+  launch(Device::cpu(), count,
+         kernels::BatchNormApply{{elements.data(), x.data(), alpha.data(), shift.data(), c, plane, true, r.data()}});
+  EXPECT_EQ(want, planes);
+  EXPECT_EQ(want, elements);
+  EXPECT_GT(std::count(want.begin(), want.end(), 0.f), 0);  // the ReLU cut some
+}
+
 // The CPU loops of model/cpu_norm.h compute the row kernels' CPU lane (OneLane, launch_rows on the
 // CPU) bitwise: statistics with and without the running update, backward's sums with and without
 // the fused ReLU's mask (y has zeros, negatives and a NaN), gradients written and accumulated,
