@@ -247,6 +247,41 @@ std::string different_collective_text(const std::vector<ProgressBoard::Entry>& b
   return out;
 }
 
+constexpr const char* kPeerNotPosted =
+    "a peer named in it has not posted the matching send or recv (its own line or `dtrain flight-report` says "
+    "where it is)";
+
+TimeoutExplanation explain_timeout(std::vector<ProgressBoard::Entry> board, int my_local_rank,
+                                   const std::vector<ProgressBoard::Entry>& node, bool p2p, int64_t seq, int kind,
+                                   int64_t count, int dtype, int64_t now_ns) {
+  // Note [Stopped ranks beyond this communicator]: every rank judged by its newest heartbeat on
+  // any board of this process, this communicator's members included.
+  for (ProgressBoard::Entry& e : board)
+    for (const ProgressBoard::Entry& n : node)
+      if (n.world_rank == e.world_rank) e.heartbeat_ns = std::max(e.heartbeat_ns, n.heartbeat_ns);
+  TimeoutExplanation out;
+  if (p2p) {
+    // Point-to-point is not on the board (Note [Point-to-point]): the label names the peers; the
+    // heartbeats are, so a stopped peer is named as in a collective's line.
+    out.others = kPeerNotPosted;
+    if (std::string stale = unresponsive_text(board, my_local_rank, now_ns); !stale.empty())
+      out.others = stale + "; " + kPeerNotPosted;
+  } else {
+    out.others = not_arrived_text(board, my_local_rank, seq, kind, count, dtype, now_ns);
+    if (out.others.empty()) out.others = "every rank on this node arrived; the missing rank is on another node";
+  }
+  out.suspects = unresponsive_ranks(board, my_local_rank, now_ns);
+  const int me = board[static_cast<size_t>(my_local_rank)].world_rank;
+  for (ProgressBoard::Entry e : node) {
+    const bool here = std::any_of(board.begin(), board.end(), [&](const auto& b) { return b.world_rank == e.world_rank; });
+    if (e.world_rank == me || here || !is_stale(e, now_ns)) continue;
+    out.suspects.push_back(e.world_rank);
+    e.started = 0;  // its collective number is another communicator's
+    out.others += fmt::format("; beyond this communicator, {}", not_responding(e, now_ns));
+  }
+  return out;
+}
+
 CollectiveWatchdog::CollectiveWatchdog(WatchdogSettings settings, int rank, int size, FlightRecorder& recorder,
                                        ProgressBoard* board)
     : settings_(std::move(settings)), rank_(rank), size_(size), recorder_(recorder), board_(board) {
@@ -318,31 +353,8 @@ void CollectiveWatchdog::time_out(int64_t seq, double waited_s) {
   CollectiveRecord rec;
   for (const CollectiveRecord& r : recorder_.snapshot())
     if (r.seq == seq) rec = r;
-  std::string others;
-  std::vector<int> suspects;
   const bool p2p = rec.kind == "send" || rec.kind == "recv" || rec.kind == "sendrecv";
-  if (p2p) {
-    // Point-to-point is not on the board (Note [Point-to-point]): the label names the peers.
-    others = "a peer named in it has not posted the matching send or recv (its own line or `dtrain flight-report` "
-             "says where it is)";
-    if (board_) {
-      // The heartbeats are on the board: a stopped peer is named, as in a collective's line.
-      const std::vector<ProgressBoard::Entry> board = board_->read();
-      const int64_t now = steady_now_ns();
-      suspects = unresponsive_ranks(board, board_->local_rank(), now);
-      if (std::string stale = unresponsive_text(board, board_->local_rank(), now); !stale.empty())
-        others = stale + "; " + others;
-    }
-  } else if (board_) {
-    const std::vector<ProgressBoard::Entry> board = board_->read();
-    const int64_t now = steady_now_ns();
-    others = not_arrived_text(board, board_->local_rank(), seq, ProgressBoard::kind_code(rec.kind), rec.count,
-                              static_cast<int>(rec.dtype), now);
-    suspects = unresponsive_ranks(board, board_->local_rank(), now);
-    if (others.empty()) others = "every rank on this node arrived; the missing rank is on another node";
-  } else {
-    others = "ranks on other nodes: see their lines or `dtrain flight-report`";
-  }
+  TimeoutExplanation why;
   if (board_) {
     // Note [Stopped ranks beyond this communicator]
     std::vector<std::vector<ProgressBoard::Entry>> boards;
@@ -350,15 +362,14 @@ void CollectiveWatchdog::time_out(int64_t seq, double waited_s) {
       std::lock_guard lock(boards_mutex());
       for (const ProgressBoard* b : process_boards()) boards.push_back(b->read());
     }
-    const std::vector<ProgressBoard::Entry> node = freshest_entries(boards);
-    const int64_t now = steady_now_ns();
-    for (const ProgressBoard::Entry& e : node) {
-      if (e.world_rank == rank_ || std::find(suspects.begin(), suspects.end(), e.world_rank) != suspects.end()) continue;
-      if (!is_stale(e, now)) continue;
-      suspects.push_back(e.world_rank);
-      others += fmt::format("; beyond this communicator, {}", not_responding(e, now));
-    }
+    why = explain_timeout(board_->read(), board_->local_rank(), freshest_entries(boards), p2p, seq,
+                          ProgressBoard::kind_code(rec.kind), rec.count, static_cast<int>(rec.dtype), steady_now_ns());
+  } else {
+    why.others = p2p ? kPeerNotPosted
+                     : "ranks on other nodes: see their lines or `dtrain flight-report`";
   }
+  const std::string& others = why.others;
+  const std::vector<int>& suspects = why.suspects;
   const std::string where = dump(fmt::format("timeout in collective #{}: {}", seq, others), suspects);
   const std::string line = fmt::format(
       "dtrain: rank {}: collective #{} ({} of {} {}{}) timed out after {:.1f} s (timeout {} s): {}; flight "

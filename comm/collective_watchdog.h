@@ -91,6 +91,19 @@ std::vector<ProgressBoard::Entry> freshest_entries(const std::vector<std::vector
 // The world ranks on the board whose heartbeat is stale at `now_ns`. Pure.
 std::vector<int> unresponsive_ranks(const std::vector<ProgressBoard::Entry>& board, int my_local_rank, int64_t now_ns);
 
+// What a timeout line says about the others: `board` is this communicator's (this rank at
+// `my_local_rank`), `node` every rank of the node at its newest heartbeat on any board of the
+// process (freshest_entries; Note [Stopped ranks beyond this communicator]). A member is stale
+// only if it beats on no board; a stale rank of the node outside this communicator is added
+// ("beyond this communicator, rank 3 is not responding ..."). Pure.
+struct TimeoutExplanation {
+  std::string others;
+  std::vector<int> suspects;  // world ranks seen stopped or frozen
+};
+TimeoutExplanation explain_timeout(std::vector<ProgressBoard::Entry> board, int my_local_rank,
+                                   const std::vector<ProgressBoard::Entry>& node, bool p2p, int64_t seq, int kind,
+                                   int64_t count, int dtype, int64_t now_ns);
+
 struct WatchdogSettings {
   double timeout_s = 600;  // 0: no deadline
   std::string dump_dir;    // flight-recorder dumps ("" = the current directory)

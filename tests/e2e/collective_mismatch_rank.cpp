@@ -40,7 +40,8 @@ int main(int argc, char** argv) {
   try {
     dtrain::RuntimeOptions options;
     options.device = dtrain::DeviceRequest::cpu();
-    options.collective_timeout_s = mode == "rs_late" || mode == "chain" ? 3 : 120;  // else far beyond the test's limit: the check must end it
+    // chain: 6 s, so the stopped rank is stale (2 s without a heartbeat) well before rank 0's deadline.
+    options.collective_timeout_s = mode == "rs_late" ? 3 : mode == "chain" ? 6 : 120;  // else far beyond the test's limit: the check must end it
     options.debug_collectives = mode == "checked" || mode == "rs_checked";
     options.concurrent_communicators = mode == "chain";  // split() needs MPI_THREAD_MULTIPLE
     rt = dtrain::init(&argc, &argv, options);
@@ -72,8 +73,8 @@ int main(int argc, char** argv) {
       if (rank == 2) {
         std::raise(SIGSTOP);
       } else if (rank == 1) {
-        // Later than rank 0's all-reduce, so rank 0's deadline passes first.
-        std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+        // Long after rank 0's all-reduce, so rank 0's deadline passes first even on a loaded box.
+        std::this_thread::sleep_for(std::chrono::seconds(12));
         chain->recv(f.data(), 1000, dtrain::DType::kF32, 1);
       } else {
         pair->allreduce(f.data(), 1000, dtrain::DType::kF32, dtrain::ReduceOp::kSum);

@@ -107,18 +107,30 @@ TEST(ProgressBoard, NamesRanksBehindInAnotherCollectiveOrNotResponding) {
 
 // Note [Stopped ranks beyond this communicator]: a rank is judged by its newest heartbeat on any
 // board of the process, so one that left a communicator early (its beat there stopped) is not
-// called stopped while it beats on another; one that beats on none is.
-TEST(ProgressBoard, ARankIsStoppedOnlyWhenItBeatsOnNoBoard) {
+// called stopped while it beats on another; one that beats on none is named, also when it is not
+// in the waiting communicator (a stage's replica waits on a rank waiting on a stopped neighbour).
+TEST(ProgressBoard, ATimeoutNamesARankStoppedOnEveryBoardAndOnlyThat) {
+  const int ar = ProgressBoard::kind_code("allreduce"), f32 = static_cast<int>(DType::kF32);
   const int64_t now = 100'000'000'000, old = now - 5'000'000'000;
-  const std::vector<ProgressBoard::Entry> stage = {entry(0, 9, 9, 50, now), entry(2, 9, 9, 50, old)};
+  // Rank 0 waits in stage #9 for rank 2, whose beat on this board stopped (it left it) but who
+  // beats on the world's; rank 3, on the world's board only, beats nowhere.
+  const std::vector<ProgressBoard::Entry> stage = {entry(0, 9, 8, 50, now), entry(2, 8, 8, 50, old)};
   const std::vector<ProgressBoard::Entry> world = {entry(0, 3, 3, 1, now), entry(1, 3, 3, 1, now),
                                                    entry(2, 3, 3, 1, now), entry(3, 3, 3, 1, old)};
   const std::vector<ProgressBoard::Entry> node = freshest_entries({stage, world});
   ASSERT_EQ(node.size(), 4u);
-  std::vector<int> stale;
-  for (size_t r = 0; r < node.size(); ++r)
-    if (!unresponsive_ranks({node[r]}, -1, now).empty()) stale.push_back(node[r].world_rank);
-  EXPECT_EQ(stale, std::vector<int>{3}) << "rank 2 still beats on the world's board";
+  const TimeoutExplanation why = explain_timeout(stage, 0, node, false, 9, ar, 50, f32, now);
+  EXPECT_EQ(why.others.rfind("rank 2 has not arrived (last started #8, completed #8); beyond this communicator, "
+                             "rank 3 is not responding (stopped or frozen: no heartbeat for 5.0 s)", 0), 0u)
+      << why.others;
+  EXPECT_EQ(why.suspects, std::vector<int>{3});
+  // Judged by this board alone, rank 2 would be called stopped.
+  EXPECT_NE(explain_timeout(stage, 0, {}, false, 9, ar, 50, f32, now).others.find("rank 2 is not responding"),
+            std::string::npos);
+  // A transfer's line names the stopped rank beyond it too.
+  const TimeoutExplanation p2p = explain_timeout(stage, 0, node, true, 9, 0, 50, f32, now);
+  EXPECT_NE(p2p.others.find("beyond this communicator, rank 3 is not responding"), std::string::npos) << p2p.others;
+  EXPECT_EQ(p2p.others.find("rank 2 is not responding"), std::string::npos) << p2p.others;
 }
 
 }  // namespace
