@@ -116,6 +116,10 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   const std::vector<safetensors::TensorSpec> whole = whole_model_tensors(spec, sample_shape, classes);
   // The optimizer holds the stage's parameters (their addresses do not move with the layers).
   std::unique_ptr<Optimizer> optimizer = make_optimizer(c.optimizer, stage_layers->parameters());
+  // Note [Pipeline ZeRO-1] (app/pipeline_zero.h): the optimizer state (still empty) narrows to
+  // this replica's chunk before a resume asks for it.
+  std::optional<StageZero> zero;
+  if (c.ddp.zero_stage == 1 && grid.replicas > 1) zero.emplace(*stage_layers, grid);
   // Note [Pipeline checkpoints] (train/checkpointer.h): a checkpoint of any P x D (or of a
   // data-parallel run), this stage taking its own tensors; else --init-weights, likewise; else
   // the seeded initialisation.
@@ -128,10 +132,6 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
                     [&] { load_stage_weights(rt.control(), k.init_weights, *stage_layers, whole); });
   const std::string description = describe(Architecture{c.model, sample_shape, classes, c.data.normalize});
   PipelineStage stage(std::move(stage_layers), grid, {p.schedule, p.micro_batches});
-  // Note [Pipeline ZeRO-1] (app/pipeline_zero.h): after the replicas start alike, the optimizer
-  // state (still empty: no checkpoint under --zero) narrows to this replica's chunk.
-  std::optional<StageZero> zero;
-  if (c.ddp.zero_stage == 1 && grid.replicas > 1) zero.emplace(stage);
   // Note [Pipeline gradient norm] (pipeline/pipeline_clip.h).
   std::optional<PipelineClipper> clipper;
   if (c.clip_grad_norm > 0.f) clipper.emplace(rt.control(), stage);
@@ -189,7 +189,7 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
     set_collective_context(fmt::format("checkpoint of step {}", pos.global_step));
     checkpoint::TrainingState state = position_state(pos, c, rt.size(), schedule.lr_at(pos.epoch));
     state.grad_scaler = gate.state_json();
-    saver.save_stage(state, stage.module(), *optimizer, grid.replica == 0, whole, architecture);
+    saver.save_stage(state, stage.module(), *optimizer, {grid.stage, grid.replica}, whole, architecture);
     reporter.note(fmt::format("checkpoint: saved {}", saver.last_path()));
     last_saved = pos.global_step;
   };

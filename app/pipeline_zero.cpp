@@ -9,9 +9,9 @@
 
 namespace dtrain {
 
-StageZero::StageZero(PipelineStage& stage) : comm_(*stage.grid().data_parallel) {
-  const std::vector<Parameter*> params = stage.module().parameters();
-  DTRAIN_CHECK(!params.empty(), "--zero: pipeline stage {} holds no parameters", stage.grid().stage);
+StageZero::StageZero(Module& stage, const PipelineGrid& grid) : comm_(*grid.data_parallel) {
+  const std::vector<Parameter*> params = stage.parameters();
+  DTRAIN_CHECK(!params.empty(), "--zero: pipeline stage {} holds no parameters", grid.stage);
   store_ = FlatStore::of(params);
   // One bucket, the parameters in reverse (the order backward finishes them), padded to D.
   std::vector<size_t> order;

@@ -8,24 +8,32 @@
 // ddp/zero_plan.h, N = D), replica d owns chunk d of it, its optimizer keeps state for that chunk
 // only and updates only it, and the optimizer's after-step hook all-gathers the updated chunks in
 // place over the stage's group. Each element's update reads the same gradient and state as
-// without ZeRO, so the weights are bitwise the unsharded pipeline's. Not yet: ZeRO-2 (the
-// gradients reduce-scattered during backward) and the sharded state in checkpoints.
+// without ZeRO, so the weights are bitwise the unsharded pipeline's. In checkpoints (Note [Pipeline
+// checkpoints] in train/checkpointer.h) every replica saves its chunk's state as its shard, and a
+// resume asks for the chunk of the new layout: any P x D, with or without --zero, re-cut by the
+// data-parallel ZeRO's transfer (train/optimizer_transfer.h). The GPT's tied wte (Note [Tied
+// stages]) is in the first and the last stage's stores, each sharded over its own replicas: both
+// copies take the same whole gradient, so their chunks' updates agree, and the state is saved by
+// the first stage's replicas alone. Not yet: ZeRO-2 (the gradients reduce-scattered during
+// backward).
 #pragma once
 
 #include <memory>
 
 #include "comm/communicator.h"
 #include "model/flat_store.h"
-#include "pipeline/pipeline_stage.h"
+#include "model/module.h"
+#include "pipeline/grid.h"
 
 namespace dtrain {
 
 class StageZero {
  public:
   // Collective over the stage's replicas only in the all-gathers it later starts; here it moves
-  // the stage's values and gradients (an optimizer over them moves its state). Build it before
-  // the first step.
-  explicit StageZero(PipelineStage& stage);
+  // the values and gradients of `stage` (this rank's layers of the pipeline `grid`; an optimizer
+  // over them moves its state). Build it before the first step, and before a resume asks for
+  // this replica's pieces of the optimizer state (wanted_pieces: its chunk's).
+  StageZero(Module& stage, const PipelineGrid& grid);
   ~StageZero();
   StageZero(const StageZero&) = delete;
   StageZero& operator=(const StageZero&) = delete;
