@@ -29,6 +29,13 @@ StageZero::StageZero(Module& stage, const PipelineGrid& grid) : comm_(*grid.data
 
 StageZero::~StageZero() { store_->set_after_step(nullptr); }
 
+void StageZero::reduce_scatter_gradients() {
+  float* bucket = store_->grads().data() + begin_;
+  order_after(compute_stream(store_->device()), comm_);
+  const ScopedCollectiveDetail detail("ZeRO-2: the stage's gradients");
+  comm_.reduce_scatter_async(bucket, bucket + comm_.rank() * per_rank_, per_rank_, DType::kF32, ReduceOp::kSum)->wait();
+}
+
 void StageZero::gather_updated_values() {
   // After the update of this replica's chunk: every chunk to every replica, in place.
   float* bucket = store_->values().data() + begin_;

@@ -14,8 +14,15 @@
 // data-parallel ZeRO's transfer (train/optimizer_transfer.h). The GPT's tied wte (Note [Tied
 // stages]) is in the first and the last stage's stores, each sharded over its own replicas: both
 // copies take the same whole gradient, so their chunks' updates agree, and the state is saved by
-// the first stage's replicas alone. Not yet: ZeRO-2 (the gradients reduce-scattered during
-// backward).
+// the first stage's replicas alone.
+//
+// ZeRO-2 (--zero 2, the MLP and the CNN): the stage does not all-reduce its gradients; after the
+// step's last backward one reduce-scatter of the bucket gives each replica the sum of its chunk
+// (on one node the bits the all-reduce gives those elements), which is all its update reads: half
+// the all-reduce's traffic. It keeps no memory back here: a stage accumulates its M micro-batches'
+// gradients whole (as DDP's ZeRO-2 under no_sync), which is why DeepSpeed refuses ZeRO-2 with
+// pipelining. Not with the GPT's tied wte (its copies add whole sums) or --clip-grad-norm (the
+// norm reads whole sums).
 #pragma once
 
 #include <memory>
@@ -35,6 +42,10 @@ class StageZero {
   // this replica's pieces of the optimizer state (wanted_pieces: its chunk's).
   StageZero(Module& stage, const PipelineGrid& grid);
   ~StageZero();
+  // ZeRO-2, after the step's last backward (the stage built with sum_gradients false): the
+  // replicas' local gradients reduce-scattered, each replica's chunk the sum the stage's
+  // all-reduce would give it (the rest of its gradient stays its own, unread by the update).
+  void reduce_scatter_gradients();
   StageZero(const StageZero&) = delete;
   StageZero& operator=(const StageZero&) = delete;
 

@@ -6,7 +6,8 @@
 #   pipeline's (whose model.safetensors it also equals bit for bit);
 # - a run stopped at step 20 (mid-epoch) and resumed with --zero 1 ends with the uninterrupted
 #   run's files bit for bit (model.safetensors and every shard); resumed without --zero, the same
-#   model bit for bit (the slices re-cut whole);
+#   model bit for bit (the slices re-cut whole); resumed with --zero 2 (the gradients
+#   reduce-scattered, the same shards), the same files bit for bit;
 # - the --zero 1 checkpoint resumes at P = 1 (np 2, data parallel, no --zero), and that run's
 #   checkpoint resumes at P 2 x D 2 with --zero 1, each ending within 1e-5 of the uninterrupted
 #   pipeline (the unsplit model rounds its GEMMs unlike M accumulated ones).
@@ -51,6 +52,13 @@ dtrain_at 4 "$WORK/unz.log" train "${RUN[@]}" "${PIPE[@]}" --epochs 2 --resume "
   --checkpoint-dir "$WORK/unz"
 check "--zero 1 checkpoint resumed without --zero: the uninterrupted run's model bit for bit" \
   cmp "$WORK/full/step-48/model.safetensors" "$WORK/unz/step-48/model.safetensors"
+dtrain_at 4 "$WORK/z2.log" train "${RUN[@]}" "${PIPE[@]}" --zero 2 --epochs 2 --resume "$WORK/part/step-20" \
+  --checkpoint-dir "$WORK/z2"
+same=1
+for f in "$WORK"/full/step-48/*.safetensors; do
+  cmp -s "$f" "$WORK/z2/step-48/$(basename "$f")" || { same=0; echo "# differs: $(basename "$f")"; }
+done
+check "--zero 1 checkpoint resumed with --zero 2: model and every shard bit for bit the --zero 1 run's" [ "$same" -eq 1 ]
 
 dtrain_at "$D" "$WORK/to1.log" train "${RUN[@]}" "${ONE[@]}" --epochs 2 --resume "$WORK/part/step-20" \
   --checkpoint-dir "$WORK/to1"
