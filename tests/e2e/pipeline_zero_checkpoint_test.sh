@@ -29,9 +29,7 @@ check "--zero 1 at P $P x D $D: the uninterrupted run saved step 48" [ -f "$WORK
 dtrain_at 4 "$WORK/plain.log" train "${RUN[@]}" "${PIPE[@]}" --epochs 2 --checkpoint-dir "$WORK/plain"
 check "--zero 1: model.safetensors bit for bit the unsharded pipeline's" \
   cmp "$WORK/full/step-48/model.safetensors" "$WORK/plain/step-48/model.safetensors"
-for run in full plain; do
-  dtrain_at 1 "$WORK/consolidate-$run.log" checkpoint consolidate "$WORK/$run" -o "$WORK/$run-optimizer.safetensors"
-done
+consolidate full plain
 check "--zero 1: 4 shards consolidated (8 exp_avg, 8 exp_avg_sq, 8 step counts)" \
   grep -q "from 4 shards: 16 tensors, 8 counts" "$WORK/consolidate-full.log"
 check "--zero 1: the replicas' slices consolidate to the unsharded pipeline's optimizer state, byte for byte" \
@@ -42,23 +40,16 @@ dtrain_at 4 "$WORK/res.log" train "${RUN[@]}" "${PIPE[@]}" --zero 1 --epochs 2 -
   --checkpoint-dir "$WORK/res"
 check "--zero 1: resumed from step 20 (mid-epoch)" \
   grep -q "resume: from .*step-20 (global step 20; epoch 1, 20 step(s) and 1280 samples" "$WORK/res.log"
-same=1
-for f in "$WORK"/full/step-48/*.safetensors; do
-  cmp -s "$f" "$WORK/res/step-48/$(basename "$f")" || { same=0; echo "# differs: $(basename "$f")"; }
-done
 check "--zero 1 resumed at P $P x D $D: model and every optimizer shard bit for bit the uninterrupted run's" \
-  [ "$same" -eq 1 ]
+  same_files "$WORK/full/step-48" "$WORK/res/step-48"
 dtrain_at 4 "$WORK/unz.log" train "${RUN[@]}" "${PIPE[@]}" --epochs 2 --resume "$WORK/part/step-20" \
   --checkpoint-dir "$WORK/unz"
 check "--zero 1 checkpoint resumed without --zero: the uninterrupted run's model bit for bit" \
   cmp "$WORK/full/step-48/model.safetensors" "$WORK/unz/step-48/model.safetensors"
 dtrain_at 4 "$WORK/z2.log" train "${RUN[@]}" "${PIPE[@]}" --zero 2 --epochs 2 --resume "$WORK/part/step-20" \
   --checkpoint-dir "$WORK/z2"
-same=1
-for f in "$WORK"/full/step-48/*.safetensors; do
-  cmp -s "$f" "$WORK/z2/step-48/$(basename "$f")" || { same=0; echo "# differs: $(basename "$f")"; }
-done
-check "--zero 1 checkpoint resumed with --zero 2: model and every shard bit for bit the --zero 1 run's" [ "$same" -eq 1 ]
+check "--zero 1 checkpoint resumed with --zero 2: model and every shard bit for bit the --zero 1 run's" \
+  same_files "$WORK/full/step-48" "$WORK/z2/step-48"
 
 dtrain_at "$D" "$WORK/to1.log" train "${RUN[@]}" "${ONE[@]}" --epochs 2 --resume "$WORK/part/step-20" \
   --checkpoint-dir "$WORK/to1"
