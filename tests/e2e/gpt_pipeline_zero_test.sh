@@ -5,6 +5,7 @@
 # - the weights and the step and val lines are the unsharded pipeline's bit for bit, and the
 #   replicas' shards consolidate (`dtrain checkpoint consolidate`) to the unsharded pipeline's
 #   optimizer file byte for byte (the tied wte's state once, from the first stage's replicas);
+#   with --accumulate 2 too;
 # - step 10 resumed with --zero 1 ends with the uninterrupted run's files bit for bit (model and
 #   every shard); resumed without --zero, its model bit for bit; resumed at P = 1 (np 2, data
 #   parallel, no --zero) within 2e-4 relative of the pipeline's run (M micro-batches' GEMMs round
@@ -37,6 +38,13 @@ check "--zero 1: 4 shards consolidated (28 tensors' exp_avg and exp_avg_sq, wte 
   grep -q "from 4 shards: 56 tensors, 28 counts" "$WORK/consolidate-zero.log"
 check "--zero 1: the replicas' slices consolidate to the unsharded pipeline's optimizer state, byte for byte" \
   cmp "$WORK/zero-optimizer.safetensors" "$WORK/plain-optimizer.safetensors"
+for z in 0 1; do
+  dtrain_at 4 "$WORK/acc$z.log" "${gpt[@]}" "${PIPE[@]}" --accumulate 2 --zero "$z" --checkpoint-dir "$WORK/acc$z"
+done
+check "--zero 1 --accumulate 2: step and val lines the unsharded pipeline's" \
+  same_nonempty "$(steps_of "$WORK/acc1.log")" "$(steps_of "$WORK/acc0.log")"
+check "--zero 1 --accumulate 2: model.safetensors bit for bit the unsharded pipeline's" \
+  cmp "$WORK/acc1/step-20/model.safetensors" "$WORK/acc0/step-20/model.safetensors"
 
 dtrain_at 4 "$WORK/res.log" "${gpt[@]}" "${PIPE[@]}" --zero 1 --resume "$WORK/zero/step-10" --checkpoint-dir "$WORK/res"
 check "--zero 1: resumed from step 10" grep -q "step-10" "$WORK/res.log"
