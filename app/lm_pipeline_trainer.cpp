@@ -12,7 +12,9 @@
 #include "app/checkpointing.h"
 #include "app/lm_batches.h"
 #include "app/lm_trainer.h"
+#include "app/memory_report.h"
 #include "app/pipeline_report.h"
+#include "app/pipeline_zero.h"
 #include "app/rank_agreement.h"
 #include "app/preemption.h"
 #include "app/progress.h"
@@ -90,6 +92,10 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
   std::unique_ptr<Sequential> layers = build_gpt_stage(spec, rt.device(), c.seed, mine);
   // The optimizer holds the stage's parameters (their addresses do not move with the layers).
   std::unique_ptr<Optimizer> optimizer = make_optimizer(c.optimizer, layers->parameters());
+  // Note [Pipeline ZeRO-1] (app/pipeline_zero.h), as the image pipeline's: the first and the last
+  // stage each shard their copy of the tied wte over their own replicas.
+  std::optional<StageZero> zero;
+  if (c.ddp.zero_stage == 1 && grid.replicas > 1) zero.emplace(*layers, grid);
   // Note [Pipeline checkpoints] (train/checkpointer.h): the unsplit GPT's tensors (wte once, as
   // Gpt saves it); a checkpoint of any P x D (P = 1 included), this stage taking its own tensors
   // (the head its copy of wte), else --init-weights likewise, else the seeded initialisation.
@@ -138,6 +144,9 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
   if (!resumed && !k.init_weights.empty()) reporter.note(fmt::format("initial weights: {}", k.init_weights));
   int64_t stage_parameters = 0;
   for (Parameter* q : stage.module().parameters()) stage_parameters += q->value.numel();
+  if (zero)
+    reporter.note(fmt::format("{}; the last stage's, over its {} replicas", memory_line(*optimizer, 1, grid.replicas),
+                              grid.replicas));
   reporter.note(fmt::format("pipeline: {} stage(s) x {} replica(s), {}{} micro-batch(es) of {} sequences, "
                             "schedule {}, layers {} (0: the embeddings, {}: ln_f and the head, which holds its copy of "
                             "the tied wte); this stage (the last) holds {} parameters",
@@ -161,7 +170,7 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
     set_collective_context(fmt::format("checkpoint of step {}", step));
     checkpoint::TrainingState state = lm_training_state(step, slots, c, rt.size(), schedule);
     state.grad_scaler = gate.state_json();
-    saver.save_stage(state, stage.module(), *optimizer, grid.replica == 0, whole, architecture);
+    saver.save_stage(state, stage.module(), *optimizer, {grid.stage, grid.replica}, whole, architecture);
     reporter.note(fmt::format("checkpoint: {}", saver.last_path()));
     last_saved = step;
   };

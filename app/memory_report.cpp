@@ -16,8 +16,9 @@ std::string memory_line(Optimizer& optimizer, int zero_stage, int ranks) {
                         zero_stage == 2 ? (store.grads_lent() ? "; gradients: this rank's 1/N reduced, and a ring "
                                                                 "of bucket buffers lent during backward"
                                                               : "; gradients reduce-scattered, the whole local gradient "
-                                                                "kept (--accumulate needs it, or it is smaller than the "
-                                                                "ring of two buckets)")
+                                                                "kept (accumulation needs it: --accumulate, a pipeline's "
+                                                                "micro-batches; or it is smaller than the ring of two "
+                                                                "buckets)")
                                         : "");
   return fmt::format("memory per rank: parameters {}, gradients {}, optimizer state {} ({})",
                      format_bytes(static_cast<double>(store.values().nbytes())),

@@ -116,6 +116,11 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   const std::vector<safetensors::TensorSpec> whole = whole_model_tensors(spec, sample_shape, classes);
   // The optimizer holds the stage's parameters (their addresses do not move with the layers).
   std::unique_ptr<Optimizer> optimizer = make_optimizer(c.optimizer, stage_layers->parameters());
+  // Note [Pipeline ZeRO-1] (app/pipeline_zero.h): the optimizer state (still empty) narrows to
+  // this replica's chunk before a resume asks for it.
+  std::optional<StageZero> zero;
+  if (c.ddp.zero_stage > 0 && grid.replicas > 1) zero.emplace(*stage_layers, grid);
+  const bool reduce_scatter = zero && c.ddp.zero_stage == 2;
   // Note [Pipeline checkpoints] (train/checkpointer.h): a checkpoint of any P x D (or of a
   // data-parallel run), this stage taking its own tensors; else --init-weights, likewise; else
   // the seeded initialisation.
@@ -127,11 +132,9 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
     classify_errors(ErrorKind::kCheckpoint,
                     [&] { load_stage_weights(rt.control(), k.init_weights, *stage_layers, whole); });
   const std::string description = describe(Architecture{c.model, sample_shape, classes, c.data.normalize});
-  PipelineStage stage(std::move(stage_layers), grid, {p.schedule, p.micro_batches});
-  // Note [Pipeline ZeRO-1] (app/pipeline_zero.h): after the replicas start alike, the optimizer
-  // state (still empty: no checkpoint under --zero) narrows to this replica's chunk.
-  std::optional<StageZero> zero;
-  if (c.ddp.zero_stage == 1 && grid.replicas > 1) zero.emplace(stage);
+  PipelineOptions stage_options{p.schedule, p.micro_batches};
+  stage_options.sum_gradients = !reduce_scatter;  // ZeRO-2 sums them itself
+  PipelineStage stage(std::move(stage_layers), grid, stage_options);
   // Note [Pipeline gradient norm] (pipeline/pipeline_clip.h).
   std::optional<PipelineClipper> clipper;
   if (c.clip_grad_norm > 0.f) clipper.emplace(rt.control(), stage);
@@ -160,7 +163,8 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
     reporter.note(fmt::format("initial weights: {}", k.init_weights));
   }
   if (zero)
-    reporter.note(fmt::format("{}; the last stage's, over its {} replicas", memory_line(*optimizer, 1, grid.replicas),
+    reporter.note(fmt::format("{}; the last stage's, over its {} replicas",
+                              memory_line(*optimizer, c.ddp.zero_stage, grid.replicas),
                               grid.replicas));
   reporter.note(fmt::format("pipeline: {} stage(s) x {} replica(s), {} micro-batch(es) of {} rows, schedule {}, "
                             "layers {}; this stage (the last) holds {} parameters",
@@ -189,7 +193,7 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
     set_collective_context(fmt::format("checkpoint of step {}", pos.global_step));
     checkpoint::TrainingState state = position_state(pos, c, rt.size(), schedule.lr_at(pos.epoch));
     state.grad_scaler = gate.state_json();
-    saver.save_stage(state, stage.module(), *optimizer, grid.replica == 0, whole, architecture);
+    saver.save_stage(state, stage.module(), *optimizer, {grid.stage, grid.replica}, whole, architecture);
     reporter.note(fmt::format("checkpoint: saved {}", saver.last_path()));
     last_saved = pos.global_step;
   };
@@ -232,6 +236,7 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
       float loss =
           stage.train_step(b.images(), b.labels(), {micro.index_in_step, micro.step_size, gate.loss_scale()}).loss;
       trace_pipeline_step(tracer, stage);
+      if (micro.ends_step && reduce_scatter) zero->reduce_scatter_gradients();
       // After the stage's gradient sums, as the data-parallel loop's optimizer_step: the fp16
       // gate (unscale, the world's vote), then clipping over the stages and the step.
       if (micro.ends_step && gate.pass(pos.global_step + 1)) {

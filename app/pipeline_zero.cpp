@@ -9,9 +9,9 @@
 
 namespace dtrain {
 
-StageZero::StageZero(PipelineStage& stage) : comm_(*stage.grid().data_parallel) {
-  const std::vector<Parameter*> params = stage.module().parameters();
-  DTRAIN_CHECK(!params.empty(), "--zero: pipeline stage {} holds no parameters", stage.grid().stage);
+StageZero::StageZero(Module& stage, const PipelineGrid& grid) : comm_(*grid.data_parallel) {
+  const std::vector<Parameter*> params = stage.parameters();
+  DTRAIN_CHECK(!params.empty(), "--zero: pipeline stage {} holds no parameters", grid.stage);
   store_ = FlatStore::of(params);
   // One bucket, the parameters in reverse (the order backward finishes them), padded to D.
   std::vector<size_t> order;
@@ -28,6 +28,13 @@ StageZero::StageZero(PipelineStage& stage) : comm_(*stage.grid().data_parallel) 
 }
 
 StageZero::~StageZero() { store_->set_after_step(nullptr); }
+
+void StageZero::reduce_scatter_gradients() {
+  float* bucket = store_->grads().data() + begin_;
+  order_after(compute_stream(store_->device()), comm_);
+  const ScopedCollectiveDetail detail("ZeRO-2: the stage's gradients");
+  comm_.reduce_scatter_async(bucket, bucket + comm_.rank() * per_rank_, per_rank_, DType::kF32, ReduceOp::kSum)->wait();
+}
 
 void StageZero::gather_updated_values() {
   // After the update of this replica's chunk: every chunk to every replica, in place.

@@ -8,25 +8,44 @@
 // ddp/zero_plan.h, N = D), replica d owns chunk d of it, its optimizer keeps state for that chunk
 // only and updates only it, and the optimizer's after-step hook all-gathers the updated chunks in
 // place over the stage's group. Each element's update reads the same gradient and state as
-// without ZeRO, so the weights are bitwise the unsharded pipeline's. Not yet: ZeRO-2 (the
-// gradients reduce-scattered during backward) and the sharded state in checkpoints.
+// without ZeRO, so the weights are bitwise the unsharded pipeline's. In checkpoints (Note [Pipeline
+// checkpoints] in train/checkpointer.h) every replica saves its chunk's state as its shard, and a
+// resume asks for the chunk of the new layout: any P x D, with or without --zero, re-cut by the
+// data-parallel ZeRO's transfer (train/optimizer_transfer.h). The GPT's tied wte (Note [Tied
+// stages]) is in the first and the last stage's stores, each sharded over its own replicas: both
+// copies take the same whole gradient, so their chunks' updates agree, and the state is saved by
+// the first stage's replicas alone.
+//
+// ZeRO-2 (--zero 2, the MLP and the CNN): the stage does not all-reduce its gradients; after the
+// step's last backward one reduce-scatter of the bucket gives each replica the sum of its chunk
+// (on one node the bits the all-reduce gives those elements), which is all its update reads: half
+// the all-reduce's traffic. It keeps no memory back here: a stage accumulates its M micro-batches'
+// gradients whole (as DDP's ZeRO-2 under no_sync), which is why DeepSpeed refuses ZeRO-2 with
+// pipelining. Not with the GPT's tied wte (its copies add whole sums) or --clip-grad-norm (the
+// norm reads whole sums).
 #pragma once
 
 #include <memory>
 
 #include "comm/communicator.h"
 #include "model/flat_store.h"
-#include "pipeline/pipeline_stage.h"
+#include "model/module.h"
+#include "pipeline/grid.h"
 
 namespace dtrain {
 
 class StageZero {
  public:
   // Collective over the stage's replicas only in the all-gathers it later starts; here it moves
-  // the stage's values and gradients (an optimizer over them moves its state). Build it before
-  // the first step.
-  explicit StageZero(PipelineStage& stage);
+  // the values and gradients of `stage` (this rank's layers of the pipeline `grid`; an optimizer
+  // over them moves its state). Build it before the first step, and before a resume asks for
+  // this replica's pieces of the optimizer state (wanted_pieces: its chunk's).
+  StageZero(Module& stage, const PipelineGrid& grid);
   ~StageZero();
+  // ZeRO-2, after the step's last backward (the stage built with sum_gradients false): the
+  // replicas' local gradients reduce-scattered, each replica's chunk the sum the stage's
+  // all-reduce would give it (the rest of its gradient stays its own, unread by the update).
+  void reduce_scatter_gradients();
   StageZero(const StageZero&) = delete;
   StageZero& operator=(const StageZero&) = delete;
 

@@ -515,11 +515,11 @@ void check_pipeline(const TrainConfig& c, const cxxopts::ParseResult& r) {
     require(!used, fmt::format("--pipeline-stages {}: not yet with {}", p.stages, what));
   };
   not_yet(c.runtime.device.str().rfind("cuda", 0) == 0, "a GPU (NCCL sub-communicators are not built yet)");
-  // --zero 1 shards each image-model stage's optimizer state (Note [Pipeline ZeRO-1]).
-  not_yet(c.ddp.zero_stage == 2, "--zero 2 (a stage sums its gradients whole: --zero 1 shards the optimizer state)");
-  not_yet(c.ddp.zero_stage != 0 && c.lm.has_value(), "--model gpt and --zero");
-  not_yet(c.ddp.zero_stage != 0 && (!c.checkpoints.dir.empty() || c.checkpoints.resume != ResumeMode::kNone),
-          "--zero and checkpoints (--checkpoint-dir, --resume: the stages' optimizer shards are not saved yet)");
+  // --zero 1 shards each stage's optimizer state, in checkpoints too (Note [Pipeline ZeRO-1]).
+  // --zero 2 reduce-scatters an image-model stage's gradients; the GPT's tied wte and the
+  // clipping norm read whole sums.
+  not_yet(c.ddp.zero_stage == 2 && c.lm.has_value(), "--model gpt and --zero 2 (the tied wte adds whole sums)");
+  not_yet(c.ddp.zero_stage == 2 && c.clip_grad_norm > 0.f, "--zero 2 and --clip-grad-norm (the norm reads whole sums)");
   not_yet(c.data.sampler == SamplerTail::kUneven, "--sampler uneven");
   // Note [Pipeline dropout] (pipeline/pipeline_stage.h): a stage's masks are the unsplit model's;
   // a checkpoint saves the whole model's counters, but a stage cannot take its own back yet.

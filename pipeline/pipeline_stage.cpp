@@ -44,6 +44,8 @@ PipelineStage::PipelineStage(std::unique_ptr<Sequential> module, PipelineGrid& g
   // The replicas of a stage start from replica 0's parameters.
   if (grid_.replicas > 1)
     for (Parameter* p : module_->parameters()) grid_.data_parallel->broadcast(p->value, 0);
+  DTRAIN_CHECK(options_.sum_gradients || options_.tied_parameter.empty(),
+               "pipeline stage {}: a tied parameter's copies add whole sums", grid_.stage);
   module_->set_grad_ready_hook([this](Parameter& p) { issue_gradient_sum(p); });
   if (options_.tied_parameter.empty() || grid_.stages == 1 || (!first_ && !last_)) return;
   for (Parameter* p : module_->parameters())
@@ -73,7 +75,7 @@ void PipelineStage::sum_tied_gradients() {
 }
 
 void PipelineStage::issue_gradient_sum(Parameter& p) {
-  if (!summing_ || grid_.replicas == 1) return;
+  if (!summing_ || grid_.replicas == 1 || !options_.sum_gradients) return;
   // Note [Pipeline loss]: already scaled by 1/(M x D); the group's sum completes the mean. Every
   // replica's backward makes the parameters ready in the same order, so the sums line up.
   sums_.push_back(allreduce_after(compute_stream(p.grad.device()), *grid_.data_parallel, p.grad.raw(),

@@ -59,6 +59,10 @@ struct PipelineOptions {
   // copies' gradients are added (each end adds the other's: a + b == b + a bit for bit), so both
   // take the same optimizer update and stay bitwise equal. Nothing at P = 1.
   std::string tied_parameter;
+  // false: the stage leaves its gradients unsummed over its replicas, for the caller to sum (ZeRO-2
+  // reduce-scatters them after the step's last backward: Note [Pipeline ZeRO-1] in
+  // app/pipeline_zero.h). Only without a tied parameter, whose copies add whole sums.
+  bool sum_gradients = true;
 };
 
 // One action's time on this stage, for traces: forward, backward, or the wait in a transfer batch.

@@ -137,21 +137,32 @@ void receive_stage_tensors(Communicator& control, Module& stage, std::span<const
 }
 
 // Collective, Note [Pipeline checkpoints]: drops from `state` (this rank's export) the entries of
-// the parameters in `held` that a lower rank holds too (a tied weight on the first and the last
+// the parameters of `stage` that a lower stage holds too (a tied weight on the first and the last
 // stage, Note [Tied stages] in pipeline/pipeline_stage.h): both copies took the same steps, so
-// their state is saved once, by the rank whose value model.safetensors takes.
-void drop_state_held_below(Communicator& control, const OptimizerState& held, OptimizerState& state) {
-  std::string names;
-  for (const OptimizerState::Entry& e : held.tensors) names += e.name + "\n";
-  const std::vector<std::string> all = allgather_strings(control, names);
+// their state is saved once, by the stage whose value model.safetensors takes (under ZeRO, by
+// all of that stage's replicas, each its slice).
+void drop_state_held_below(Communicator& control, Module& stage, int stage_index, OptimizerState& state) {
+  std::string names = fmt::format("{}\n", stage_index);
+  for (const Parameter* p : stage.parameters()) names += p->name + "\n";
   std::set<std::string> below;
-  for (int r = 0; r < control.rank(); ++r)
-    for (size_t at = 0, nl; (nl = all[static_cast<size_t>(r)].find('\n', at)) != std::string::npos; at = nl + 1)
-      below.insert(all[static_cast<size_t>(r)].substr(at, nl - at));
+  for (const std::string& other : allgather_strings(control, names)) {
+    size_t at = other.find('\n') + 1;
+    if (std::stoi(other.substr(0, at)) >= stage_index) continue;
+    for (size_t nl; (nl = other.find('\n', at)) != std::string::npos; at = nl + 1) below.insert(other.substr(at, nl - at));
+  }
   // An entry is "<parameter>.<key>" (Optimizer::export_state), the key without a dot.
   const auto of_below = [&](const std::string& entry) { return below.contains(entry.substr(0, entry.rfind('.'))); };
   std::erase_if(state.tensors, [&](const OptimizerState::Entry& e) { return of_below(e.name); });
   std::erase_if(state.counts, [&](const OptimizerState::Count& c) { return of_below(c.name); });
+}
+
+// Whether `optimizer` updates only part of `stage`'s parameters: ZeRO (Note [Pipeline ZeRO-1]
+// in app/pipeline_zero.h), each replica its chunk.
+bool updates_part_of(const Optimizer& optimizer, Module& stage) {
+  int64_t owned = 0, all = 0;
+  for (const Optimizer::OwnedPart& part : optimizer.owned_parts()) owned += part.count;
+  for (const Parameter* p : stage.parameters()) all += p->value.numel();
+  return owned < all;
 }
 
 // Rank 0 reads (`read`: nullopt when there is nothing to resume) and checks the config; every
@@ -266,18 +277,21 @@ void Checkpointer::save(checkpoint::TrainingState state, Module& model, const Op
   });
 }
 
-void Checkpointer::save_stage(checkpoint::TrainingState state, Module& stage, const Optimizer& optimizer, bool holds,
-                              std::span<const safetensors::TensorSpec> whole, const safetensors::Metadata& metadata) {
+void Checkpointer::save_stage(checkpoint::TrainingState state, Module& stage, const Optimizer& optimizer,
+                              StageSeat seat, std::span<const safetensors::TensorSpec> whole,
+                              const safetensors::Metadata& metadata) {
   if (options_.dir.empty()) return;
   const int64_t step = state.global_step;
   const std::string path = (fs::path(options_.dir) / checkpoint::step_dir_name(step)).string();
+  const bool holds = seat.replica == 0;
   json dropout_counters = whole_dropout_counters(control_, stage, holds);
   OptimizerState parameters, optimizer_state;  // views: nothing copied
-  if (holds) {
+  if (holds)
     for (const NamedTensor& t : state_tensors(stage)) parameters.tensors.push_back({*t.name, *t.value});
-    optimizer_state = optimizer.export_state();
-  }
-  drop_state_held_below(control_, parameters, optimizer_state);
+  // Replica 0's state whole, or (ZeRO) every replica's slices: the shards then cover the
+  // stage's state once, which a resume at any layout re-cuts (wanted_pieces).
+  if (holds || updates_part_of(optimizer, stage)) optimizer_state = optimizer.export_state();
+  drop_state_held_below(control_, stage, seat.stage, optimizer_state);
   // As save(): an earlier save's error, or a non-finite value on any rank, stops every rank.
   std::string outcome;
   try {

@@ -39,9 +39,10 @@
 // layout]): one model.safetensors under the unsplit model's names, so PyTorch, `dtrain eval` and
 // a run at any P x D (P = 1 included) load it; the optimizer state in the sharded form of Note
 // [Sharded optimizer state], one file per rank, each stage's replica 0 holding its stage's
-// tensors whole and the other replicas' files empty; a parameter two stages hold (the GPT's tied
-// wte, Note [Tied stages] in pipeline/pipeline_stage.h) is saved once, with its state, by the
-// lower rank. Saving, every tensor streams to rank 0 in
+// tensors whole and the other replicas' files empty (under ZeRO, Note [Pipeline ZeRO-1] in
+// app/pipeline_zero.h, every replica's file holds its slices of its stage's state); a parameter
+// two stages hold (the GPT's tied wte, Note [Tied stages] in pipeline/pipeline_stage.h) is saved
+// once, with its state, by the lower stage. Saving, every tensor streams to rank 0 in
 // chunks (the model from the lowest rank that holds it), so no rank holds more than its stage
 // and a chunk. Restoring a stage, rank 0 reads the checkpoint (validated whole, as any resume)
 // and sends the model's tensors one at a time; each stage asks for its own parameters'
@@ -109,11 +110,16 @@ class Checkpointer {
   void finish();
   // Collective, Note [Pipeline checkpoints]: saves a pipeline's checkpoint, `stage` being this
   // rank's stage of the model whose tensors are `whole` (names, shapes, in the unsplit model's
-  // order). `holds` is true on one rank per stage (replica 0's): its parameters go into the one
-  // model.safetensors and its optimizer state into its shard; the others' shards are empty.
+  // order), `seat` its place in the grid. Replica 0 of each stage holds the stage: its parameters
+  // go into the one model.safetensors and its optimizer state into its shard; the other
+  // replicas' shards are empty, or, when the optimizer updates only a part of the stage (ZeRO:
+  // Note [Pipeline ZeRO-1] in app/pipeline_zero.h), each replica's shard holds its slices.
   // The model and the shards are streamed to rank 0 while training waits; state.json follows in
   // the background unless the options say otherwise. Errors as save()'s.
-  void save_stage(checkpoint::TrainingState state, Module& stage, const Optimizer& optimizer, bool holds,
+  struct StageSeat {
+    int stage = 0, replica = 0;
+  };
+  void save_stage(checkpoint::TrainingState state, Module& stage, const Optimizer& optimizer, StageSeat seat,
                   std::span<const safetensors::TensorSpec> whole, const safetensors::Metadata& metadata = {});
   // Collective: restore_newest() of this directory (nullopt when it holds no checkpoint).
   std::optional<Resumed> restore_latest(Module& model, Optimizer& optimizer, const nlohmann::json& config = nullptr,

@@ -101,6 +101,22 @@ final_weights_close() {
   echo "# $(tail -1 "$WORK/close.log")"
   return $status
 }
+# same_files A B: every .safetensors of checkpoint A is B's, byte for byte (each that differs named).
+same_files() {
+  local f same=0
+  for f in "$1"/*.safetensors; do
+    cmp -s "$f" "$2/$(basename "$f")" || { same=1; echo "# differs: $(basename "$f")"; }
+  done
+  return $same
+}
+# consolidate RUN...: `dtrain checkpoint consolidate` of each checkpoint folder $WORK/RUN into
+# $WORK/RUN-optimizer.safetensors, its line in $WORK/consolidate-RUN.log.
+consolidate() {
+  local run
+  for run in "$@"; do
+    dtrain_at 1 "$WORK/consolidate-$run.log" checkpoint consolidate "$WORK/$run" -o "$WORK/$run-optimizer.safetensors"
+  done
+}
 
 # The lines a resumed run must repeat, with the checkpoint directory DIR written as "DIR".
 log_lines() { grep -E '^(Train Epoch|Test set|checkpoint: /)' "$1" | sed "s|$2|DIR|g"; }

@@ -81,7 +81,7 @@ struct Extras {
   // fp16: (step, world rank) whose gradient gets an inf after the gradient sums; the unsplit
   // model's run poisons each step listed, the pipeline only on that rank.
   std::vector<std::pair<int, int>> poisoned;
-  bool zero = false;  // --zero 1 over each stage's replicas (Note [Pipeline ZeRO-1])
+  int zero = 0;  // --zero 1 or 2 over each stage's replicas (Note [Pipeline ZeRO-1])
 };
 
 GradScalerSettings scaler_settings() {
@@ -165,11 +165,13 @@ struct PipelineRun {
 // pipeline's stages, then the step.
 PipelineRun train_pipeline(PipelineGrid& grid, PipelineSchedule schedule, int micro_batches, int accumulate = 1,
                            const Extras& x = {}) {
-  PipelineStage stage(stage_of(grid.stages, grid.stage), grid, {schedule, micro_batches});
+  PipelineOptions options{schedule, micro_batches};
+  options.sum_gradients = x.zero != 2;  // ZeRO-2 reduce-scatters them after the step's backwards
+  PipelineStage stage(stage_of(grid.stages, grid.stage), grid, options);
   if (x.fp16) stage.module().set_amp(AmpMode::kFp16);
   Sgd opt(stage.module().parameters(), sgd());
   std::optional<StageZero> zero;
-  if (x.zero) zero.emplace(stage);
+  if (x.zero > 0) zero.emplace(stage.module(), grid);
   std::optional<PipelineClipper> clipper;
   if (x.clip > 0.f) clipper.emplace(test_comm(), stage);
   LossScaling scaling(test_comm(), scaler_settings(), Device::cpu());
@@ -185,6 +187,7 @@ PipelineRun train_pipeline(PipelineGrid& grid, PipelineSchedule schedule, int mi
       loss += stage.train_step(part.x, part.y, {a, accumulate, x.fp16 ? scaling.scale() : loss_scale}).loss /
               static_cast<float>(accumulate);
     }
+    if (x.zero == 2) zero->reduce_scatter_gradients();
     if (grid.stage == grid.stages - 1) grid.data_parallel->allreduce(&loss, 1, DType::kF32, ReduceOp::kAvg);
     run.losses.push_back(loss);
     if (x.fp16) {
@@ -333,18 +336,25 @@ TEST(Pipeline, ZeroOneShardsEachStagesOptimizerStateAndEqualsTheUnshardedPipelin
     PipelineGrid grid = make_pipeline_grid(test_comm(), stages);
     if (grid.replicas > 1) {
       ++grids;
-      SCOPED_TRACE(fmt::format("P {} x D {}, --zero 1, stage {}", stages, grid.replicas, grid.stage));
-      const PipelineRun plain = train_pipeline(grid, PipelineSchedule::k1f1b, 4);
-      const PipelineRun zero = train_pipeline(grid, PipelineSchedule::k1f1b, 4, 1, {0.f, false, {}, true});
-      EXPECT_FALSE(zero.weights.empty());
-      EXPECT_TRUE(zero.weights == plain.weights) << "worst relative difference "
-                                                 << worst_relative(zero.weights, plain.weights);
-      // SGD's momentum: this replica's 1/D of the stage's (padded) flat space.
-      EXPECT_LE(zero.state_bytes, plain.state_bytes / static_cast<size_t>(grid.replicas) + 64);
-      EXPECT_GT(zero.state_bytes, 0u);
-      if (test_comm().rank() == 0)
-        std::printf("P %d x D %d, --zero 1: optimizer state %zu of %zu bytes, weights bit for bit\n", stages,
-                    grid.replicas, zero.state_bytes, plain.state_bytes);
+      // --zero 2 also reduce-scatters the gradients: with --accumulate 2 too (the sums after
+      // both pipeline steps' backwards).
+      for (const auto& [z, accumulate] : std::vector<std::pair<int, int>>{{1, 1}, {2, 1}, {2, 2}}) {
+        SCOPED_TRACE(fmt::format("P {} x D {}, --zero {}, --accumulate {}, stage {}", stages, grid.replicas, z,
+                                 accumulate, grid.stage));
+        const PipelineRun plain = train_pipeline(grid, PipelineSchedule::k1f1b, 4, accumulate);
+        Extras x;
+        x.zero = z;
+        const PipelineRun zero = train_pipeline(grid, PipelineSchedule::k1f1b, 4, accumulate, x);
+        EXPECT_FALSE(zero.weights.empty());
+        EXPECT_TRUE(zero.weights == plain.weights) << "worst relative difference "
+                                                   << worst_relative(zero.weights, plain.weights);
+        // SGD's momentum: this replica's 1/D of the stage's (padded) flat space.
+        EXPECT_LE(zero.state_bytes, plain.state_bytes / static_cast<size_t>(grid.replicas) + 64);
+        EXPECT_GT(zero.state_bytes, 0u);
+        if (test_comm().rank() == 0)
+          std::printf("P %d x D %d, --zero %d, --accumulate %d: optimizer state %zu of %zu bytes, weights bit for bit\n",
+                      stages, grid.replicas, z, accumulate, zero.state_bytes, plain.state_bytes);
+      }
     }
     grid.chain->shutdown();
     grid.data_parallel->shutdown();

@@ -131,15 +131,17 @@ TEST(TrainOptions, PipelineRefusesWhatItCannotTrainYet) {
   EXPECT_EQ(with({"--amp", "fp16"}), "<no error>");
   EXPECT_EQ(with({"--amp", "bf16", "--clip-grad-norm", "1"}), "<no error>");
   EXPECT_EQ(with({"--model", "gpt", "--batch-size", "8", "--amp", "fp16"}), "<no error>");
-  // --zero 1 shards an image-model stage's optimizer state over its replicas; the rest not yet.
+  // --zero 1 shards a stage's optimizer state over its replicas, in checkpoints too, the GPT's
+  // included; --zero 2 also reduce-scatters an image-model stage's gradients.
   EXPECT_EQ(with({"--zero", "1"}), "<no error>");
-  EXPECT_EQ(with({"--zero", "2"}), "--pipeline-stages 2: not yet with --zero 2 (a stage sums its gradients whole: "
-                                   "--zero 1 shards the optimizer state)");
-  EXPECT_EQ(with({"--model", "gpt", "--batch-size", "8", "--zero", "1"}),
-            "--pipeline-stages 2: not yet with --model gpt and --zero");
-  EXPECT_EQ(with({"--zero", "1", "--checkpoint-dir", "ck"}),
-            "--pipeline-stages 2: not yet with --zero and checkpoints (--checkpoint-dir, --resume: the stages' "
-            "optimizer shards are not saved yet)");
+  EXPECT_EQ(with({"--zero", "2", "--checkpoint-dir", "ck", "--amp", "fp16"}), "<no error>");
+  EXPECT_EQ(with({"--model", "gpt", "--batch-size", "8", "--zero", "2"}),
+            "--pipeline-stages 2: not yet with --model gpt and --zero 2 (the tied wte adds whole sums)");
+  EXPECT_EQ(with({"--zero", "2", "--clip-grad-norm", "1"}),
+            "--pipeline-stages 2: not yet with --zero 2 and --clip-grad-norm (the norm reads whole sums)");
+  EXPECT_EQ(with({"--model", "gpt", "--batch-size", "8", "--zero", "1"}), "<no error>");
+  EXPECT_EQ(with({"--zero", "1", "--checkpoint-dir", "ck", "--resume", "auto"}), "<no error>");
+  EXPECT_EQ(with({"--model", "gpt", "--batch-size", "8", "--zero", "1", "--checkpoint-dir", "ck"}), "<no error>");
   EXPECT_EQ(with({"--model", "gpt", "--batch-size", "8", "--accumulate", "2"}), "<no error>");
   EXPECT_EQ(with({"--accumulate", "2"}), "<no error>");  // the image pipeline's too
   // DDP's own settings would be dropped by a stage, which sums its gradients itself.
