@@ -572,7 +572,8 @@ std::vector<Impl> supported() {
   std::vector<Impl> r;
 #if defined(__x86_64__) && defined(__GNUC__)
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) r.push_back({forward_avx512, backward_avx512, "avx512"});
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl"))  // compiled for both
+    r.push_back({forward_avx512, backward_avx512, "avx512"});
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) r.push_back({forward_avx2, backward_avx2, "avx2"});
 #endif
   r.push_back({forward_generic, backward_generic, "generic"});

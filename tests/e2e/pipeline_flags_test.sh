@@ -82,15 +82,18 @@ check "--amp fp16: resumed at the epoch end, model.safetensors bitwise the unint
 check "--amp fp16: resumed, the uninterrupted run's grad_scaler state" \
   same_nonempty "$(grad_scaler "$WORK/fp16")" "$(grad_scaler "$WORK/full")"
 
-for z in 0 1 2; do
-  dtrain_at "$NP" "$WORK/zero$z.log" train "${RUN[@]}" "${PIPE[@]}" "${SHORT[@]}" --optimizer adamw --zero "$z" --json
-done
-for z in 1 2; do
-  check "--zero $z: the unsharded pipeline's weights bit for bit (fingerprints)" \
-    same_nonempty "$(fingerprint "$WORK/zero$z.log")" "$(fingerprint "$WORK/zero0.log")"
-  if [ "$D" -gt 1 ]; then
+# At D 1 a stage has no replicas to shard over (nothing is built): only a grid with D > 1 tests it.
+if [ "$D" -gt 1 ]; then
+  for z in 0 1 2; do
+    dtrain_at "$NP" "$WORK/zero$z.log" train "${RUN[@]}" "${PIPE[@]}" "${SHORT[@]}" --optimizer adamw --zero "$z" --json
+  done
+  for z in 1 2; do
+    check "--zero $z: the unsharded pipeline's weights bit for bit (fingerprints)" \
+      same_nonempty "$(fingerprint "$WORK/zero$z.log")" "$(fingerprint "$WORK/zero0.log")"
     check "--zero $z: the memory line names the stage's shards" \
       grep -q "^memory per rank: .*(--zero $z over $D ranks: optimizer state for this rank's 1/$D" "$WORK/zero$z.log"
-  fi
-done
+  done
+else
+  echo "# SKIPPED --zero: P $P x D 1 has no replicas to shard a stage over (np 4 tests it)"
+fi
 finish

@@ -19,7 +19,7 @@ inline Communicator& test_comm() { return test_runtime().control(); }
 inline bool bitwise_equal_on_all_ranks(const std::vector<float>& mine) {
   std::vector<float> root = mine;
   test_comm().broadcast(root.data(), static_cast<int64_t>(root.size()), DType::kF32, 0);
-  int32_t differ = std::memcmp(mine.data(), root.data(), mine.size() * sizeof(float)) != 0;
+  int32_t differ = !mine.empty() && std::memcmp(mine.data(), root.data(), mine.size() * sizeof(float)) != 0;
   test_comm().allreduce(&differ, 1, DType::kI32, ReduceOp::kSum);
   return differ == 0;
 }

@@ -141,7 +141,7 @@ TEST_P(DirectConvIsa, EqualsConvolutionLoops) {
         if (!bias) continue;
         for (size_t i = 0; i < db.size(); ++i) ASSERT_NEAR(db[i], pass * r.db[i], 1e-3) << p << " db[" << i << "]";
       }
-      // Without the input gradient: dw alone, dx untouched.
+      // Without the input gradient (no dx pointer): dw alone.
       std::vector<float> dw2(w.size(), NAN);
       cpu::direct_conv_backward(d, x.data(), w.data(), dy.data(), relu ? y.data() : nullptr, nullptr, dw2.data(), 0.f,
                                 nullptr, 0.f, scratch.data());
