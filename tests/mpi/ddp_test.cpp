@@ -185,7 +185,8 @@ SyncBnDifference sync_bn_difference(bool sync) {
 // every parameter and running statistic after one SGD step. The BatchNorm biases are the tight
 // ones: their gradients are channel sums that nearly cancel, so float rounding in the combined
 // statistics shows there (PyTorch's float gather of mean and invstd: 1.2e-5; each rank's mean and
-// variance as float + remainder: 3.2e-6 at np 2, 2.3e-6 at np 3; Note [SyncBatchNorm statistics]
+// variance as float + remainder: 3.2e-6 at np 2, 2.3e-6 at np 3 with im2col convolutions, 1.6e-6
+// at both with the direct CPU kernels on AVX-512 (2026-11-27); Note [SyncBatchNorm statistics]
 // in model/norm_kernels.h). Plain BatchNorm is far off (each rank normalises its own B samples;
 // measured 9.3 after one step): the test sees the property.
 TEST(SyncBatchNorm, NRanksBatchBEqualsOneProcessBatchNB) {
