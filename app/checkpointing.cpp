@@ -172,7 +172,7 @@ CheckpointerOptions checkpointer_options(const CheckpointSettings& settings) {
 
 std::optional<ResumedRun> restore_checkpoint(Communicator& control, const TrainConfig& c, Module& model,
                                              Optimizer& optimizer, DistributedDataParallel* ddp,
-                                             std::span<const safetensors::TensorSpec> stage_of) {
+                                             const StageOf& stage_of) {
   const CheckpointSettings& k = c.checkpoints;
   if (k.resume == ResumeMode::kNone) return std::nullopt;
   const nlohmann::json config = resume_config(c);
@@ -182,7 +182,7 @@ std::optional<ResumedRun> restore_checkpoint(Communicator& control, const TrainC
   const PiecesFor pieces_for = [&](const Resumed& r) -> WantedPieces {
     // A pipeline stage has no buckets (a data-parallel run's layout means nothing to it) and
     // asks for its own parameters' state.
-    if (!stage_of.empty()) return wanted_pieces(optimizer);
+    if (!stage_of.tensors.empty()) return wanted_pieces(optimizer);
     // Every rank read the same state.json: a layout that does not fit fails alike everywhere.
     if (!r.state.buckets.is_null()) {
       buckets = bucket_layout_from_json(r.state.buckets, model.parameters().size(),

@@ -84,10 +84,10 @@ struct ResumedRun : Resumed {
 // (train/optimizer_transfer.h), whatever world size or --zero the checkpoint was saved at.
 // Collective over `control`.
 // With `stage_of` (a pipeline: Note [Pipeline checkpoints] in train/checkpointer.h), `model` is
-// this rank's stage of the model whose tensors those are, and it asks for its own parameters'
-// optimizer state.
+// this rank's stage of the model whose tensors are `stage_of.tensors`, and it asks for its own
+// parameters' optimizer state and takes its own Dropout counters.
 std::optional<ResumedRun> restore_checkpoint(Communicator& control, const TrainConfig& config, Module& model,
                                              Optimizer& optimizer, DistributedDataParallel* ddp = nullptr,
-                                             std::span<const safetensors::TensorSpec> stage_of = {});
+                                             const StageOf& stage_of = {});
 
 }  // namespace dtrain

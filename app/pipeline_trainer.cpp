@@ -126,8 +126,13 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   // the seeded initialisation.
   const CheckpointSettings& k = c.checkpoints;
   Checkpointer saver(rt.control(), checkpointer_options(k));
-  const std::optional<ResumedRun> resumed =
-      restore_checkpoint(rt.control(), c, *stage_layers, *optimizer, nullptr, whole);
+  // Note [Pipeline dropout] (pipeline/pipeline_stage.h): the stage's Dropout counters are those
+  // of the unsplit model's Dropout layers at its layers' places.
+  const std::vector<size_t> dropouts = dropout_layer_places(spec, sample_shape, classes);
+  const auto first_counter = static_cast<size_t>(
+      std::count_if(dropouts.begin(), dropouts.end(), [&](size_t place) { return place < mine.begin; }));
+  const std::optional<ResumedRun> resumed = restore_checkpoint(rt.control(), c, *stage_layers, *optimizer, nullptr,
+                                                               StageOf(whole, first_counter, dropouts.size()));
   if (!resumed && !k.init_weights.empty())
     classify_errors(ErrorKind::kCheckpoint,
                     [&] { load_stage_weights(rt.control(), k.init_weights, *stage_layers, whole); });

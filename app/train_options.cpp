@@ -521,10 +521,6 @@ void check_pipeline(const TrainConfig& c, const cxxopts::ParseResult& r) {
   not_yet(c.ddp.zero_stage == 2 && c.lm.has_value(), "--model gpt and --zero 2 (the tied wte adds whole sums)");
   not_yet(c.ddp.zero_stage == 2 && c.clip_grad_norm > 0.f, "--zero 2 and --clip-grad-norm (the norm reads whole sums)");
   not_yet(c.data.sampler == SamplerTail::kUneven, "--sampler uneven");
-  // Note [Pipeline dropout] (pipeline/pipeline_stage.h): a stage's masks are the unsplit model's;
-  // a checkpoint saves the whole model's counters, but a stage cannot take its own back yet.
-  not_yet(c.model.dropout != 0.f && c.checkpoints.resume != ResumeMode::kNone,
-          "--dropout and --resume (a stage cannot restore its Dropout counters yet)");
   // BatchNorm's running statistics would be updated by the shape probe and again by every
   // recomputed forward, and each micro-batch would be normalised on its own rows.
   not_yet(c.model.kind == ModelKind::kResnet18, "--model resnet18 (BatchNorm)");

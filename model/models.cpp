@@ -3,6 +3,7 @@
 #include "model/models.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/memory.h"
@@ -147,6 +148,7 @@ class LayerBuilder {
   }
   template <class M, class... Args>
   void emplace(Args&&... args) {
+    if constexpr (std::is_same_v<M, Dropout>) dropout_places_.push_back(index_);
     if (range_.contains(index_))
       model_->add(std::to_string(index_), std::make_unique<M>(std::forward<Args>(args)...));
     else if (index_ < draws_.size())
@@ -154,12 +156,14 @@ class LayerBuilder {
     ++index_;
   }
   std::unique_ptr<Sequential> take() { return std::move(model_); }
+  const std::vector<size_t>& dropout_places() const { return dropout_places_; }
 
  private:
   LayerRange range_;
   InitRng& rng_;
   std::vector<int64_t> draws_;  // by place in the Sequential
   size_t index_ = 0;
+  std::vector<size_t> dropout_places_;  // the places of the Dropout layers met, built or not
   std::unique_ptr<Sequential> model_ = std::make_unique<Sequential>();
 };
 
@@ -244,6 +248,18 @@ std::vector<int64_t> layer_parameter_counts(const ModelSpec& spec, const Shape& 
   std::vector<int64_t> out(plan.back().index + 1, 0);  // the last layer is a Linear
   for (const LayerSize& l : plan) out[l.index] = l.parameters;
   return out;
+}
+
+std::vector<size_t> dropout_layer_places(const ModelSpec& spec, const Shape& sample_shape, int num_classes) {
+  if (spec.kind == ModelKind::kResnet18) return {};
+  // The builders themselves, over an empty range: nothing is constructed, so the places are
+  // those build_model gives.
+  const std::vector<LayerSize> plan = plan_model(spec, sample_shape, num_classes);
+  InitRng rng(0);
+  LayerBuilder builder(LayerRange{0, 0}, plan, rng);
+  if (spec.kind == ModelKind::kMlp) build_mlp(spec, sample_shape, num_classes, Device::cpu(), rng, 0, builder);
+  else build_cnn(spec, sample_shape, num_classes, Device::cpu(), rng, 0, builder);
+  return builder.dropout_places();
 }
 
 std::unique_ptr<Sequential> build_model(const ModelSpec& spec, const Shape& sample_shape, int num_classes,

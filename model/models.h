@@ -86,6 +86,12 @@ void check_model_fits(const std::string& model, const std::vector<LayerSize>& la
 // Throws dtrain::Error for resnet18 (not a plain Sequential of layers).
 std::vector<int64_t> layer_parameter_counts(const ModelSpec& spec, const Shape& sample_shape, int num_classes);
 
+// The places in the Sequential of the Dropout layers of the mlp or cnn `spec` builds, in order
+// (none for resnet18 or without dropout); nothing allocated. The unsplit model's Dropout counters
+// are listed in this order, so a pipeline stage's are those at its layers' places (Note
+// [Pipeline dropout] in pipeline/pipeline_stage.h).
+std::vector<size_t> dropout_layer_places(const ModelSpec& spec, const Shape& sample_shape, int num_classes);
+
 // Builds the model after plan_model, refusing (dtrain::Error, one line naming the largest layer
 // and the sizes) one whose training state would not fit in spec.memory_budget_bytes. With
 // `layers` (mlp and cnn only): only those layers, as Note [Stage construction] says, and the

@@ -28,8 +28,10 @@
 // layer l's counter before it is c + m x (B/M) x width: the unsplit model's forward draws exactly
 // these numbers for those rows. The shape probe and the recomputed forwards put the counters back,
 // so the masks, and the weights, are the unsplit model's (each replica's those of a data-parallel
-// rank). A checkpoint gathers the stages' counters into the unsplit model's list; a stage does not
-// take its own back on --resume yet (refused).
+// rank). A checkpoint gathers the stages' counters into the unsplit model's list; on --resume a
+// stage takes its own back from it, those of the Dropout layers at its layers' places in the
+// unsplit model (dropout_layer_places in model/models.h), whatever P x D (or data-parallel run)
+// saved it.
 #pragma once
 
 #include <cstdint>

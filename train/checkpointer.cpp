@@ -68,15 +68,21 @@ json with_dropout_counters(json rng, Module& model) {
   return rng;
 }
 
-void restore_rng(const json& rng, Module& model, const std::string& source) {
+// `model`'s Dropout counters from the saved list of the whole model's `whole` (`model`'s own
+// count unless `model` is a pipeline stage: Note [Pipeline dropout]), `model`'s from `first` on.
+void restore_rng(const json& rng, Module& model, const std::string& source, size_t first = 0,
+                 std::optional<size_t> whole = std::nullopt) {
   const std::vector<uint64_t*> counters = model.rng_counters();
+  const size_t expected = whole.value_or(counters.size());
+  DTRAIN_CHECK(first + counters.size() <= expected, "the stage's Dropout counters {}..{} are not among the model's {}",
+               first, first + counters.size(), expected);
   const json* saved = rng.is_object() && rng.contains("dropout_counters") ? &rng["dropout_counters"] : nullptr;
-  bool ok = saved && saved->is_array() && saved->size() == counters.size();
-  for (size_t i = 0; ok && i < counters.size(); ++i) ok = (*saved)[i].is_number_unsigned();
+  bool ok = saved && saved->is_array() && saved->size() == expected;
+  for (size_t i = 0; ok && i < expected; ++i) ok = (*saved)[i].is_number_unsigned();
   if (!ok)
     throw Error(fmt::format("{}: rng.dropout_counters: expected {} counter(s), one per Dropout layer, got {}", source,
-                            counters.size(), saved ? saved->dump() : "none"));
-  for (size_t i = 0; i < counters.size(); ++i) *counters[i] = (*saved)[i].get<uint64_t>();
+                            expected, saved ? saved->dump() : "none"));
+  for (size_t i = 0; i < counters.size(); ++i) *counters[i] = (*saved)[first + i].get<uint64_t>();
 }
 
 // Note [Pipeline dropout] (pipeline/pipeline_stage.h): the unsplit model's Dropout counters,
@@ -171,8 +177,8 @@ bool updates_part_of(const Optimizer& optimizer, Module& stage) {
 std::optional<Resumed> restore(Communicator& control,
                                const std::function<std::optional<checkpoint::LoadedCheckpoint>()>& read,
                                const json& config, Module& model, Optimizer& optimizer, const PiecesFor& pieces_for,
-                               std::span<const safetensors::TensorSpec> stage_of) {
-  const bool stage = !stage_of.empty();
+                               const StageOf& stage_of) {
+  const bool stage = !stage_of.tensors.empty();
   std::optional<checkpoint::LoadedCheckpoint> loaded;  // rank 0's
   const std::vector<std::string> parts = broadcast_from_root(control, [&]() -> std::vector<std::string> {
     loaded = read();
@@ -180,7 +186,7 @@ std::optional<Resumed> restore(Communicator& control,
     if (!config.is_null()) checkpoint::check_config_matches(*loaded, config, {});
     if (stage) {  // the model's checks here; its tensors are sent one at a time below
       refuse_nonfinite(loaded->model);
-      safetensors::check_holds(loaded->model.header(), loaded->model.source(), stage_of);
+      safetensors::check_holds(loaded->model.header(), loaded->model.source(), stage_of.tensors);
     }
     return {loaded->path.string(), checkpoint::encode_state(loaded->state),
             stage ? std::string() : as_string(loaded->model.file_bytes()), loaded->chosen_because,
@@ -196,7 +202,7 @@ std::optional<Resumed> restore(Communicator& control,
     return r;
   });
   if (stage)
-    receive_stage_tensors(control, model, stage_of, (dir / checkpoint::kModelFile).string(), [&](const std::string& name) {
+    receive_stage_tensors(control, model, stage_of.tensors, (dir / checkpoint::kModelFile).string(), [&](const std::string& name) {
       return as_string(loaded->model.bytes(loaded->model.at(name)));
     });
   // Every rank decoded the same state: what it asks for may depend on it (ZeRO: the layout the
@@ -228,7 +234,10 @@ std::optional<Resumed> restore(Communicator& control,
     throw AgreedError(failure, failure_kind);
   }
   return agreed([&] {
-    restore_rng(resumed.state.rng, model, state_source);
+    if (stage)
+      restore_rng(resumed.state.rng, model, state_source, stage_of.first_counter, stage_of.whole_counters);
+    else
+      restore_rng(resumed.state.rng, model, state_source);
     return resumed;
   });
 }
@@ -467,7 +476,7 @@ std::string Checkpointer::summary() const {
 
 std::optional<Resumed> restore_newest(Communicator& control, const std::string& dir, Module& model,
                                       Optimizer& optimizer, const json& config, const PiecesFor& pieces_for,
-                                      std::span<const safetensors::TensorSpec> stage_of) {
+                                      const StageOf& stage_of) {
   // What fails here is about the files (damaged, or made for another model or run): a restart
   // would fail the same way (core/exit_status.h). Failed MPI or CUDA calls keep their kind.
   return classify_errors(ErrorKind::kCheckpoint, [&] {
@@ -482,7 +491,7 @@ std::optional<Resumed> restore_newest(Communicator& control, const std::string& 
 }
 
 Resumed restore_from(Communicator& control, const std::string& path, Module& model, Optimizer& optimizer,
-                     const json& config, const PiecesFor& pieces_for, std::span<const safetensors::TensorSpec> stage_of) {
+                     const json& config, const PiecesFor& pieces_for, const StageOf& stage_of) {
   return classify_errors(ErrorKind::kCheckpoint, [&] {
     return *restore(
         control, [&] { return std::optional<checkpoint::LoadedCheckpoint>(checkpoint::read_checkpoint(path)); },

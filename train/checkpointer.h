@@ -55,6 +55,18 @@ class DirectoryLock;
 struct CheckpointSnapshot;
 }  // namespace checkpoint
 
+// A pipeline stage being restored (Note [Pipeline checkpoints]): the unsplit model's tensors,
+// and where the stage's Dropout counters lie in the unsplit model's list (Note [Pipeline
+// dropout] in pipeline/pipeline_stage.h): `whole_counters` in all, the stage's from
+// `first_counter` on.
+struct StageOf {
+  StageOf() = default;
+  StageOf(std::span<const safetensors::TensorSpec> tensors_, size_t first_counter_ = 0, size_t whole_counters_ = 0)
+      : tensors(tensors_), first_counter(first_counter_), whole_counters(whole_counters_) {}
+  std::span<const safetensors::TensorSpec> tensors;  // empty: not a stage
+  size_t first_counter = 0, whole_counters = 0;
+};
+
 struct CheckpointerOptions {
   std::string dir;                      // the checkpoint directory; empty: nothing is saved
   int keep = checkpoint::kDefaultKeep;  // newest checkpoints kept, >= 1
@@ -192,14 +204,15 @@ Resumed restore_from(Communicator& control, const std::string& path, Module& mod
 // checkpoint.
 using PiecesFor = std::function<WantedPieces(const Resumed&)>;
 // With `stage_of` (Note [Pipeline checkpoints]): `model` is a pipeline stage of the model whose
-// tensors are `stage_of`; the checkpoint's model.safetensors must hold exactly those, and rank 0
+// tensors are `stage_of.tensors`; the checkpoint's model.safetensors must hold exactly those, its
+// state.json the whole model's Dropout counters (the stage takes its own), and rank 0
 // sends them one at a time, each rank keeping its stage's.
 std::optional<Resumed> restore_newest(Communicator& control, const std::string& dir, Module& model,
                                       Optimizer& optimizer, const nlohmann::json& config, const PiecesFor& pieces_for,
-                                      std::span<const safetensors::TensorSpec> stage_of = {});
+                                      const StageOf& stage_of = {});
 Resumed restore_from(Communicator& control, const std::string& path, Module& model, Optimizer& optimizer,
                      const nlohmann::json& config, const PiecesFor& pieces_for,
-                     std::span<const safetensors::TensorSpec> stage_of = {});
+                     const StageOf& stage_of = {});
 
 // Loads parameters from a safetensors file rank 0 reads: names, dtypes and shapes must match
 // the model's exactly (one line naming the first mismatch, AgreedError on every rank).

@@ -150,14 +150,12 @@ TEST(TrainOptions, PipelineRefusesWhatItCannotTrainYet) {
     EXPECT_EQ(with(more), fmt::format("--pipeline-stages 2: not yet with {} (a stage sums its gradients itself, "
                                       "without DDP's buckets)", more[0]));
   // The progress line (the last stage's replica 0 draws it) and dropout (the unsplit model's masks:
-  // Note [Pipeline dropout]) train; a stage cannot take its Dropout counters back on --resume yet.
+  // Note [Pipeline dropout]) train, and resume (each stage takes its Dropout counters back).
   EXPECT_EQ(with({"--progress", "on"}), "<no error>");
   EXPECT_EQ(with({"--model", "gpt", "--batch-size", "8", "--progress", "on"}), "<no error>");
   EXPECT_EQ(with({"--dropout", "0.3"}), "<no error>");
   EXPECT_EQ(with({"--dropout", "0.3", "--checkpoint-dir", "ck"}), "<no error>");
-  EXPECT_EQ(with({"--dropout", "0.3", "--checkpoint-dir", "ck", "--resume", "auto"}),
-            "--pipeline-stages 2: not yet with --dropout and --resume (a stage cannot restore its Dropout counters "
-            "yet)");
+  EXPECT_EQ(with({"--dropout", "0.3", "--checkpoint-dir", "ck", "--resume", "auto"}), "<no error>");
 }
 
 TEST(TrainOptions, FloatFlagsAreParsedStrictly) {
