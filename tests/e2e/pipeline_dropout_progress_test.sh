@@ -9,6 +9,8 @@
 #   are compared: the data-parallel run logs rank 0's loss); state.json's
 #   dropout_counters are that run's (the stages' counters gathered in the unsplit model's order),
 #   and a data-parallel run resumed from its first epoch's checkpoint ends with the unsplit weights;
+#   the pipeline resumed from it at the same P x D ends bit for bit as the uninterrupted run (model
+#   and state.json), and from the data-parallel run's checkpoint within 1e-5 of that run;
 #   GPipe ends with 1F1B's weights bit for bit; and dropout matters (the run without it logs other
 #   losses);
 # - --progress on: the image models' and the GPT's progress line, redrawn in place by one rank
@@ -57,6 +59,23 @@ first=$(ls -d "$WORK"/pipe/step-* | sort -V | head -1)
 dtrain_at "$D" "$WORK/res.log" train "${RUN[@]}" --dropout 0.3 --resume "$first" --checkpoint-dir "$WORK/res"
 final_weights_close "$WORK/ref" "$WORK/res" 1e-5
 check "--dropout: the pipeline's checkpoint resumed on $D rank(s) ends within 1e-5 of the unsplit run" [ $? -eq 0 ]
+# The same checkpoint resumed by the pipeline at its own P x D: each stage takes its Dropout
+# layers' counters back from the whole model's list, so the run ends as the uninterrupted one,
+# bit for bit (model and state.json).
+dtrain_at "$NP" "$WORK/pres.log" train "${RUN[@]}" "${PIPE[@]}" --dropout 0.3 --resume "$first" \
+  --checkpoint-dir "$WORK/pres"
+check "--dropout: the pipeline resumed at P $P x D $D ends with the uninterrupted run's weights bit for bit" \
+  cmp "$(final_model "$WORK/pipe")" "$(final_model "$WORK/pres")"
+check "--dropout: the pipeline resumed at P $P x D $D ends with the uninterrupted run's state.json" \
+  cmp "$(dirname "$(final_model "$WORK/pipe")")/state.json" "$(dirname "$(final_model "$WORK/pres")")/state.json"
+# A data-parallel run's first epoch-end checkpoint resumed by the pipeline: the stages take the
+# unsplit model's counters at their layers' places and end as the uninterrupted data-parallel run.
+rfirst=$(ls -d "$WORK"/ref/step-* | sort -V | head -1)
+dtrain_at "$NP" "$WORK/dres.log" train "${RUN[@]}" "${PIPE[@]}" --dropout 0.3 --resume "$rfirst" \
+  --checkpoint-dir "$WORK/dres"
+final_weights_close "$WORK/ref" "$WORK/dres" 1e-5
+check "--dropout: a data-parallel checkpoint resumed at P $P x D $D ends within 1e-5 of the data-parallel run" \
+  [ $? -eq 0 ]
 # (The weights cannot be compared: the Dropout layers shift the layers' names.)
 dtrain_at "$D" "$WORK/plain.log" train "${RUN[@]}"
 ! same_lines "$WORK/ref.log" "$WORK/plain.log" >/dev/null 2>&1
