@@ -55,6 +55,24 @@ TEST(Models, PlanNamesAndShapesTheParametersAsBuilt) {
     }
 }
 
+// dropout_layer_places names the places of the layers that hold Dropout counters, as built, in the
+// order the unsplit model lists its counters (Note [Pipeline dropout]: a stage takes its own back).
+TEST(Models, DropoutPlacesAreTheBuiltDropoutLayers) {
+  for (ModelKind kind : {ModelKind::kMlp, ModelKind::kCnn})
+    for (float dropout : {0.f, 0.25f}) {
+      ModelSpec spec{kind, {32, 16, 8}, dropout};
+      const Shape sample = {1, 28, 28};
+      std::vector<size_t> built;
+      const size_t layers = layer_parameter_counts(spec, sample, 7).size();
+      for (size_t i = 0; i < layers; ++i)
+        if (!build_model(spec, sample, 7, Device::cpu(), 0, LayerRange{i, i + 1})->rng_counters().empty())
+          built.push_back(i);
+      EXPECT_EQ(dropout_layer_places(spec, sample, 7), built) << model_kind_name(kind) << " dropout " << dropout;
+      EXPECT_EQ(built.size(), build_model(spec, sample, 7, Device::cpu(), 0)->rng_counters().size());
+      EXPECT_EQ(built.empty(), dropout == 0.f);
+    }
+}
+
 TEST(Models, CnnAdaptsToTheImageSize) {
   // 28x28 -> 16x5x5 (LeNet), 32x32 -> 16x6x6, 12x12 (the smallest) -> 16x1x1, 20x16 -> 16x3x2.
   const std::vector<std::pair<Shape, int64_t>> cases = {
