@@ -105,7 +105,8 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
   const CheckpointSettings& k = c.checkpoints;
   Checkpointer saver(rt.control(), checkpointer_options(k));
   const std::optional<ResumedRun> resumed = classify_errors(
-      ErrorKind::kCheckpoint, [&] { return restore_checkpoint(rt.control(), c, *layers, *optimizer, nullptr, StageOf(whole)); });
+      ErrorKind::kCheckpoint,
+      [&] { return restore_checkpoint(rt.control(), c, *layers, *optimizer, nullptr, StageOf(whole)); });
   if (!resumed && !k.init_weights.empty())
     classify_errors(ErrorKind::kCheckpoint, [&] { load_stage_weights(rt.control(), k.init_weights, *layers, whole); });
   PipelineStage stage(std::move(layers), grid, {p.schedule, p.micro_batches, kGptTiedParameter});

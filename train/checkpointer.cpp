@@ -202,9 +202,10 @@ std::optional<Resumed> restore(Communicator& control,
     return r;
   });
   if (stage)
-    receive_stage_tensors(control, model, stage_of.tensors, (dir / checkpoint::kModelFile).string(), [&](const std::string& name) {
-      return as_string(loaded->model.bytes(loaded->model.at(name)));
-    });
+    receive_stage_tensors(control, model, stage_of.tensors, (dir / checkpoint::kModelFile).string(),
+                          [&](const std::string& name) {
+                            return as_string(loaded->model.bytes(loaded->model.at(name)));
+                          });
   // Every rank decoded the same state: what it asks for may depend on it (ZeRO: the layout the
   // saving run settled on is applied first, so the pieces are those of the run's buckets).
   const WantedPieces pieces = agreed([&] { return pieces_for(resumed); });
