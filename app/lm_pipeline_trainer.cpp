@@ -273,9 +273,7 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
   result.global_step = step;
   if (stopped_by != 0) {  // rank 0 said where and what was saved
     result.stop_signal = stopped_by;
-    grid.chain->shutdown();
-    grid.data_parallel->shutdown();
-    if (clipper) clipper->shutdown();
+    shutdown_pipeline(grid, clipper);
     return result;
   }
   if (step == first_step) {  // resumed at the end: nothing trained
@@ -294,9 +292,7 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
                               c.output.trace_path));
   }
   reporter.finish_lm(result);
-  grid.chain->shutdown();
-  grid.data_parallel->shutdown();
-  if (clipper) clipper->shutdown();
+  shutdown_pipeline(grid, clipper);
   return result;
 }
 

@@ -293,9 +293,7 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   result.global_step = pos.global_step;
   if (stopped_by != 0) {  // rank 0 said where and what was saved
     result.stop_signal = stopped_by;
-    grid.chain->shutdown();
-    grid.data_parallel->shutdown();
-    if (clipper) clipper->shutdown();
+    shutdown_pipeline(grid, clipper);
     return result;
   }
   result.samples_per_second = result.train_seconds > 0 ? static_cast<double>(result.train_samples) / result.train_seconds : 0;
@@ -308,9 +306,7 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
                               c.output.trace_path));
   }
   reporter.finish(result);
-  grid.chain->shutdown();
-  grid.data_parallel->shutdown();
-  if (clipper) clipper->shutdown();
+  shutdown_pipeline(grid, clipper);
   return result;
 }
 

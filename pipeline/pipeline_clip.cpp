@@ -20,4 +20,10 @@ PipelineClipper::PipelineClipper(Communicator& world, PipelineStage& stage) {
       /*params_are_a_part=*/true, std::move(copies));
 }
 
+void shutdown_pipeline(PipelineGrid& grid, std::optional<PipelineClipper>& clipper) {
+  grid.chain->shutdown();
+  grid.data_parallel->shutdown();
+  if (clipper) clipper->shutdown();
+}
+
 }  // namespace dtrain

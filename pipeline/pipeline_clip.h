@@ -12,6 +12,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "comm/communicator.h"
 #include "model/grad_clip.h"
@@ -36,5 +37,8 @@ class PipelineClipper {
   std::unique_ptr<Communicator> stages_;  // this pipeline's stages, for the sums of squares
   std::unique_ptr<GradNormClipper> clipper_;
 };
+
+// At the run's end or a stop, on every rank: the grid's communicators and the clipper's, if any.
+void shutdown_pipeline(PipelineGrid& grid, std::optional<PipelineClipper>& clipper);
 
 }  // namespace dtrain
