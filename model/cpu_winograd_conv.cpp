@@ -1,0 +1,459 @@
+// The Winograd convolution kernels of model/cpu_winograd_conv.h.
+//
+// Note [Winograd CPU convolution]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The direct kernels (Note [Direct CPU convolution]) run near the core's FMA peak, so what is
+// left is fewer multiplications. F(m x m, 3 x 3) (Lavin & Gray 2015) computes an m x m tile of
+// outputs from an a x a tile of inputs, a = m + 2, as Y = A^T [(G g G^T) (.) (B^T d B)] A: per
+// tile and channel pair a^2 products instead of 9 m^2 (F(2x2): 16 for 36, F(4x4): 36 for 144).
+// The element-wise products summed over the input channels are a^2 independent GEMMs,
+// M[xi] [out_c, tiles] = U[xi] [out_c, in_c] V[xi] [in_c, tiles]. Per chunk of images:
+// - The input, padded by one, is split into m^2 phases (struct Plan): phase (a, b) holds x[m i
+//   + a - 1, m j + b - 1] at tile slot (i, j), slots (th + 1) x (tw + 1) per image (th = ceil(h /
+//   m)): input tile (ty, tx)'s element (r, s) is phase (r % m, s % m) at slot (ty + r / m, tx + s
+//   / m). So with one vector lane per tile slot, every element of a vector of tiles is one
+//   contiguous load, like the direct kernels' taps. The last slot row and column of an image
+//   are computed and thrown away: th tw / ((th + 1)(tw + 1)) of the work is useful.
+// - Per block of V*NV tile slots (the GEMM's register tile): the input transform B^T d B of
+//   every channel into V [a^2][in_c][block], the a^2 GEMMs (register tile CB output channels x
+//   NV vectors, the weights broadcast, as the direct forward) into M [a^2][out_c][block], the
+//   output transform A^T M A into m^2 output phases; at the chunk's end the phases go to NCHW
+//   with the bias and the fused ReLU. The block's V and M stay in L2.
+// - U = G g G^T is computed in double once per call and rounded to float.
+// - The input gradient of a stride-1 3x3 convolution is the same convolution of dY' (masked by
+//   the fused ReLU) with the weights transposed and flipped, W'[ci, co, ky, kx] = W[co, ci,
+//   2 - ky, 2 - kx]: the same kernels. The weight gradient stays direct.
+// Every output element is the same operations whatever its lane, block or chunk, so a result is
+// bitwise repeatable and does not depend on the chunking. The three builds (AVX-512, AVX2, SSE2)
+// contract a*b+c to FMAs alike (-ffp-contract=fast) and differ only in the GEMM's register tile,
+// whose sums run in the same order: they agree bit for bit where the compiler contracts alike.
+//
+// Error: the transforms add terms of both signs, so Y carries rounding of the order of
+// eps * sum |terms| times the transforms' growth: for F(2x2) the coefficients are 0, +-1/2, +-1
+// (growth ~ 4), for F(4x4) up to 5 and 1/24 (growth ~ 100; cpu_winograd_conv_test.cpp measures
+// both against double sums).
+//
+// Which layers (winograd_tile, a fixed rule by shape): see Note [Winograd tile rule].
+#include "model/cpu_winograd_conv.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+namespace dtrain::cpu {
+
+namespace {
+
+constexpr int64_t kBlock = 48;      // tile slots every build's block (V * NV) divides
+constexpr int64_t kChannelPad = 8;  // output channels padded to every build's CB
+constexpr int64_t kChunkBytes = int64_t{512} << 10;
+// A block's V and M keep their a^2 matrices a cache line more than their size apart: at 64
+// channels the size is 12 KB, a multiple of 4 KB, and the transforms' a^2 loads and stores
+// all fell into one L1 set (layer3's input transform ran 4x slower).
+constexpr int64_t kSkew = 16;
+
+int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
+
+// The transforms' matrices (Lavin & Gray, points 0, +-1 for F(2x2); 0, +-1, +-2 for F(4x4)).
+template <int M>
+struct Tf;
+template <>
+struct Tf<2> {
+  static constexpr float BT[4][4] = {{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}};
+  static constexpr double G[4][3] = {{1, 0, 0}, {.5, .5, .5}, {.5, -.5, .5}, {0, 0, 1}};
+  static constexpr float AT[2][4] = {{1, 1, 1, 0}, {0, 1, -1, -1}};
+};
+template <>
+struct Tf<4> {
+  static constexpr float BT[6][6] = {{4, 0, -5, 0, 1, 0},  {0, -4, -4, 1, 1, 0}, {0, 4, -4, -1, 1, 0},
+                                     {0, -2, -1, 2, 1, 0}, {0, 2, -1, -2, 1, 0}, {0, 4, 0, -5, 0, 1}};
+  static constexpr double G[6][3] = {{1. / 4, 0, 0},
+                                     {-1. / 6, -1. / 6, -1. / 6},
+                                     {-1. / 6, 1. / 6, -1. / 6},
+                                     {1. / 24, 1. / 12, 1. / 6},
+                                     {1. / 24, -1. / 12, 1. / 6},
+                                     {0, 0, 1}};
+  static constexpr float AT[4][6] = {{1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0}, {0, 1, -1, 8, -8, 1}};
+};
+
+// A chunk of nb images in tile slots (Note [Winograd CPU convolution]): slot (n, i, j) at
+// q = (n * rows + i) * wp + j; qr slots rounded up to whole blocks; a phase plane holds sp.
+struct Plan {
+  int64_t h, w, th, tw, wp, rows, nb, qr, sp;
+  Plan(const kernels::ConvGeometry& g, int m, int64_t images)
+      : h(g.h), w(g.w), th((g.h + m - 1) / m), tw((g.w + m - 1) / m), wp(tw + 1), rows(th + 1), nb(images) {
+    qr = round_up(nb * rows * wp, kBlock);
+    sp = round_up(qr + wp + 1, 16);  // a tile's last element reads slot q + wp + 1
+  }
+  int64_t slots_per_image() const { return rows * wp; }
+};
+
+int64_t chunk_images(const kernels::ConvGeometry& g, int m, int64_t cin, int64_t cout, int64_t batch) {
+  const Plan one(g, m, 1);
+  const int64_t per_image = (cin + cout) * m * m * one.slots_per_image() * static_cast<int64_t>(sizeof(float));
+  return std::clamp<int64_t>(kChunkBytes / per_image, 1, std::max<int64_t>(1, batch));
+}
+
+// The scratch of a convolution from cin to cout channels: the input phases, the output phases,
+// a block's V and M, the transformed weights.
+struct ScratchPlan {
+  int64_t out, vb, mb, u, ut, total;
+  ScratchPlan(const kernels::ConvGeometry& g, int m, int64_t cin, int64_t cout, int64_t batch) {
+    const Plan l(g, m, chunk_images(g, m, cin, cout, batch));
+    const int64_t a2 = (m + 2) * (m + 2), cout_r = round_up(cout, kChannelPad);
+    out = cin * m * m * l.sp;
+    vb = out + cout * m * m * l.qr;
+    mb = vb + a2 * (cin * kBlock + kSkew);
+    u = mb + a2 * (cout_r * kBlock + kSkew);
+    ut = u + a2 * cout_r * cin;
+    total = ut + a2 * cout * cin;
+  }
+};
+
+// dst [channels][m * m][l.sp]: the phases of src's l.nb images [nb, channels, h, w]; with mask
+// (src's layout), an element zeroed where mask <= 0 (the fused ReLU's gradient). Phase row by
+// phase row, each slot written once (zero outside the image), the loops free of divisions.
+template <int M>
+[[gnu::always_inline]] inline void stack_tiles(const float* __restrict src, const float* __restrict mask, int64_t channels, const Plan& l,
+                 float* __restrict dst) {
+  const int64_t used = l.nb * l.rows * l.wp;
+  for (int64_t c = 0; c < channels; ++c) {
+    float* o = dst + c * M * M * l.sp;
+    for (int64_t n = 0; n < l.nb; ++n) {
+      const int64_t plane = (n * channels + c) * l.h * l.w;
+      for (int64_t i = 0; i < l.rows; ++i)
+        for (int a = 0; a < M; ++a) {
+          const int64_t y = M * i + a - 1;  // the input row of phase row i
+          for (int b = 0; b < M; ++b) {
+            float* row = o + (a * M + b) * l.sp + (n * l.rows + i) * l.wp;
+            if (y < 0 || y >= l.h) {
+              std::fill(row, row + l.wp, 0.f);
+              continue;
+            }
+            // Slot j holds column M j + b - 1: inside for j in [j0, j1).
+            const int64_t j0 = b == 0 ? 1 : 0, j1 = std::min(l.wp, (l.w - b) / M + 1);
+            const float* s = src + plane + y * l.w + b - 1;
+            for (int64_t j = 0; j < j0; ++j) row[j] = 0.f;
+            if (mask) {
+              const float* mk = mask + plane + y * l.w + b - 1;
+              for (int64_t j = j0; j < j1; ++j) row[j] = mk[M * j] > 0.f ? s[M * j] : 0.f;
+            } else {
+              for (int64_t j = j0; j < j1; ++j) row[j] = s[M * j];
+            }
+            for (int64_t j = j1; j < l.wp; ++j) row[j] = 0.f;
+          }
+        }
+    }
+    for (int p = 0; p < M * M; ++p)  // the slack the last block's tiles read
+      std::fill(o + p * l.sp + used, o + (p + 1) * l.sp, 0.f);
+  }
+}
+
+// y[n, c, oy, ox] = output phase (oy % m, ox % m) of channel c at slot (oy / m, ox / m) (+
+// bias[c], then max(., 0) when relu); t [channels][m * m][l.qr].
+template <int M>
+[[gnu::always_inline]] inline void unstack_tiles(const float* __restrict t, const float* bias, bool relu, int64_t channels, const Plan& l,
+                   float* __restrict y) {
+  for (int64_t n = 0; n < l.nb; ++n)
+    for (int64_t c = 0; c < channels; ++c) {
+      const float bc = bias ? bias[c] : 0.f;
+      const float* tc = t + c * M * M * l.qr;
+      float* yc = y + (n * channels + c) * l.h * l.w;
+      for (int64_t i = 0; i < l.th; ++i)
+        for (int a = 0; a < M && M * i + a < l.h; ++a) {
+          float* yrow = yc + (M * i + a) * l.w;
+          for (int b = 0; b < M; ++b) {
+            const float* row = tc + (a * M + b) * l.qr + (n * l.rows + i) * l.wp;
+            const int64_t j1 = (l.w - b + M - 1) / M;  // slots j with M j + b < w
+            if (relu)
+              for (int64_t j = 0; j < j1; ++j) yrow[M * j + b] = std::max(row[j] + bc, 0.f);
+            else
+              for (int64_t j = 0; j < j1; ++j) yrow[M * j + b] = row[j] + bc;
+          }
+        }
+    }
+}
+
+// U [a^2][cout_r / cb][cin][cb] = G k G^T of the convolution's kernels k[o][i] (forward: w[o][i];
+// flipped: w[i][o] turned by 180 degrees, the input gradient's), in double, rows past cout zero.
+// Each pair's a^2 values go to tmp [cout * cin][a^2] first: written straight into U they lie a
+// plane apart, the same cache set for every xi (the transform ran 10x slower).
+template <int M>
+void transform_weights(const float* w, int64_t cout, int64_t cin, bool flipped, int64_t cb, float* tmp, float* u) {
+  constexpr int A = M + 2;
+  const int64_t cout_r = round_up(cout, kChannelPad), xs = cout_r * cin;
+  for (int64_t o = 0; o < cout; ++o)
+    for (int64_t i = 0; i < cin; ++i) {
+      double k[3][3], gk[A][3];
+      const float* src = flipped ? w + (i * cout + o) * 9 : w + (o * cin + i) * 9;
+      for (int t = 0; t < 9; ++t) k[t / 3][t % 3] = flipped ? src[8 - t] : src[t];
+#pragma GCC unroll 6
+      for (int r = 0; r < A; ++r)
+#pragma GCC unroll 3
+        for (int kx = 0; kx < 3; ++kx)
+          gk[r][kx] = Tf<M>::G[r][0] * k[0][kx] + Tf<M>::G[r][1] * k[1][kx] + Tf<M>::G[r][2] * k[2][kx];
+      float* t = tmp + (o * cin + i) * A * A;
+#pragma GCC unroll 6
+      for (int r = 0; r < A; ++r)
+#pragma GCC unroll 6
+        for (int s = 0; s < A; ++s)
+          t[r * A + s] =
+              static_cast<float>(gk[r][0] * Tf<M>::G[s][0] + gk[r][1] * Tf<M>::G[s][1] + gk[r][2] * Tf<M>::G[s][2]);
+    }
+  for (int xi = 0; xi < A * A; ++xi) {
+    float* ux = u + xi * xs;
+    std::fill(ux, ux + xs, 0.f);
+    for (int64_t o = 0; o < cout; ++o)
+      for (int64_t i = 0; i < cin; ++i) ux[((o / cb) * cin + i) * cb + o % cb] = tmp[(o * cin + i) * A * A + xi];
+  }
+}
+
+template <int V>
+using Vec [[gnu::vector_size(V * sizeof(float))]] = float;
+
+// Unaligned loads and stores; vectors by reference (by value, the wide vectors' calling
+// convention would differ between the builds: -Wpsabi).
+template <int V>
+[[gnu::always_inline]] inline void load(Vec<V>& v, const float* p) {
+  __builtin_memcpy(&v, p, sizeof v);
+}
+template <int V>
+[[gnu::always_inline]] inline void store(float* p, const Vec<V>& v) {
+  __builtin_memcpy(p, &v, sizeof v);
+}
+
+// out[r * os] = sum_c K[r][c] in[c * is]. Fully unrolled, K's entries are constants: the
+// zero terms vanish and +-1 become additions (a 0 * x would stay, as NaN * 0 is not 0).
+template <int V, int R, int C>
+[[gnu::always_inline]] inline void apply(const float (&K)[R][C], const Vec<V>* in, int is, Vec<V>* out, int os) {
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    Vec<V> acc = {};
+    bool started = false;
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+      const float k = K[r][c];
+      if (k == 0.f) continue;
+      const Vec<V>& x = in[c * is];
+      if (!started)
+        acc = k == 1.f ? x : k == -1.f ? -x : k * x;
+      else if (k == 1.f)
+        acc += x;
+      else if (k == -1.f)
+        acc -= x;
+      else
+        acc += k * x;
+      started = true;
+    }
+    out[r * os] = acc;
+  }
+}
+
+// vb[xi * vs] (xi < a^2) = B^T d B of the input tiles at slots q.. q + V of one channel's
+// phases p (sp apart).
+template <int V, int M>
+[[gnu::always_inline]] inline void input_transform(const float* __restrict p, const Plan& l, int64_t q,
+                                                   float* __restrict vb, int64_t vs) {
+  constexpr int A = M + 2;
+  Vec<V> d[A][A], t[A][A];
+#pragma GCC unroll 6
+  for (int r = 0; r < A; ++r)
+#pragma GCC unroll 6
+    for (int s = 0; s < A; ++s) load<V>(d[r][s], p + ((r % M) * M + s % M) * l.sp + q + (r / M) * l.wp + s / M);
+#pragma GCC unroll 6
+  for (int r = 0; r < A; ++r) apply<V>(Tf<M>::BT, d[r], 1, t[r], 1);  // t[r][k] = sum_s BT[k][s] d[r][s]
+#pragma GCC unroll 6
+  for (int k = 0; k < A; ++k) apply<V>(Tf<M>::BT, &t[0][k], A, &d[0][k], A);
+#pragma GCC unroll 6
+  for (int r = 0; r < A; ++r)
+#pragma GCC unroll 6
+    for (int s = 0; s < A; ++s) store<V>(vb + (r * A + s) * vs, d[r][s]);
+}
+
+// out[(i * m + j) * qr] = (A^T M A)[i][j] of the vectors mb[xi * ms] (xi < a^2).
+template <int V, int M>
+[[gnu::always_inline]] inline void output_transform(const float* __restrict mb, int64_t ms, float* __restrict out,
+                                                    int64_t qr) {
+  constexpr int A = M + 2;
+  Vec<V> m[A][A], t[A][M], y[M][M];
+#pragma GCC unroll 6
+  for (int r = 0; r < A; ++r)
+#pragma GCC unroll 6
+    for (int s = 0; s < A; ++s) load<V>(m[r][s], mb + (r * A + s) * ms);
+#pragma GCC unroll 6
+  for (int r = 0; r < A; ++r) apply<V>(Tf<M>::AT, m[r], 1, t[r], 1);
+#pragma GCC unroll 4
+  for (int j = 0; j < M; ++j) apply<V>(Tf<M>::AT, &t[0][j], M, &y[0][j], M);
+#pragma GCC unroll 4
+  for (int i = 0; i < M; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < M; ++j) store<V>(out + (i * M + j) * qr, y[i][j]);
+}
+
+// mb [cout_r][T] = u [cout_r / CB][cin][CB] times vb [cin][T], T = V * NV.
+template <int V, int CB, int NV>
+[[gnu::always_inline]] inline void block_gemm(const float* __restrict u, const float* __restrict vb, int64_t cin,
+                                              int64_t cout_r, float* __restrict mb) {
+  constexpr int64_t T = V * NV;
+  for (int64_t o0 = 0; o0 < cout_r; o0 += CB) {
+    const float* wb = u + o0 * cin;
+    Vec<V> acc[CB][NV] = {};
+    for (int64_t i = 0; i < cin; ++i) {
+      Vec<V> xv[NV];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) load<V>(xv[v], vb + i * T + v * V);
+#pragma GCC unroll 8
+      for (int j = 0; j < CB; ++j) {
+        const float s = wb[i * CB + j];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) acc[j][v] += xv[v] * s;
+      }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < CB; ++j)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) store<V>(mb + (o0 + j) * T + v * V, acc[j][v]);
+  }
+}
+
+// out [batch, cout, h, w] = the Winograd convolution of in [batch, cin, h, w] (masked where
+// mask <= 0 when mask is given) with the transformed weights already in scratch. Inlined into
+// each build's entry point, whose target attribute the vector code needs.
+template <int V, int CB, int NV, int M>
+[[gnu::always_inline]] inline void convolve(const kernels::ConvGeometry& g, int64_t batch, int64_t cin, int64_t cout, const float* in,
+              const float* mask, const float* bias, bool relu, float* out, float* scratch) {
+  constexpr int A = M + 2;
+  constexpr int64_t T = V * NV;
+  static_assert(kBlock % T == 0);
+  const ScratchPlan sp(g, M, cin, cout, batch);
+  float *phases = scratch, *outp = scratch + sp.out, *vb = scratch + sp.vb, *mb = scratch + sp.mb;
+  const float* u = scratch + sp.u;
+  const int64_t cout_r = round_up(cout, kChannelPad), plane = g.h * g.w;
+  const int64_t vs = cin * T + kSkew, ms = cout_r * T + kSkew;  // V's and M's matrices apart
+  const int64_t chunk = chunk_images(g, M, cin, cout, batch);
+  static const int skip = getenv("WSKIP") ? atoi(getenv("WSKIP")) : 0;
+  for (int64_t n0 = 0; n0 < batch; n0 += chunk) {
+    const Plan l(g, M, std::min(chunk, batch - n0));
+    if (!(skip & 1)) stack_tiles<M>(in + n0 * cin * plane, mask ? mask + n0 * cin * plane : nullptr, cin, l, phases);
+    for (int64_t q0 = 0; q0 < l.qr; q0 += T) {
+      if (!(skip & 2)) for (int64_t i = 0; i < cin; ++i)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v)
+          input_transform<V, M>(phases + i * M * M * l.sp, l, q0 + v * V, vb + i * T + v * V, vs);
+      if (!(skip & 4)) for (int xi = 0; xi < A * A; ++xi)
+        block_gemm<V, CB, NV>(u + xi * cout_r * cin, vb + xi * vs, cin, cout_r, mb + xi * ms);
+      if (!(skip & 8)) for (int64_t o = 0; o < cout; ++o)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v)
+          output_transform<V, M>(mb + o * T + v * V, ms, outp + o * M * M * l.qr + q0 + v * V, l.qr);
+    }
+    if (!(skip & 16)) unstack_tiles<M>(outp, bias, relu, cout, l, out + n0 * cout * plane);
+  }
+}
+
+template <int V, int CB, int NV, int M>
+[[gnu::always_inline]] inline void forward_impl(const WinogradConv& d, const float* x, const float* w,
+                                                const float* bias, bool relu, float* y, float* scratch) {
+  const ScratchPlan sp(d.g, M, d.g.c, d.out_c, d.batch);
+  transform_weights<M>(w, d.out_c, d.g.c, false, CB, scratch + sp.ut, scratch + sp.u);
+  convolve<V, CB, NV, M>(d.g, d.batch, d.g.c, d.out_c, x, nullptr, bias, relu, y, scratch);
+}
+
+template <int V, int CB, int NV, int M>
+[[gnu::always_inline]] inline void input_grad_impl(const WinogradConv& d, const float* w, const float* dy,
+                                                   const float* relu_output, float* dx, float* scratch) {
+  const ScratchPlan sp(d.g, M, d.out_c, d.g.c, d.batch);
+  transform_weights<M>(w, d.g.c, d.out_c, true, CB, scratch + sp.ut, scratch + sp.u);
+  convolve<V, CB, NV, M>(d.g, d.batch, d.out_c, d.g.c, dy, relu_output, nullptr, false, dx, scratch);
+}
+
+using ForwardFn = void (*)(const WinogradConv&, const float*, const float*, const float*, bool, float*, float*);
+using InputGradFn = void (*)(const WinogradConv&, const float*, const float*, const float*, float*, float*);
+struct Impl {
+  ForwardFn forward;
+  InputGradFn input_grad;
+  const char* name;
+};
+
+#define DTRAIN_WINOGRAD_IMPL(NAME, TARGET, V, CB, NV)                                                            \
+  TARGET void forward_##NAME(const WinogradConv& d, const float* x, const float* w, const float* bias, bool relu, \
+                             float* y, float* scratch) {                                                          \
+    if (d.m == 4)                                                                                                 \
+      forward_impl<V, CB, NV, 4>(d, x, w, bias, relu, y, scratch);                                                \
+    else                                                                                                          \
+      forward_impl<V, CB, NV, 2>(d, x, w, bias, relu, y, scratch);                                                \
+  }                                                                                                               \
+  TARGET void input_grad_##NAME(const WinogradConv& d, const float* w, const float* dy, const float* relu_output, \
+                                float* dx, float* scratch) {                                                      \
+    if (d.m == 4)                                                                                                 \
+      input_grad_impl<V, CB, NV, 4>(d, w, dy, relu_output, dx, scratch);                                          \
+    else                                                                                                          \
+      input_grad_impl<V, CB, NV, 2>(d, w, dy, relu_output, dx, scratch);                                          \
+  }
+
+DTRAIN_WINOGRAD_IMPL(generic, , 4, 4, 2)
+#if defined(__x86_64__) && defined(__GNUC__)
+DTRAIN_WINOGRAD_IMPL(avx2, __attribute__((target("avx2,fma"))), 8, 4, 3)
+DTRAIN_WINOGRAD_IMPL(avx512, __attribute__((target("avx512f,avx512vl,avx2,fma"))), 16, 8, 3)
+#endif
+#undef DTRAIN_WINOGRAD_IMPL
+
+// The builds this CPU runs, best first.
+std::vector<Impl> supported() {
+  std::vector<Impl> r;
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl"))
+    r.push_back({forward_avx512, input_grad_avx512, "avx512"});
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    r.push_back({forward_avx2, input_grad_avx2, "avx2"});
+#endif
+  r.push_back({forward_generic, input_grad_generic, "generic"});
+  return r;
+}
+
+Impl& impl() {
+  static Impl chosen = supported().front();
+  return chosen;
+}
+
+}  // namespace
+
+bool winograd_fits(const kernels::ConvGeometry& g) {
+  return g.kh == 3 && g.kw == 3 && g.pad == 1 && g.stride == 1 && g.oh == g.h && g.ow == g.w;
+}
+
+int winograd_tile(const kernels::ConvGeometry& g, int64_t out_c) {
+  (void)out_c;
+  if (!winograd_fits(g)) return 0;
+  return 0;
+}
+
+int64_t winograd_conv_scratch_floats(const WinogradConv& d) {
+  return std::max(ScratchPlan(d.g, d.m, d.g.c, d.out_c, d.batch).total,
+                  ScratchPlan(d.g, d.m, d.out_c, d.g.c, d.batch).total);
+}
+
+void winograd_conv_forward(const WinogradConv& d, const float* x, const float* w, const float* bias, bool relu,
+                           float* y, float* scratch) {
+  impl().forward(d, x, w, bias, relu, y, scratch);
+}
+
+void winograd_conv_input_grad(const WinogradConv& d, const float* w, const float* dy, const float* relu_output,
+                              float* dx, float* scratch) {
+  impl().input_grad(d, w, dy, relu_output, dx, scratch);
+}
+
+const char* winograd_conv_isa() { return impl().name; }
+
+bool select_winograd_conv_isa(std::string_view name) {
+  for (const Impl& i : supported())
+    if (name.empty() || name == i.name) {
+      impl() = i;
+      return true;
+    }
+  return false;
+}
+
+}  // namespace dtrain::cpu
