@@ -6,6 +6,7 @@
 #include "core/ops.h"
 #include "model/cpu_conv.h"
 #include "model/cpu_direct_conv.h"
+#include "model/cpu_winograd_conv.h"
 
 namespace dtrain {
 
@@ -64,6 +65,13 @@ namespace {
 
 constexpr int64_t kCpuConvChunkBytes = int64_t{512} << 10;
 
+// The scratch of the direct kernels and, for the layers winograd_tile picks, of the Winograd
+// forward and input gradient (which take their place).
+int64_t direct_scratch_floats(const cpu::DirectConv& d, const cpu::WinogradConv& wd) {
+  const int64_t direct = cpu::direct_conv_scratch_floats(d);
+  return wd.m ? std::max(direct, cpu::winograd_conv_scratch_floats(wd)) : direct;
+}
+
 int64_t chunk_images(int64_t rows, int64_t plane, int64_t batch) {
   const int64_t per_image = std::max<int64_t>(1, rows * plane * static_cast<int64_t>(sizeof(float)));
   return std::clamp<int64_t>(kCpuConvChunkBytes / per_image, 1, std::max<int64_t>(1, batch));
@@ -87,9 +95,14 @@ Tensor Conv2d::forward(const Tensor& input) {
   if (dev.is_cpu() && half_ == DType::kF32) {
     if (cpu::direct_conv_fits(geom_)) {  // Note [Direct CPU convolution] (model/cpu_direct_conv.cpp)
       const cpu::DirectConv d{geom_, batch, out_c_};
-      ensure_tensor(cols_, {cpu::direct_conv_scratch_floats(d)}, dev);
-      cpu::direct_conv_forward(d, input.data(), weight_.value.data(), bias_data(), relu_, output_.data(),
-                               cols_.data());
+      const cpu::WinogradConv wd{geom_, batch, out_c_, cpu::winograd_tile(geom_, out_c_)};
+      ensure_tensor(cols_, {direct_scratch_floats(d, wd)}, dev);
+      if (wd.m)  // Note [Winograd CPU convolution] (model/cpu_winograd_conv.cpp)
+        cpu::winograd_conv_forward(wd, input.data(), weight_.value.data(), bias_data(), relu_, output_.data(),
+                                   cols_.data());
+      else
+        cpu::direct_conv_forward(d, input.data(), weight_.value.data(), bias_data(), relu_, output_.data(),
+                                 cols_.data());
     } else {
       forward_cpu_chunks(input);
     }
@@ -182,14 +195,18 @@ Tensor Conv2d::backward_cpu_chunks(const Tensor& grad_output, bool need_input_gr
 Tensor Conv2d::backward_cpu_direct(const Tensor& grad_output, bool need_input_grad) {
   const Device dev = weight_.value.device();
   const cpu::DirectConv d{geom_, input_.dim(0), out_c_};
+  const cpu::WinogradConv wd{geom_, input_.dim(0), out_c_, cpu::winograd_tile(geom_, out_c_)};
   const float beta_b = has_bias_ ? take_grad_beta(bias_) : 0.f;  // before reading bias_.grad (module.h)
   const float beta_w = take_grad_beta(weight_);
   if (need_input_grad) ensure_tensor(grad_input_, input_.shape(), dev);
-  ensure_tensor(cols_, {cpu::direct_conv_scratch_floats(d)}, dev);
-  cpu::direct_conv_backward(d, input_.data(), weight_.value.data(), grad_output.data(),
-                            relu_ ? output_.data() : nullptr, need_input_grad ? grad_input_.data() : nullptr,
-                            weight_.grad.data(), beta_w, has_bias_ ? bias_.grad.data() : nullptr, beta_b,
-                            cols_.data());
+  ensure_tensor(cols_, {direct_scratch_floats(d, wd)}, dev);
+  const float* relu_output = relu_ ? output_.data() : nullptr;
+  cpu::direct_conv_backward(d, input_.data(), weight_.value.data(), grad_output.data(), relu_output,
+                            need_input_grad && !wd.m ? grad_input_.data() : nullptr, weight_.grad.data(), beta_w,
+                            has_bias_ ? bias_.grad.data() : nullptr, beta_b, cols_.data());
+  if (need_input_grad && wd.m)  // dW stays direct; dX by Winograd (Note [Winograd CPU convolution])
+    cpu::winograd_conv_input_grad(wd, weight_.value.data(), grad_output.data(), relu_output, grad_input_.data(),
+                                  cols_.data());
   if (has_bias_) grad_ready(bias_);
   grad_ready(weight_);
   if (!need_input_grad) return {};

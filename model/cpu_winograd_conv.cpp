@@ -37,7 +37,6 @@
 #include "model/cpu_winograd_conv.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -61,39 +60,42 @@ struct Tf;
 template <>
 struct Tf<2> {
   static constexpr float BT[4][4] = {{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}};
-  static constexpr double G[4][3] = {{1, 0, 0}, {.5, .5, .5}, {.5, -.5, .5}, {0, 0, 1}};
+  static constexpr float G[4][3] = {{1, 0, 0}, {.5, .5, .5}, {.5, -.5, .5}, {0, 0, 1}};
   static constexpr float AT[2][4] = {{1, 1, 1, 0}, {0, 1, -1, -1}};
 };
 template <>
 struct Tf<4> {
   static constexpr float BT[6][6] = {{4, 0, -5, 0, 1, 0},  {0, -4, -4, 1, 1, 0}, {0, 4, -4, -1, 1, 0},
                                      {0, -2, -1, 2, 1, 0}, {0, 2, -1, -2, 1, 0}, {0, 4, 0, -5, 0, 1}};
-  static constexpr double G[6][3] = {{1. / 4, 0, 0},
-                                     {-1. / 6, -1. / 6, -1. / 6},
-                                     {-1. / 6, 1. / 6, -1. / 6},
-                                     {1. / 24, 1. / 12, 1. / 6},
-                                     {1. / 24, -1. / 12, 1. / 6},
-                                     {0, 0, 1}};
+  static constexpr float G[6][3] = {{1.f / 4, 0, 0},
+                                    {-1.f / 6, -1.f / 6, -1.f / 6},
+                                    {-1.f / 6, 1.f / 6, -1.f / 6},
+                                    {1.f / 24, 1.f / 12, 1.f / 6},
+                                    {1.f / 24, -1.f / 12, 1.f / 6},
+                                    {0, 0, 1}};
   static constexpr float AT[4][6] = {{1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0}, {0, 1, -1, 8, -8, 1}};
 };
 
-// A chunk of nb images in tile slots (Note [Winograd CPU convolution]): slot (n, i, j) at
-// q = (n * rows + i) * wp + j; qr slots rounded up to whole blocks; a phase plane holds sp.
+// A chunk of nb images in tile slots (Note [Winograd CPU convolution]): tile (n, ty, tx) at
+// slot q = (n * th + ty) * tw + tx, no slot wasted; qr slots rounded up to whole blocks.
 struct Plan {
-  int64_t h, w, th, tw, wp, rows, nb, qr, sp;
+  int64_t h, w, th, tw, nb, qr;
   Plan(const kernels::ConvGeometry& g, int m, int64_t images)
-      : h(g.h), w(g.w), th((g.h + m - 1) / m), tw((g.w + m - 1) / m), wp(tw + 1), rows(th + 1), nb(images) {
-    qr = round_up(nb * rows * wp, kBlock);
-    sp = round_up(qr + wp + 1, 16);  // a tile's last element reads slot q + wp + 1
+      : h(g.h), w(g.w), th((g.h + m - 1) / m), tw((g.w + m - 1) / m), nb(images) {
+    qr = round_up(nb * th * tw, kBlock);
   }
-  int64_t slots_per_image() const { return rows * wp; }
 };
 
 int64_t chunk_images(const kernels::ConvGeometry& g, int m, int64_t cin, int64_t cout, int64_t batch) {
   const Plan one(g, m, 1);
-  const int64_t per_image = (cin + cout) * m * m * one.slots_per_image() * static_cast<int64_t>(sizeof(float));
+  const int64_t per_image =
+      (cin * (m + 2) * (m + 2) + cout * m * m) * one.th * one.tw * static_cast<int64_t>(sizeof(float));
   return std::clamp<int64_t>(kChunkBytes / per_image, 1, std::max<int64_t>(1, batch));
 }
+
+// Floats between two of U's a^2 matrices [cout_r][cin], rounded up to whole vectors of every
+// build (the weight transform goes V matrix elements at a time).
+int64_t weight_stride(int64_t cout, int64_t cin) { return round_up(round_up(cout, kChannelPad) * cin, 16); }
 
 // The scratch of a convolution from cin to cout channels: the input phases, the output phases,
 // a block's V and M, the transformed weights.
@@ -102,111 +104,91 @@ struct ScratchPlan {
   ScratchPlan(const kernels::ConvGeometry& g, int m, int64_t cin, int64_t cout, int64_t batch) {
     const Plan l(g, m, chunk_images(g, m, cin, cout, batch));
     const int64_t a2 = (m + 2) * (m + 2), cout_r = round_up(cout, kChannelPad);
-    out = cin * m * m * l.sp;
+    out = cin * a2 * l.qr;
     vb = out + cout * m * m * l.qr;
     mb = vb + a2 * (cin * kBlock + kSkew);
     u = mb + a2 * (cout_r * kBlock + kSkew);
-    ut = u + a2 * cout_r * cin;
-    total = ut + a2 * cout * cin;
+    ut = u + a2 * weight_stride(cout, cin);
+    total = ut + 9 * weight_stride(cout, cin);
   }
 };
 
-// dst [channels][m * m][l.sp]: the phases of src's l.nb images [nb, channels, h, w]; with mask
-// (src's layout), an element zeroed where mask <= 0 (the fused ReLU's gradient). Phase row by
-// phase row, each slot written once (zero outside the image), the loops free of divisions.
+// The gathers of stack_tiles and unstack_tiles for a chunk of l.nb images of `channels`
+// channels: in_map [a^2][nb * th * tw], the offset in src of element (r, s) of every tile, x[n,
+// 0, m ty + r - 1, m tx + s - 1], -1 outside the image (a zero); out_map [h * w], the slot of
+// each output pixel in its output plane (i * m + j) * qr. Small planes make short loops (layer4's
+// 4x4: two tiles a row): one index list per chunk keeps every loop as long as the chunk.
 template <int M>
-[[gnu::always_inline]] inline void stack_tiles(const float* __restrict src, const float* __restrict mask, int64_t channels, const Plan& l,
-                 float* __restrict dst) {
-  const int64_t used = l.nb * l.rows * l.wp;
-  for (int64_t c = 0; c < channels; ++c) {
-    float* o = dst + c * M * M * l.sp;
-    for (int64_t n = 0; n < l.nb; ++n) {
-      const int64_t plane = (n * channels + c) * l.h * l.w;
-      for (int64_t i = 0; i < l.rows; ++i)
-        for (int a = 0; a < M; ++a) {
-          const int64_t y = M * i + a - 1;  // the input row of phase row i
-          for (int b = 0; b < M; ++b) {
-            float* row = o + (a * M + b) * l.sp + (n * l.rows + i) * l.wp;
-            if (y < 0 || y >= l.h) {
-              std::fill(row, row + l.wp, 0.f);
-              continue;
-            }
-            // Slot j holds column M j + b - 1: inside for j in [j0, j1).
-            const int64_t j0 = b == 0 ? 1 : 0, j1 = std::min(l.wp, (l.w - b) / M + 1);
-            const float* s = src + plane + y * l.w + b - 1;
-            for (int64_t j = 0; j < j0; ++j) row[j] = 0.f;
-            if (mask) {
-              const float* mk = mask + plane + y * l.w + b - 1;
-              for (int64_t j = j0; j < j1; ++j) row[j] = mk[M * j] > 0.f ? s[M * j] : 0.f;
-            } else {
-              for (int64_t j = j0; j < j1; ++j) row[j] = s[M * j];
-            }
-            for (int64_t j = j1; j < l.wp; ++j) row[j] = 0.f;
+void build_maps(const Plan& l, int64_t channels, std::vector<int32_t>& in_map, std::vector<int32_t>& out_map) {
+  constexpr int A = M + 2;
+  const int64_t tiles = l.th * l.tw, slots = l.nb * tiles;
+  in_map.resize(static_cast<size_t>(A * A * slots));
+  for (int r = 0; r < A; ++r)
+    for (int s = 0; s < A; ++s)
+      for (int64_t n = 0; n < l.nb; ++n)
+        for (int64_t ty = 0; ty < l.th; ++ty)
+          for (int64_t tx = 0; tx < l.tw; ++tx) {
+            const int64_t y = M * ty + r - 1, x = M * tx + s - 1;
+            const bool inside = y >= 0 && y < l.h && x >= 0 && x < l.w;
+            in_map[static_cast<size_t>((r * A + s) * slots + n * tiles + ty * l.tw + tx)] =
+                inside ? static_cast<int32_t>((n * channels * l.h + y) * l.w + x) : -1;
           }
+  out_map.resize(static_cast<size_t>(l.h * l.w));
+  for (int64_t oy = 0; oy < l.h; ++oy)
+    for (int64_t ox = 0; ox < l.w; ++ox)
+      out_map[static_cast<size_t>(oy * l.w + ox)] =
+          static_cast<int32_t>(((oy % M) * M + ox % M) * l.qr + (oy / M) * l.tw + ox / M);
+}
+
+// dst [channels][a^2][l.qr]: element (r, s) of every input tile of src's l.nb images [nb,
+// channels, h, w] at the tile's slot (in_map); with mask (src's layout), zeroed where mask <= 0
+// (the fused ReLU's gradient). Slots past the images are zero (finite, thrown away). Not inlined
+// into the builds: with AVX-512 GCC vectorizes the index loops as gathers, which ran 2x slower
+// than scalar loads on Zen 4 (so does unstack_tiles').
+template <int M>
+void stack_tiles(const float* __restrict src, const float* __restrict mask,
+                                               int64_t channels, const Plan& l, const int32_t* __restrict in_map,
+                                               float* __restrict dst) {
+  constexpr int A = M + 2;
+  const int64_t slots = l.nb * l.th * l.tw, plane = l.h * l.w;
+  for (int64_t c = 0; c < channels; ++c) {
+    const float* sc = src + c * plane;
+    const float* mc = mask ? mask + c * plane : nullptr;
+    for (int p = 0; p < A * A; ++p) {
+      float* o = dst + (c * A * A + p) * l.qr;
+      const int32_t* idx = in_map + p * slots;
+      if (mc)
+        for (int64_t k = 0; k < slots; ++k) {
+          const int32_t i = idx[k];
+          o[k] = i >= 0 && mc[i] > 0.f ? sc[i] : 0.f;
         }
+      else
+        for (int64_t k = 0; k < slots; ++k) {
+          const int32_t i = idx[k];
+          o[k] = i >= 0 ? sc[i] : 0.f;
+        }
+      std::fill(o + slots, o + l.qr, 0.f);
     }
-    for (int p = 0; p < M * M; ++p)  // the slack the last block's tiles read
-      std::fill(o + p * l.sp + used, o + (p + 1) * l.sp, 0.f);
   }
 }
 
-// y[n, c, oy, ox] = output phase (oy % m, ox % m) of channel c at slot (oy / m, ox / m) (+
+// y[n, c, oy, ox] = output (oy % m, ox % m) of channel c's tile at slot (oy / m, ox / m) (+
 // bias[c], then max(., 0) when relu); t [channels][m * m][l.qr].
 template <int M>
-[[gnu::always_inline]] inline void unstack_tiles(const float* __restrict t, const float* bias, bool relu, int64_t channels, const Plan& l,
-                   float* __restrict y) {
+void unstack_tiles(const float* __restrict t, const float* bias, bool relu,
+                                                 int64_t channels, const Plan& l, const int32_t* __restrict out_map,
+                                                 float* __restrict y) {
+  const int64_t plane = l.h * l.w, tiles = l.th * l.tw;
   for (int64_t n = 0; n < l.nb; ++n)
     for (int64_t c = 0; c < channels; ++c) {
       const float bc = bias ? bias[c] : 0.f;
-      const float* tc = t + c * M * M * l.qr;
-      float* yc = y + (n * channels + c) * l.h * l.w;
-      for (int64_t i = 0; i < l.th; ++i)
-        for (int a = 0; a < M && M * i + a < l.h; ++a) {
-          float* yrow = yc + (M * i + a) * l.w;
-          for (int b = 0; b < M; ++b) {
-            const float* row = tc + (a * M + b) * l.qr + (n * l.rows + i) * l.wp;
-            const int64_t j1 = (l.w - b + M - 1) / M;  // slots j with M j + b < w
-            if (relu)
-              for (int64_t j = 0; j < j1; ++j) yrow[M * j + b] = std::max(row[j] + bc, 0.f);
-            else
-              for (int64_t j = 0; j < j1; ++j) yrow[M * j + b] = row[j] + bc;
-          }
-        }
+      const float* tc = t + c * M * M * l.qr + n * tiles;
+      float* yc = y + (n * channels + c) * plane;
+      if (relu)
+        for (int64_t k = 0; k < plane; ++k) yc[k] = std::max(tc[out_map[k]] + bc, 0.f);
+      else
+        for (int64_t k = 0; k < plane; ++k) yc[k] = tc[out_map[k]] + bc;
     }
-}
-
-// U [a^2][cout_r / cb][cin][cb] = G k G^T of the convolution's kernels k[o][i] (forward: w[o][i];
-// flipped: w[i][o] turned by 180 degrees, the input gradient's), in double, rows past cout zero.
-// Each pair's a^2 values go to tmp [cout * cin][a^2] first: written straight into U they lie a
-// plane apart, the same cache set for every xi (the transform ran 10x slower).
-template <int M>
-void transform_weights(const float* w, int64_t cout, int64_t cin, bool flipped, int64_t cb, float* tmp, float* u) {
-  constexpr int A = M + 2;
-  const int64_t cout_r = round_up(cout, kChannelPad), xs = cout_r * cin;
-  for (int64_t o = 0; o < cout; ++o)
-    for (int64_t i = 0; i < cin; ++i) {
-      double k[3][3], gk[A][3];
-      const float* src = flipped ? w + (i * cout + o) * 9 : w + (o * cin + i) * 9;
-      for (int t = 0; t < 9; ++t) k[t / 3][t % 3] = flipped ? src[8 - t] : src[t];
-#pragma GCC unroll 6
-      for (int r = 0; r < A; ++r)
-#pragma GCC unroll 3
-        for (int kx = 0; kx < 3; ++kx)
-          gk[r][kx] = Tf<M>::G[r][0] * k[0][kx] + Tf<M>::G[r][1] * k[1][kx] + Tf<M>::G[r][2] * k[2][kx];
-      float* t = tmp + (o * cin + i) * A * A;
-#pragma GCC unroll 6
-      for (int r = 0; r < A; ++r)
-#pragma GCC unroll 6
-        for (int s = 0; s < A; ++s)
-          t[r * A + s] =
-              static_cast<float>(gk[r][0] * Tf<M>::G[s][0] + gk[r][1] * Tf<M>::G[s][1] + gk[r][2] * Tf<M>::G[s][2]);
-    }
-  for (int xi = 0; xi < A * A; ++xi) {
-    float* ux = u + xi * xs;
-    std::fill(ux, ux + xs, 0.f);
-    for (int64_t o = 0; o < cout; ++o)
-      for (int64_t i = 0; i < cin; ++i) ux[((o / cb) * cin + i) * cb + o % cb] = tmp[(o * cin + i) * A * A + xi];
-  }
 }
 
 template <int V>
@@ -251,7 +233,7 @@ template <int V, int R, int C>
 }
 
 // vb[xi * vs] (xi < a^2) = B^T d B of the input tiles at slots q.. q + V of one channel's
-// phases p (sp apart).
+// stacked tiles p (qr apart).
 template <int V, int M>
 [[gnu::always_inline]] inline void input_transform(const float* __restrict p, const Plan& l, int64_t q,
                                                    float* __restrict vb, int64_t vs) {
@@ -260,7 +242,7 @@ template <int V, int M>
 #pragma GCC unroll 6
   for (int r = 0; r < A; ++r)
 #pragma GCC unroll 6
-    for (int s = 0; s < A; ++s) load<V>(d[r][s], p + ((r % M) * M + s % M) * l.sp + q + (r / M) * l.wp + s / M);
+    for (int s = 0; s < A; ++s) load<V>(d[r][s], p + (r * A + s) * l.qr + q);
 #pragma GCC unroll 6
   for (int r = 0; r < A; ++r) apply<V>(Tf<M>::BT, d[r], 1, t[r], 1);  // t[r][k] = sum_s BT[k][s] d[r][s]
 #pragma GCC unroll 6
@@ -269,6 +251,36 @@ template <int V, int M>
   for (int r = 0; r < A; ++r)
 #pragma GCC unroll 6
     for (int s = 0; s < A; ++s) store<V>(vb + (r * A + s) * vs, d[r][s]);
+}
+
+// U [a^2][cout_r / CB][cin][CB] = G k G^T of the convolution's kernels k[o][i] (forward: w[o][i];
+// flipped: w[i][o] turned by 180 degrees, the input gradient's), rows past cout zero. The taps
+// go first to tmp [9][U's packed order], then V packed weights at a time through the transforms.
+template <int V, int CB, int M>
+[[gnu::always_inline]] inline void transform_weights(const float* w, int64_t cout, int64_t cin, bool flipped,
+                                                     float* __restrict tmp, float* __restrict u) {
+  constexpr int A = M + 2;
+  const int64_t cout_r = round_up(cout, kChannelPad), xs = weight_stride(cout, cin);
+  for (int64_t o = 0; o < cout_r; ++o)
+    for (int64_t i = 0; i < cin; ++i) {
+      const int64_t at = ((o / CB) * cin + i) * CB + o % CB;
+      const float* src = o >= cout ? nullptr : flipped ? w + (i * cout + o) * 9 : w + (o * cin + i) * 9;
+      for (int t = 0; t < 9; ++t) tmp[t * xs + at] = !src ? 0.f : flipped ? src[8 - t] : src[t];
+    }
+  for (int t = 0; t < 9; ++t) std::fill(tmp + t * xs + cout_r * cin, tmp + (t + 1) * xs, 0.f);
+  for (int64_t p = 0; p < xs; p += V) {
+    Vec<V> k[3][3], gk[A][3], uv[A][A];
+#pragma GCC unroll 9
+    for (int t = 0; t < 9; ++t) load<V>(k[t / 3][t % 3], tmp + t * xs + p);
+#pragma GCC unroll 3
+    for (int kx = 0; kx < 3; ++kx) apply<V>(Tf<M>::G, &k[0][kx], 3, &gk[0][kx], 3);
+#pragma GCC unroll 6
+    for (int r = 0; r < A; ++r) apply<V>(Tf<M>::G, gk[r], 1, uv[r], 1);
+#pragma GCC unroll 6
+    for (int r = 0; r < A; ++r)
+#pragma GCC unroll 6
+      for (int s = 0; s < A; ++s) store<V>(u + (r * A + s) * xs + p, uv[r][s]);
+  }
 }
 
 // out[(i * m + j) * qr] = (A^T M A)[i][j] of the vectors mb[xi * ms] (xi < a^2).
@@ -332,23 +344,24 @@ template <int V, int CB, int NV, int M>
   const int64_t cout_r = round_up(cout, kChannelPad), plane = g.h * g.w;
   const int64_t vs = cin * T + kSkew, ms = cout_r * T + kSkew;  // V's and M's matrices apart
   const int64_t chunk = chunk_images(g, M, cin, cout, batch);
-  static const int skip = getenv("WSKIP") ? atoi(getenv("WSKIP")) : 0;
+  std::vector<int32_t> in_map, out_map;
   for (int64_t n0 = 0; n0 < batch; n0 += chunk) {
     const Plan l(g, M, std::min(chunk, batch - n0));
-    if (!(skip & 1)) stack_tiles<M>(in + n0 * cin * plane, mask ? mask + n0 * cin * plane : nullptr, cin, l, phases);
+    if (n0 == 0 || l.nb < chunk) build_maps<M>(l, cin, in_map, out_map);  // the first and the short last chunk
+    stack_tiles<M>(in + n0 * cin * plane, mask ? mask + n0 * cin * plane : nullptr, cin, l, in_map.data(), phases);
     for (int64_t q0 = 0; q0 < l.qr; q0 += T) {
-      if (!(skip & 2)) for (int64_t i = 0; i < cin; ++i)
+      for (int64_t i = 0; i < cin; ++i)
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v)
-          input_transform<V, M>(phases + i * M * M * l.sp, l, q0 + v * V, vb + i * T + v * V, vs);
-      if (!(skip & 4)) for (int xi = 0; xi < A * A; ++xi)
-        block_gemm<V, CB, NV>(u + xi * cout_r * cin, vb + xi * vs, cin, cout_r, mb + xi * ms);
-      if (!(skip & 8)) for (int64_t o = 0; o < cout; ++o)
+          input_transform<V, M>(phases + i * A * A * l.qr, l, q0 + v * V, vb + i * T + v * V, vs);
+      for (int xi = 0; xi < A * A; ++xi)
+        block_gemm<V, CB, NV>(u + xi * weight_stride(cout, cin), vb + xi * vs, cin, cout_r, mb + xi * ms);
+      for (int64_t o = 0; o < cout; ++o)
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v)
           output_transform<V, M>(mb + o * T + v * V, ms, outp + o * M * M * l.qr + q0 + v * V, l.qr);
     }
-    if (!(skip & 16)) unstack_tiles<M>(outp, bias, relu, cout, l, out + n0 * cout * plane);
+    unstack_tiles<M>(outp, bias, relu, cout, l, out_map.data(), out + n0 * cout * plane);
   }
 }
 
@@ -356,7 +369,7 @@ template <int V, int CB, int NV, int M>
 [[gnu::always_inline]] inline void forward_impl(const WinogradConv& d, const float* x, const float* w,
                                                 const float* bias, bool relu, float* y, float* scratch) {
   const ScratchPlan sp(d.g, M, d.g.c, d.out_c, d.batch);
-  transform_weights<M>(w, d.out_c, d.g.c, false, CB, scratch + sp.ut, scratch + sp.u);
+  transform_weights<V, CB, M>(w, d.out_c, d.g.c, false, scratch + sp.ut, scratch + sp.u);
   convolve<V, CB, NV, M>(d.g, d.batch, d.g.c, d.out_c, x, nullptr, bias, relu, y, scratch);
 }
 
@@ -364,7 +377,7 @@ template <int V, int CB, int NV, int M>
 [[gnu::always_inline]] inline void input_grad_impl(const WinogradConv& d, const float* w, const float* dy,
                                                    const float* relu_output, float* dx, float* scratch) {
   const ScratchPlan sp(d.g, M, d.out_c, d.g.c, d.batch);
-  transform_weights<M>(w, d.g.c, d.out_c, true, CB, scratch + sp.ut, scratch + sp.u);
+  transform_weights<V, CB, M>(w, d.g.c, d.out_c, true, scratch + sp.ut, scratch + sp.u);
   convolve<V, CB, NV, M>(d.g, d.batch, d.out_c, d.g.c, dy, relu_output, nullptr, false, dx, scratch);
 }
 
@@ -424,10 +437,12 @@ bool winograd_fits(const kernels::ConvGeometry& g) {
   return g.kh == 3 && g.kw == 3 && g.pad == 1 && g.stride == 1 && g.oh == g.h && g.ow == g.w;
 }
 
+// Note [Winograd tile rule]: F(2x2) on planes of at most 8x8 with 64 channels or more on both
+// sides (ResNet-18's layer3 and layer4 at width 16); the direct kernels everywhere else. See the
+// measurements in Note [Winograd CPU convolution].
 int winograd_tile(const kernels::ConvGeometry& g, int64_t out_c) {
-  (void)out_c;
-  if (!winograd_fits(g)) return 0;
-  return 0;
+  const bool small_plane = g.h <= 8 && g.w <= 8, wide = g.c >= 64 && out_c >= 64;
+  return winograd_fits(g) && small_plane && wide ? 2 : 0;
 }
 
 int64_t winograd_conv_scratch_floats(const WinogradConv& d) {
