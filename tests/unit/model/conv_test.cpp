@@ -57,7 +57,8 @@ TEST(Conv2d, ForwardEqualsDirectConvolution) {
 // in place when there is no bias or ReLU) and several per chunk with a short last one (9 = 6 +
 // 3), with and without bias and a fused ReLU; the gradients written, then accumulated. 5x5
 // kernels: ResNet's 3x3 padding 1 takes the direct kernels (Note [Direct CPU convolution]),
-// which the 3x3 cases check through Conv2d the same way.
+// which the 3x3 cases check through Conv2d the same way, and 64 to 64 channels at 7x7 the
+// Winograd kernels' (Note [Winograd CPU convolution]).
 TEST(Conv2d, CpuPathsEqualDirectLoops) {
   struct Case {
     int64_t batch, in_c, out_c, hw, k;
@@ -65,7 +66,8 @@ TEST(Conv2d, CpuPathsEqualDirectLoops) {
   };
   for (const Case& t : {Case{3, 16, 4, 28, 5, false, false}, Case{3, 16, 4, 28, 5, true, true},
                         Case{9, 16, 3, 7, 5, false, false}, Case{9, 16, 3, 7, 5, true, true},
-                        Case{3, 16, 4, 28, 3, false, false}, Case{9, 64, 3, 7, 3, true, true}}) {
+                        Case{3, 16, 4, 28, 3, false, false}, Case{9, 64, 3, 7, 3, true, true},
+                        Case{5, 64, 64, 7, 3, true, true}}) {  // Winograd forward and dX (winograd_tile)
     const int64_t k = t.k, pad = (k - 1) / 2, plane = t.hw * t.hw, in_plane = plane;
     InitRng rng(21);
     Conv2d layer(t.in_c, t.out_c, k, 1, pad, Device::cpu(), rng, t.bias);
