@@ -437,12 +437,15 @@ bool winograd_fits(const kernels::ConvGeometry& g) {
   return g.kh == 3 && g.kw == 3 && g.pad == 1 && g.stride == 1 && g.oh == g.h && g.ow == g.w;
 }
 
-// Note [Winograd tile rule]: F(2x2) on planes of at most 8x8 with 64 channels or more on both
-// sides (ResNet-18's layer3 and layer4 at width 16); the direct kernels everywhere else. See the
-// measurements in Note [Winograd CPU convolution].
+// Note [Winograd tile rule]: planes of at most 8x8 with 64 channels or more on both sides
+// (ResNet-18's layer3 and layer4 at width 16): F(4x4) on 7x7 (two tiles a side, 36 products per
+// 16 outputs), F(2x2) on 4x4 (F(4x4)'s single tile a 4x4 image leaves most of a block's lanes
+// empty at these batch chunks); the direct kernels everywhere else, where they measured faster
+// (Note [Winograd CPU convolution]).
 int winograd_tile(const kernels::ConvGeometry& g, int64_t out_c) {
   const bool small_plane = g.h <= 8 && g.w <= 8, wide = g.c >= 64 && out_c >= 64;
-  return winograd_fits(g) && small_plane && wide ? 2 : 0;
+  if (!winograd_fits(g) || !small_plane || !wide) return 0;
+  return g.h > 4 || g.w > 4 ? 4 : 2;
 }
 
 int64_t winograd_conv_scratch_floats(const WinogradConv& d) {
