@@ -8,36 +8,44 @@
 // tile and channel pair a^2 products instead of 9 m^2 (F(2x2): 16 for 36, F(4x4): 36 for 144).
 // The element-wise products summed over the input channels are a^2 independent GEMMs,
 // M[xi] [out_c, tiles] = U[xi] [out_c, in_c] V[xi] [in_c, tiles]. Per chunk of images:
-// - The input, padded by one, is split into m^2 phases (struct Plan): phase (a, b) holds x[m i
-//   + a - 1, m j + b - 1] at tile slot (i, j), slots (th + 1) x (tw + 1) per image (th = ceil(h /
-//   m)): input tile (ty, tx)'s element (r, s) is phase (r % m, s % m) at slot (ty + r / m, tx + s
-//   / m). So with one vector lane per tile slot, every element of a vector of tiles is one
-//   contiguous load, like the direct kernels' taps. The last slot row and column of an image
-//   are computed and thrown away: th tw / ((th + 1)(tw + 1)) of the work is useful.
-// - Per block of V*NV tile slots (the GEMM's register tile): the input transform B^T d B of
-//   every channel into V [a^2][in_c][block], the a^2 GEMMs (register tile CB output channels x
-//   NV vectors, the weights broadcast, as the direct forward) into M [a^2][out_c][block], the
-//   output transform A^T M A into m^2 output phases; at the chunk's end the phases go to NCHW
-//   with the bias and the fused ReLU. The block's V and M stay in L2.
-// - U = G g G^T is computed in double once per call and rounded to float.
+// - Every input tile's a^2 elements are gathered (stack_tiles, by an index list built once per
+//   chunk size): element (r, s) of all the chunk's tiles in one row [a^2][tiles], one vector
+//   lane per tile, no lane wasted on padding (struct Plan). A tile past the image's edge (7x7
+//   in tiles of 2 or 4) reads zeros.
+// - Per block of V*NV tiles (the GEMM's register tile): the input transform B^T d B of every
+//   channel into V [a^2][in_c][block], the a^2 GEMMs (register tile CB output channels x NV
+//   vectors, the weights broadcast, as the direct forward) into M [a^2][out_c][block], the
+//   output transform A^T M A into the m^2 outputs of each tile; at the chunk's end those go to
+//   NCHW with the bias and the fused ReLU (unstack_tiles). The transforms are unrolled with
+//   the matrices as constants, so zero terms vanish and +-1 are additions (apply).
+// - U = G g G^T in float, V weights at a time (transform_weights), once per call.
 // - The input gradient of a stride-1 3x3 convolution is the same convolution of dY' (masked by
 //   the fused ReLU) with the weights transposed and flipped, W'[ci, co, ky, kx] = W[co, ci,
 //   2 - ky, 2 - kx]: the same kernels. The weight gradient stays direct.
 // Every output element is the same operations whatever its lane, block or chunk, so a result is
-// bitwise repeatable and does not depend on the chunking. The three builds (AVX-512, AVX2, SSE2)
-// contract a*b+c to FMAs alike (-ffp-contract=fast) and differ only in the GEMM's register tile,
-// whose sums run in the same order: they agree bit for bit where the compiler contracts alike.
+// bitwise repeatable and does not depend on the chunking (tested). As with the direct kernels,
+// the three builds (AVX-512, AVX2, SSE2) need not agree to the bit.
 //
-// Error: the transforms add terms of both signs, so Y carries rounding of the order of
-// eps * sum |terms| times the transforms' growth: for F(2x2) the coefficients are 0, +-1/2, +-1
-// (growth ~ 4), for F(4x4) up to 5 and 1/24 (growth ~ 100; cpu_winograd_conv_test.cpp measures
-// both against double sums).
+// Error: the transforms add and subtract scaled terms before and after the products, so the
+// rounding grows with their coefficients: measured against double sums (random values in
+// [-1, 1], cpu_winograd_conv_test.cpp), |error| / sum |terms| at most 2.6e-7 for F(2x2) and
+// 4.5e-6 for F(4x4), the direct kernels' own bound being 2e-6. The ResNet fidelity test against
+// PyTorch (tests/torch/resnet_fidelity_test.py, width 16) passes with both in use.
 //
-// Which layers (winograd_tile, a fixed rule by shape): see Note [Winograd tile rule].
+// Measured (2026-11-27, AVX-512 build, best of 7 calls of batch 64 on the shared machine;
+// direct dX = direct backward minus its dW-only call), forward / input gradient, direct ms ->
+// Winograd ms:
+//   layer1 16 ch 28x28: F(2x2) 1.2 -> 3.5-4.1 / 1.3 -> 2.8-3.6;  F(4x4) -> 2.1 / 2.2-2.9
+//   layer2 32 ch 14x14: F(2x2) 1.1 -> 1.6-1.7 / 1.1 -> 1.6-1.7;  F(4x4) -> 1.6 / 1.6
+//   layer3 64 ch 7x7:   F(2x2) 1.3 -> 1.25 / 1.25 -> 1.16;        F(4x4) -> 1.07 / 1.1
+//   layer4 128 ch 4x4:  F(2x2) 1.36 -> 1.1 / 1.7 -> 1.1;         F(4x4) -> 1.8-2.0 / 1.8
+// At 16-32 channels the gather, the transforms and the move back to NCHW (each O(elements),
+// not O(elements x channels)) cost more than the GEMM saves; an earlier layout of m^2 phase
+// planes with a slot row and column of padding per image (cheaper copies, wasted lanes) lost
+// there too (layer1 0.75x, layer2 0.9-1.0x). Hence Note [Winograd tile rule].
 #include "model/cpu_winograd_conv.h"
 
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 namespace dtrain::cpu {
@@ -97,7 +105,7 @@ int64_t chunk_images(const kernels::ConvGeometry& g, int m, int64_t cin, int64_t
 // build (the weight transform goes V matrix elements at a time).
 int64_t weight_stride(int64_t cout, int64_t cin) { return round_up(round_up(cout, kChannelPad) * cin, 16); }
 
-// The scratch of a convolution from cin to cout channels: the input phases, the output phases,
+// The scratch of a convolution from cin to cout channels: the gathered input tiles, the outputs,
 // a block's V and M, the transformed weights.
 struct ScratchPlan {
   int64_t out, vb, mb, u, ut, total;
@@ -339,7 +347,7 @@ template <int V, int CB, int NV, int M>
   constexpr int64_t T = V * NV;
   static_assert(kBlock % T == 0);
   const ScratchPlan sp(g, M, cin, cout, batch);
-  float *phases = scratch, *outp = scratch + sp.out, *vb = scratch + sp.vb, *mb = scratch + sp.mb;
+  float *tiles = scratch, *outp = scratch + sp.out, *vb = scratch + sp.vb, *mb = scratch + sp.mb;
   const float* u = scratch + sp.u;
   const int64_t cout_r = round_up(cout, kChannelPad), plane = g.h * g.w;
   const int64_t vs = cin * T + kSkew, ms = cout_r * T + kSkew;  // V's and M's matrices apart
@@ -348,12 +356,12 @@ template <int V, int CB, int NV, int M>
   for (int64_t n0 = 0; n0 < batch; n0 += chunk) {
     const Plan l(g, M, std::min(chunk, batch - n0));
     if (n0 == 0 || l.nb < chunk) build_maps<M>(l, cin, in_map, out_map);  // the first and the short last chunk
-    stack_tiles<M>(in + n0 * cin * plane, mask ? mask + n0 * cin * plane : nullptr, cin, l, in_map.data(), phases);
+    stack_tiles<M>(in + n0 * cin * plane, mask ? mask + n0 * cin * plane : nullptr, cin, l, in_map.data(), tiles);
     for (int64_t q0 = 0; q0 < l.qr; q0 += T) {
       for (int64_t i = 0; i < cin; ++i)
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v)
-          input_transform<V, M>(phases + i * A * A * l.qr, l, q0 + v * V, vb + i * T + v * V, vs);
+          input_transform<V, M>(tiles + i * A * A * l.qr, l, q0 + v * V, vb + i * T + v * V, vs);
       for (int xi = 0; xi < A * A; ++xi)
         block_gemm<V, CB, NV>(u + xi * weight_stride(cout, cin), vb + xi * vs, cin, cout_r, mb + xi * ms);
       for (int64_t o = 0; o < cout; ++o)
