@@ -58,6 +58,7 @@
 #include <vector>
 
 #include "model/cpu_conv.h"
+#include "model/cpu_vec.h"
 
 namespace dtrain::cpu {
 
@@ -290,10 +291,10 @@ InputGradTaps input_grad_taps(const Layout& l, int64_t p) {
   return r;
 }
 
-template <int V>
-using Vec [[gnu::vector_size(V * sizeof(float))]] = float;
-template <int V>
-using Bits [[gnu::vector_size(V * sizeof(float))]] = int32_t;
+using vec::Bits;
+using vec::load;
+using vec::store;
+using vec::Vec;
 
 // Note [Dense 4x4 planes]
 // ~~~~~~~~~~~~~~~~~~~~~~~
@@ -318,18 +319,6 @@ struct DenseMasks {
 template <int V, bool DENSE>
 [[gnu::always_inline]] inline void mask_tap(Vec<V>& v, const DenseMasks* masks, int t) {
   if constexpr (DENSE && V == 16) v = reinterpret_cast<Vec<V>>(reinterpret_cast<Bits<V>>(v) & masks->m[t]);
-}
-
-// Unaligned loads and stores. Vectors pass by reference: by value, the wide vectors' calling
-// convention would differ between the builds (-Wpsabi).
-template <int V>
-[[gnu::always_inline]] inline void load(Vec<V>& v, const float* p) {
-  __builtin_memcpy(&v, p, sizeof v);
-}
-
-template <int V>
-[[gnu::always_inline]] inline void store(float* p, const Vec<V>& v) {
-  __builtin_memcpy(p, &v, sizeof v);
 }
 
 // out[o, q] for o < outs (rounded up to CB), q < qr: sum over the `ins` stacked inputs `in`
@@ -569,15 +558,12 @@ DTRAIN_DIRECT_CONV_IMPL(avx512, __attribute__((target("avx512f,avx512vl,avx2,fma
 
 // The builds this CPU runs, best first.
 std::vector<Impl> supported() {
-  std::vector<Impl> r;
 #if defined(__x86_64__) && defined(__GNUC__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl"))  // compiled for both
-    r.push_back({forward_avx512, backward_avx512, "avx512"});
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) r.push_back({forward_avx2, backward_avx2, "avx2"});
+  return vec::runnable_builds<Impl>({forward_avx512, backward_avx512, "avx512"}, {forward_avx2, backward_avx2, "avx2"},
+                                    {forward_generic, backward_generic, "generic"});
+#else
+  return {{forward_generic, backward_generic, "generic"}};
 #endif
-  r.push_back({forward_generic, backward_generic, "generic"});
-  return r;
 }
 
 Impl& impl() {
@@ -610,13 +596,6 @@ void direct_conv_backward(const DirectConv& d, const float* x, const float* w, c
 
 const char* direct_conv_isa() { return impl().name; }
 
-bool select_direct_conv_isa(std::string_view name) {
-  for (const Impl& i : supported())
-    if (name.empty() || name == i.name) {
-      impl() = i;
-      return true;
-    }
-  return false;
-}
+bool select_direct_conv_isa(std::string_view name) { return vec::select_build(supported(), name, impl()); }
 
 }  // namespace dtrain::cpu

@@ -48,6 +48,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "model/cpu_vec.h"
+
 namespace dtrain::cpu {
 
 namespace {
@@ -199,19 +201,9 @@ void unstack_tiles(const float* __restrict t, const float* bias, bool relu,
     }
 }
 
-template <int V>
-using Vec [[gnu::vector_size(V * sizeof(float))]] = float;
-
-// Unaligned loads and stores; vectors by reference (by value, the wide vectors' calling
-// convention would differ between the builds: -Wpsabi).
-template <int V>
-[[gnu::always_inline]] inline void load(Vec<V>& v, const float* p) {
-  __builtin_memcpy(&v, p, sizeof v);
-}
-template <int V>
-[[gnu::always_inline]] inline void store(float* p, const Vec<V>& v) {
-  __builtin_memcpy(p, &v, sizeof v);
-}
+using vec::load;
+using vec::store;
+using vec::Vec;
 
 // out[r * os] = sum_c K[r][c] in[c * is]. Fully unrolled, K's entries are constants: the
 // zero terms vanish and +-1 become additions (a 0 * x would stay, as NaN * 0 is not 0).
@@ -422,16 +414,13 @@ DTRAIN_WINOGRAD_IMPL(avx512, __attribute__((target("avx512f,avx512vl,avx2,fma"))
 
 // The builds this CPU runs, best first.
 std::vector<Impl> supported() {
-  std::vector<Impl> r;
 #if defined(__x86_64__) && defined(__GNUC__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl"))
-    r.push_back({forward_avx512, input_grad_avx512, "avx512"});
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    r.push_back({forward_avx2, input_grad_avx2, "avx2"});
+  return vec::runnable_builds<Impl>({forward_avx512, input_grad_avx512, "avx512"},
+                                    {forward_avx2, input_grad_avx2, "avx2"},
+                                    {forward_generic, input_grad_generic, "generic"});
+#else
+  return {{forward_generic, input_grad_generic, "generic"}};
 #endif
-  r.push_back({forward_generic, input_grad_generic, "generic"});
-  return r;
 }
 
 Impl& impl() {
@@ -473,13 +462,6 @@ void winograd_conv_input_grad(const WinogradConv& d, const float* w, const float
 
 const char* winograd_conv_isa() { return impl().name; }
 
-bool select_winograd_conv_isa(std::string_view name) {
-  for (const Impl& i : supported())
-    if (name.empty() || name == i.name) {
-      impl() = i;
-      return true;
-    }
-  return false;
-}
+bool select_winograd_conv_isa(std::string_view name) { return vec::select_build(supported(), name, impl()); }
 
 }  // namespace dtrain::cpu
