@@ -35,10 +35,10 @@
 // Measured (2026-11-27, AVX-512 build, best of 7 calls of batch 64 on the shared machine;
 // direct dX = direct backward minus its dW-only call), forward / input gradient, direct ms ->
 // Winograd ms:
-//   layer1 16 ch 28x28: F(2x2) 1.2 -> 3.5-4.1 / 1.3 -> 2.8-3.6;  F(4x4) -> 2.1 / 2.2-2.9
-//   layer2 32 ch 14x14: F(2x2) 1.1 -> 1.6-1.7 / 1.1 -> 1.6-1.7;  F(4x4) -> 1.6 / 1.6
-//   layer3 64 ch 7x7:   F(2x2) 1.3 -> 1.25 / 1.25 -> 1.16;        F(4x4) -> 1.07 / 1.1
-//   layer4 128 ch 4x4:  F(2x2) 1.36 -> 1.1 / 1.7 -> 1.1;         F(4x4) -> 1.8-2.0 / 1.8
+//   layer1 16 ch 28x28: F(2x2) 1.2 -> 3.1-3.5 / 1.1-1.4 -> 2.8-3.6;  F(4x4) -> 2.1-2.3 / 2.2-2.9
+//   layer2 32 ch 14x14: F(2x2) 1.2 -> 1.7 / 1.2 -> 1.7;              F(4x4) -> 1.35-1.4 / 1.3-1.36
+//   layer3 64 ch 7x7:   F(2x2) 1.4 -> 1.26 / 1.4 -> 1.18;            F(4x4) -> 0.93-0.95 / 0.91
+//   layer4 128 ch 4x4:  F(2x2) 1.36 -> 1.1 / 1.7 -> 1.1;             F(4x4) -> 1.7-2.0 / 1.8
 // At 16-32 channels the gather, the transforms and the move back to NCHW (each O(elements),
 // not O(elements x channels)) cost more than the GEMM saves; an earlier layout of m^2 phase
 // planes with a slot row and column of padding per image (cheaper copies, wasted lanes) lost
@@ -46,6 +46,7 @@
 #include "model/cpu_winograd_conv.h"
 
 #include <algorithm>
+#include <numeric>
 #include <vector>
 
 #include "model/cpu_vec.h"
@@ -100,7 +101,12 @@ int64_t chunk_images(const kernels::ConvGeometry& g, int m, int64_t cin, int64_t
   const Plan one(g, m, 1);
   const int64_t per_image =
       (cin * (m + 2) * (m + 2) + cout * m * m) * one.th * one.tw * static_cast<int64_t>(sizeof(float));
-  return std::clamp<int64_t>(kChunkBytes / per_image, 1, std::max<int64_t>(1, batch));
+  // Rounded up (to at most twice the budget) to images whose tiles fill whole blocks: layer3's 9
+  // images of 4 tiles left a quarter of their 48-lane block empty, 12 fill it.
+  const int64_t fill = kBlock / std::gcd(one.th * one.tw, kBlock);
+  int64_t chunk = std::max<int64_t>(1, kChunkBytes / per_image);
+  if (fill <= 2 * chunk) chunk = round_up(chunk, fill);
+  return std::clamp<int64_t>(chunk, 1, std::max<int64_t>(1, batch));
 }
 
 // Floats between two of U's a^2 matrices [cout_r][cin], rounded up to whole vectors of every
