@@ -14,6 +14,7 @@
 #include "app/lm_trainer.h"
 #include "app/memory_report.h"
 #include "app/pipeline_report.h"
+#include "app/pipeline_trainer.h"
 #include "app/pipeline_zero.h"
 #include "app/rank_agreement.h"
 #include "app/preemption.h"
@@ -67,8 +68,6 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
   const LmSettings& lm = *c.lm;
   LmBatches data = open_lm_batches(rt, c);
   check_ranks_agree(rt.control(), shared_settings(c, data.train_tokens(), data.val_tokens()));
-  if (std::string problem = pipeline_grid_problem(rt.size(), p.stages); !problem.empty())
-    throw Error(fmt::format("--pipeline-stages {}: {}", p.stages, problem));
   const GptSpec spec = gpt_spec(lm, data.vocab());
   std::vector<StageRange> ranges;
   try {
@@ -80,7 +79,7 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
                             e.what(), lm.layers, lm.layers + 1),
                 ErrorKind::kUsage);
   }
-  PipelineGrid grid = make_pipeline_grid(rt.control(), p.stages);
+  PipelineGrid grid = make_trainer_grid(rt, c);
   const StageRange mine = ranges.at(static_cast<size_t>(grid.stage));
   // The memory check counts this stage's layers only; a stage that does not fit stops every rank
   // alike (the others would wait for it in their first collective).
@@ -109,7 +108,9 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
       [&] { return restore_checkpoint(rt.control(), c, *layers, *optimizer, nullptr, StageOf(whole)); });
   if (!resumed && !k.init_weights.empty())
     classify_errors(ErrorKind::kCheckpoint, [&] { load_stage_weights(rt.control(), k.init_weights, *layers, whole); });
-  PipelineStage stage(std::move(layers), grid, {p.schedule, p.micro_batches, kGptTiedParameter});
+  PipelineOptions stage_options{p.schedule, p.micro_batches, kGptTiedParameter};
+  stage_options.device = rt.device();
+  PipelineStage stage(std::move(layers), grid, stage_options);
   // Note [Pipeline gradient norm] (pipeline/pipeline_clip.h).
   std::optional<PipelineClipper> clipper;
   if (c.clip_grad_norm > 0.f) clipper.emplace(rt.control(), stage);

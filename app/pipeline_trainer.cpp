@@ -75,19 +75,25 @@ Evaluation evaluate_pipeline(PipelineStage& stage, const Dataset& data, Device d
 
 }  // namespace
 
+PipelineGrid make_trainer_grid(Runtime& rt, const TrainConfig& c) {
+  const int stages = c.pipeline.stages;
+  // Also when --device auto chose the GPU (train_options refuses an explicit --device cuda).
+  if (rt.device().is_cuda() && c.ddp.zero_stage > 0)
+    throw Error(fmt::format("--pipeline-stages {}: not yet with {}", stages, kPipelineZeroOnGpu), ErrorKind::kUsage);
+  if (std::string problem = pipeline_grid_problem(rt.size(), stages); !problem.empty())
+    throw Error(fmt::format("--pipeline-stages {}: {}", stages, problem));
+  return make_pipeline_grid(rt.control(), stages, [&rt](Communicator& group, const std::string& name) {
+    return rt.device_communicator(group, name);
+  });
+}
+
 TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   const PipelineSettings& p = c.pipeline;
-  if (rt.device().is_cuda())
-    throw Error(fmt::format("--pipeline-stages {}: not yet on a GPU (NCCL sub-communicators are not built yet); give "
-                            "--device cpu",
-                            p.stages));
   const MnistSplits data = load_mnist_splits(c.data.dir, c.data.normalize, c.data.train_limit, c.data.test_limit,
                                              c.data.classes);
   // Before the grid, whose splits P decides: ranks that disagree on P, M or the cut fail here.
   check_ranks_agree(rt.control(), shared_settings(c, data.train->size(), data.test->size()));
-  if (std::string problem = pipeline_grid_problem(rt.size(), p.stages); !problem.empty())
-    throw Error(fmt::format("--pipeline-stages {}: {}", p.stages, problem));
-  PipelineGrid grid = make_pipeline_grid(rt.control(), p.stages);
+  PipelineGrid grid = make_trainer_grid(rt, c);
   // Note [Stage construction] (model/models.h): the cut is computed from the model's plan, and
   // this rank builds only its stage's layers, with the unsplit model's initial weights; the
   // memory check counts only them.
@@ -139,6 +145,7 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   const std::string description = describe(Architecture{c.model, sample_shape, classes, c.data.normalize});
   PipelineOptions stage_options{p.schedule, p.micro_batches};
   stage_options.sum_gradients = !reduce_scatter;  // ZeRO-2 sums them itself
+  stage_options.device = rt.device();
   PipelineStage stage(std::move(stage_layers), grid, stage_options);
   // Note [Pipeline gradient norm] (pipeline/pipeline_clip.h).
   std::optional<PipelineClipper> clipper;

@@ -5,8 +5,14 @@
 
 #include "app/train_config.h"
 #include "comm/runtime.h"
+#include "pipeline/grid.h"
 
 namespace dtrain {
+
+// Both pipeline trainers' grid over the runtime's world (one line unless the stages divide it),
+// on a GPU with its NCCL communicators for device tensors (Note [Pipeline on a GPU] in
+// pipeline/grid.h); what the GPU path does not do yet (kPipelineZeroOnGpu) is refused first.
+PipelineGrid make_trainer_grid(Runtime& runtime, const TrainConfig& config);
 
 TrainResult train_pipeline(Runtime& runtime, const TrainConfig& config);
 

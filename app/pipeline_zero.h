@@ -34,6 +34,11 @@
 
 namespace dtrain {
 
+// Note [Pipeline on a GPU] (pipeline/grid.h): not built yet is ZeRO there (its store's
+// collectives would go over the stage's device communicator); the refusal's text, after
+// "--pipeline-stages P: not yet with ".
+inline constexpr const char* kPipelineZeroOnGpu = "--zero on a GPU (only on --device cpu so far)";
+
 class StageZero {
  public:
   // Collective over the stage's replicas only in the all-gathers it later starts; here it moves

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "app/pipeline_zero.h"
 #include "core/command_line.h"
 #include "core/error.h"
 
@@ -514,7 +515,7 @@ void check_pipeline(const TrainConfig& c, const cxxopts::ParseResult& r) {
   const auto not_yet = [&](bool used, const std::string& what) {
     require(!used, fmt::format("--pipeline-stages {}: not yet with {}", p.stages, what));
   };
-  not_yet(c.runtime.device.str().rfind("cuda", 0) == 0, "a GPU (NCCL sub-communicators are not built yet)");
+  not_yet(c.runtime.device.str().rfind("cuda", 0) == 0 && c.ddp.zero_stage > 0, kPipelineZeroOnGpu);
   // --zero 1 shards each stage's optimizer state, in checkpoints too (Note [Pipeline ZeRO-1]).
   // --zero 2 reduce-scatters an image-model stage's gradients; the GPT's tied wte and the
   // clipping norm read whole sums.

@@ -69,6 +69,7 @@ NcclOptions runtime_nccl_options(const RuntimeOptions& options, Stream* compute,
 std::unique_ptr<Runtime> init(int* argc, char*** argv, const RuntimeOptions& options) {
   install_gpu_backend_loader();  // core opens no plugin itself (Note [GPU plugins without a cycle])
   std::unique_ptr<Runtime> rt(new Runtime);
+  rt->options_ = options;
   rt->topology_ = probe_cpu_topology();
   if (started_by_launcher(process_env)) {
     rt->owns_mpi_ = start_mpi(argc, argv, comm_thread_should_yield(rt->topology_), options.concurrent_communicators);
@@ -116,6 +117,16 @@ void Runtime::start_gradient_communicator(const RuntimeOptions& options) {
     gradients_log_ = std::make_unique<FlightRecorder>(options.flight_recorder_size, "nccl");
   gradients_ = make_nccl_communicator(
       *control_, device_, runtime_nccl_options(options, &compute_stream(), gradients_log_.get(), rank(), size()));
+}
+
+std::unique_ptr<Communicator> Runtime::device_communicator(Communicator& group, const std::string& name) {
+  if (!device_.is_cuda()) return nullptr;
+  FlightRecorder* log = nullptr;
+  if (options_.flight_recorder_size > 0)
+    log = device_logs_.emplace_back(std::make_unique<FlightRecorder>(options_.flight_recorder_size, name)).get();
+  // The dump is named by the world rank, as every other recorder of this process.
+  return make_nccl_communicator(group, device_,
+                                runtime_nccl_options(options_, &compute_stream(), log, rank(), size()));
 }
 
 Runtime::~Runtime() {

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/allreduce_algorithm.h"
 #include "comm/communicator.h"
@@ -56,6 +57,12 @@ class Runtime {
   Device device() const { return device_; }
   Stream& compute_stream() { return dtrain::compute_stream(device_); }
   int cpu_threads() const { return cpu_threads_; }
+  // Note [Pipeline on a GPU] (pipeline/grid.h): a communicator for device tensors over the ranks
+  // of `group` (a sub-communicator of control()): on a GPU, NCCL bootstrapped over `group` (rank
+  // 0's unique id broadcast there), with the gradient communicator's deadline and watchdog and a
+  // flight recorder of its own, dumped as flight_recorder_rank<R>_<name>.json; null on CPU, where
+  // `group` moves the tensors itself. Collective over `group`.
+  std::unique_ptr<Communicator> device_communicator(Communicator& group, const std::string& name);
   // Why this device, in one line ("no CUDA device visible; using CPU (...)").
   const std::string& device_note() const { return device_note_; }
   // The CPU all-reduce algorithm and why ("hierarchical (auto: 4 rank(s) on 2 node(s), ...)").
@@ -69,6 +76,8 @@ class Runtime {
 
   std::unique_ptr<Communicator> control_;
   std::unique_ptr<FlightRecorder> gradients_log_;  // NCCL's collectives; declared first: outlives gradients_
+  // device_communicator()'s recorders: they outlive the communicators, which their callers own.
+  std::vector<std::unique_ptr<FlightRecorder>> device_logs_;
   std::unique_ptr<Communicator> gradients_;  // only when it differs from control_
   Device device_;
   std::string device_note_;
@@ -76,6 +85,7 @@ class Runtime {
   CpuTopology topology_;
   int cpu_threads_ = 1;
   bool owns_mpi_ = false;
+  RuntimeOptions options_;  // as init() was given them
 };
 
 // Starts dtrain in this process. Under a launcher (mpirun, srun, a PMI server): MPI with

@@ -21,8 +21,7 @@ PipelineClipper::PipelineClipper(Communicator& world, PipelineStage& stage) {
 }
 
 void shutdown_pipeline(PipelineGrid& grid, std::optional<PipelineClipper>& clipper) {
-  grid.chain->shutdown();
-  grid.data_parallel->shutdown();
+  shutdown_grid(grid);
   if (clipper) clipper->shutdown();
 }
 

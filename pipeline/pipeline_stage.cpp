@@ -39,11 +39,15 @@ PipelineStage::PipelineStage(std::unique_ptr<Sequential> module, PipelineGrid& g
       options_(options),
       first_(grid.stage == 0),
       last_(grid.stage == grid.stages - 1),
+      device_(options.device),
       program_(stage_program(options.schedule, grid.stages, options.micro_batches, grid.stage)),
       slots_(dtrain::peak_held_inputs(stage_actions(options.schedule, grid.stages, options.micro_batches, grid.stage))) {
+  DTRAIN_CHECK(!device_.is_cuda() || (grid_.device_chain && grid_.device_data_parallel),
+               "pipeline stage {}: on {} the grid needs its device communicators (Note [Pipeline on a GPU])",
+               grid_.stage, device_.str());
   // The replicas of a stage start from replica 0's parameters.
   if (grid_.replicas > 1)
-    for (Parameter* p : module_->parameters()) grid_.data_parallel->broadcast(p->value, 0);
+    for (Parameter* p : module_->parameters()) grid_.tensor_group().broadcast(p->value, 0);
   DTRAIN_CHECK(options_.sum_gradients || options_.tied_parameter.empty(),
                "pipeline stage {}: a tied parameter's copies add whole sums", grid_.stage);
   module_->set_grad_ready_hook([this](Parameter& p) { issue_gradient_sum(p); });
@@ -54,8 +58,10 @@ PipelineStage::PipelineStage(std::unique_ptr<Sequential> module, PipelineGrid& g
                options_.tied_parameter);
   // Note [Tied stages]: the last stage starts from stage 0's copy.
   Tensor& v = tied_->value;
-  if (first_) grid_.chain->send(v.raw(), v.numel(), v.dtype(), grid_.stages - 1, kTiedTag);
-  else grid_.chain->recv(v.raw(), v.numel(), v.dtype(), 0, kTiedTag);
+  Communicator& chain = grid_.tensor_chain();
+  order_after(compute_stream(v.device()), chain);  // after the kernels that initialised it
+  if (first_) chain.send(v.raw(), v.numel(), v.dtype(), grid_.stages - 1, kTiedTag);
+  else chain.recv(v.raw(), v.numel(), v.dtype(), 0, kTiedTag);
   tied_peer_grad_ = Tensor::empty(v.shape(), v.device());
 }
 
@@ -64,10 +70,11 @@ void PipelineStage::sum_tied_gradients() {
   const int64_t start = steady_now_ns();
   Tensor& g = tied_->grad;
   const int peer = first_ ? grid_.stages - 1 : 0;
-  order_after(compute_stream(g.device()), *grid_.chain);
+  Communicator& chain = grid_.tensor_chain();
+  order_after(compute_stream(g.device()), chain);
   const ScopedCollectiveDetail detail(fmt::format("pipeline stage {}: tied {}", grid_.stage, tied_->name));
-  grid_.chain
-      ->batch_p2p_async({{P2pOp::kSend, g.raw(), g.numel(), g.dtype(), peer, kTiedTag},
+  chain
+      .batch_p2p_async({{P2pOp::kSend, g.raw(), g.numel(), g.dtype(), peer, kTiedTag},
                          {P2pOp::kRecv, tied_peer_grad_.raw(), g.numel(), g.dtype(), peer, kTiedTag}})
       ->wait();
   axpy(g, tied_peer_grad_, 1.f);  // mine + the peer's, and the peer adds mine to its: the same bits
@@ -78,7 +85,7 @@ void PipelineStage::issue_gradient_sum(Parameter& p) {
   if (!summing_ || grid_.replicas == 1 || !options_.sum_gradients) return;
   // Note [Pipeline loss]: already scaled by 1/(M x D); the group's sum completes the mean. Every
   // replica's backward makes the parameters ready in the same order, so the sums line up.
-  sums_.push_back(allreduce_after(compute_stream(p.grad.device()), *grid_.data_parallel, p.grad.raw(),
+  sums_.push_back(allreduce_after(compute_stream(p.grad.device()), grid_.tensor_group(), p.grad.raw(),
                                   p.grad.numel(), p.grad.dtype(), ReduceOp::kSum));
 }
 
@@ -101,9 +108,9 @@ void PipelineStage::prepare(const Tensor& input, int64_t rows) {
   const bool same = in_shape == in_shape_;
   rows_ = in_shape[0];
   in_shape_ = in_shape;
-  const Device device = input.defined() ? input.device() : module_->parameters().empty()
-                                                               ? Device::cpu()
-                                                               : module_->parameters().front()->value.device();
+  const Device device = device_;
+  DTRAIN_CHECK(!input.defined() || input.device() == device, "pipeline stage {}: the batch is on {}, the stage on {}",
+               grid_.stage, input.device().str(), device.str());
   if (!same) {
     const std::vector<uint64_t> counters = read_counters(*module_);
     // Stage 0's input keeps its type (a language model's int32 tokens: zeros are valid ids).
@@ -152,11 +159,13 @@ void PipelineStage::run_transfers(const std::vector<PipeTransfer>& transfers) {
     ops.push_back({t.is_send() ? P2pOp::kSend : P2pOp::kRecv, buf->raw(), buf->numel(), buf->dtype(), t.peer_stage,
                    t.tag()});
   }
-  // Sends read buffers the compute stream wrote (Note [Ordering a collective after its producer]).
-  order_after(compute_stream(act_out_.empty() || !act_out_[0].defined() ? Device::cpu() : act_out_[0].device()),
-              *grid_.chain);
+  // Sends read buffers the compute stream wrote, and receives overwrite buffers its queued
+  // kernels may still read (Note [Ordering a collective after its producer]); the wait orders
+  // the compute stream after the batch (on a GPU without blocking the host).
+  Communicator& chain = grid_.tensor_chain();
+  order_after(compute_stream(device_), chain);
   const ScopedCollectiveDetail detail(fmt::format("pipeline stage {}", grid_.stage));
-  grid_.chain->batch_p2p_async(std::move(ops))->wait();
+  chain.batch_p2p_async(std::move(ops))->wait();
   spans_.push_back({PipeSpan::kTransfer, -1, start, steady_now_ns()});
 }
 
@@ -253,10 +262,13 @@ PipelineStage::Evaluated PipelineStage::evaluate_batch(const Tensor& input, cons
   module_->set_training(false);
   int32_t header[kMaxDims + 1] = {};
   Tensor x = input;
+  Communicator& chain = grid_.tensor_chain();
   if (!first_) {
+    // The shape on the host's chain, the activations on the device's (Note [Pipeline on a GPU]).
     grid_.chain->recv(header, kMaxDims + 1, DType::kI32, grid_.stage - 1, kShapeTag);
-    x = Tensor::empty(Shape(header + 1, header + 1 + header[0]), Device::cpu());
-    grid_.chain->recv(x.raw(), x.numel(), x.dtype(), grid_.stage - 1, kEvalTag);
+    x = Tensor::empty(Shape(header + 1, header + 1 + header[0]), device_);
+    order_after(compute_stream(device_), chain);
+    chain.recv(x.raw(), x.numel(), x.dtype(), grid_.stage - 1, kEvalTag);
   }
   Tensor out = module_->forward(x);
   Evaluated e;
@@ -266,9 +278,9 @@ PipelineStage::Evaluated PipelineStage::evaluate_batch(const Tensor& input, cons
   } else {
     header[0] = static_cast<int32_t>(out.ndim());
     for (int i = 0; i < out.ndim(); ++i) header[i + 1] = static_cast<int32_t>(out.dim(i));
-    Tensor host = out.to(Device::cpu());
     grid_.chain->send(header, kMaxDims + 1, DType::kI32, grid_.stage + 1, kShapeTag);
-    grid_.chain->send(host.raw(), host.numel(), host.dtype(), grid_.stage + 1, kEvalTag);
+    order_after(compute_stream(device_), chain);  // after the forward that wrote it
+    chain.send(out.raw(), out.numel(), out.dtype(), grid_.stage + 1, kEvalTag);
   }
   module_->set_training(true);
   last_forward_ = -1;  // the layers now hold the evaluation's forward

@@ -65,6 +65,9 @@ struct PipelineOptions {
   // reduce-scatters them after the step's last backward: Note [Pipeline ZeRO-1] in
   // app/pipeline_zero.h). Only without a tied parameter, whose copies add whole sums.
   bool sum_gradients = true;
+  // Where the stage's layers and its transfer buffers live. On a GPU the grid needs its device
+  // communicators (Note [Pipeline on a GPU] in pipeline/grid.h).
+  Device device = Device::cpu();
 };
 
 // One action's time on this stage, for traces: forward, backward, or the wait in a transfer batch.
@@ -142,6 +145,7 @@ class PipelineStage {
   PipelineGrid& grid_;
   PipelineOptions options_;
   bool first_, last_;
+  Device device_;  // PipelineOptions::device
   std::vector<PipeStep> program_;
   int64_t rows_ = 0;  // per micro-batch
   Shape in_shape_, out_shape_;

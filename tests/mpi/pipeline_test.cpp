@@ -362,6 +362,117 @@ TEST(Pipeline, ZeroOneShardsEachStagesOptimizerStateAndEqualsTheUnshardedPipelin
   if (grids == 0) GTEST_SKIP() << "no grid with more than one replica at np " << test_comm().size();
 }
 
+// A communicator that forwards to another and records what went over it: each op's dtype and
+// element count, by kind. Stands in for the NCCL communicators on CPU.
+class Recording final : public Communicator {
+ public:
+  explicit Recording(std::unique_ptr<Communicator> inner) : inner_(std::move(inner)) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  int local_rank() const override { return inner_->local_rank(); }
+  int local_size() const override { return inner_->local_size(); }
+  std::string backend() const override { return inner_->backend(); }
+  Stream& stream() override { return inner_->stream(); }
+  WorkHandle allreduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) override {
+    note("allreduce", dtype, count);
+    return inner_->allreduce_async(buf, count, dtype, op);
+  }
+  WorkHandle broadcast_async(void* buf, int64_t count, DType dtype, int root) override {
+    note("broadcast", dtype, count);
+    return inner_->broadcast_async(buf, count, dtype, root);
+  }
+  WorkHandle allgather_async(const void* send, void* recv, int64_t count, DType dtype) override {
+    note("allgather", dtype, count);
+    return inner_->allgather_async(send, recv, count, dtype);
+  }
+  WorkHandle reduce_scatter_async(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) override {
+    note("reduce_scatter", dtype, count);
+    return inner_->reduce_scatter_async(send, recv, count, dtype, op);
+  }
+  WorkHandle barrier_async() override { return inner_->barrier_async(); }
+  WorkHandle batch_p2p_async(std::vector<P2pOp> ops) override {
+    for (const P2pOp& op : ops) note(op.kind == P2pOp::kSend ? "send" : "recv", op.dtype, op.count);
+    return inner_->batch_p2p_async(std::move(ops));
+  }
+  void shutdown() override { inner_->shutdown(); }
+
+  // "send float32" -> the ops' elements, summed.
+  std::map<std::string, int64_t> elements;
+  int64_t largest_count = 0;
+
+ private:
+  void note(const char* kind, DType dtype, int64_t count) {
+    elements[fmt::format("{} {}", kind, dtype_name(dtype))] += count;
+    largest_count = std::max(largest_count, count);
+  }
+  std::unique_ptr<Communicator> inner_;
+};
+
+// A few steps and one evaluation: this stage's weights and evaluation loss sum.
+std::pair<std::map<std::string, std::vector<float>>, double> train_and_evaluate(PipelineGrid& grid) {
+  PipelineStage stage(stage_of(grid.stages, grid.stage), grid, {PipelineSchedule::k1f1b, 4});
+  Sgd opt(stage.module().parameters(), sgd());
+  for (int step = 0; step < 3; ++step) {
+    const Batch mine = rows_of(global_batch(step, grid.replicas), grid.replica * kRowsPerReplica, kRowsPerReplica);
+    opt.zero_grad();
+    stage.train_step(mine.x, mine.y);
+    opt.step();
+  }
+  const Batch test = global_batch(99, 1);
+  const double loss = stage.evaluate_batch(test.x, test.y).loss_sum;
+  std::map<std::string, std::vector<float>> weights;
+  for (Parameter* p : stage.module().parameters()) weights[p->name] = p->value.to_vector();
+  return {weights, loss};
+}
+
+// Note [Pipeline on a GPU] (pipeline/grid.h): with device communicators (NCCL on a GPU; here
+// recording MPI ones, so it runs on CPU), every tensor (activations, their gradients, evaluation
+// activations, gradient sums, the parameter broadcast) travels on them, the host chain carries
+// only the int32 shapes and the host group nothing but the caller's own one-value sums; the
+// weights and the evaluation are the plain grid's bit for bit.
+TEST(Pipeline, WithDeviceCommunicatorsTensorsTravelOnThemAndShapesOnTheHostChain) {
+  for (int stages : pipeline_grids()) {
+    PipelineGrid plain = make_pipeline_grid(test_comm(), stages);
+    const auto want = train_and_evaluate(plain);
+    shutdown_grid(plain);
+    std::vector<std::string> made;
+    PipelineGrid grid = make_pipeline_grid(test_comm(), stages, [&](Communicator& group, const std::string& name) {
+      made.push_back(name);
+      return std::make_unique<Recording>(group.split(0, group.rank(), name));
+    });
+    SCOPED_TRACE(fmt::format("P {} x D {}, stage {}", stages, grid.replicas, grid.stage));
+    EXPECT_EQ(made, (std::vector<std::string>{fmt::format("nccl-stage{}", grid.stage),
+                                              fmt::format("nccl-pipeline{}", grid.replica)}));
+    EXPECT_EQ(&grid.tensor_chain(), grid.device_chain.get());
+    EXPECT_EQ(&grid.tensor_group(), grid.device_data_parallel.get());
+    auto host_chain = std::make_unique<Recording>(std::move(grid.chain));
+    auto host_group = std::make_unique<Recording>(std::move(grid.data_parallel));
+    const Recording& chain = *host_chain;
+    const Recording& group = *host_group;
+    grid.chain = std::move(host_chain);
+    grid.data_parallel = std::move(host_group);
+    const auto got = train_and_evaluate(grid);
+    EXPECT_TRUE(got.first == want.first) << "worst relative difference " << worst_relative(got.first, want.first);
+    EXPECT_EQ(got.second, want.second);
+    const auto& device_chain = static_cast<const Recording&>(*grid.device_chain).elements;
+    const auto& device_group = static_cast<const Recording&>(*grid.device_data_parallel).elements;
+    for (const auto& [op, n] : chain.elements) EXPECT_TRUE(op == "send int32" || op == "recv int32") << op << " " << n;
+    EXPECT_FALSE(chain.elements.empty());
+    EXPECT_TRUE(group.elements.empty());
+    // Stage 0 sends activations and receives their gradients, the last stage the other way round.
+    EXPECT_GT(device_chain.count("send float32"), 0u);
+    EXPECT_GT(device_chain.count("recv float32"), 0u);
+    for (const auto& [op, n] : device_chain) EXPECT_TRUE(op.find("float32") != std::string::npos) << op;
+    if (grid.replicas > 1) {
+      EXPECT_GT(device_group.count("broadcast float32"), 0u);
+      EXPECT_GT(device_group.count("allreduce float32"), 0u);
+    } else {
+      EXPECT_TRUE(device_group.empty());
+    }
+    shutdown_grid(grid);
+  }
+}
+
 TEST(Pipeline, FewerMicroBatchesThanStagesIsRefusedInOneLine) {
   const int stages = test_comm().size();
   PipelineGrid grid = make_pipeline_grid(test_comm(), stages);
