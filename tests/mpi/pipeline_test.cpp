@@ -30,6 +30,7 @@
 #include "pipeline/pipeline_stage.h"
 #include "tests/mpi/collective_test_util.h"
 #include "tests/mpi/mpi_test_env.h"
+#include "tests/mpi/pipeline_mlp.h"
 #include "tests/mpi/pipeline_test_util.h"
 
 namespace dtrain {
@@ -40,39 +41,9 @@ using testing::error_of;
 using testing::pipeline_grids;
 using testing::test_comm;
 using testing::worst_relative;
+using namespace testing::pipeline_mlp;  // NOLINT: the test MLP, its stages and batches
 
-constexpr int64_t kRowsPerReplica = 8;
 constexpr int kSteps = 30;
-const Shape kSample = {1, 8, 8};
-
-std::unique_ptr<Sequential> make_mlp() {
-  ModelSpec spec;
-  spec.hidden = {24, 20, 16, 12};
-  return build_model(spec, kSample, 10, Device::cpu(), /*seed=*/7);
-}
-
-SgdOptions sgd() { return SgdOptions{0.05f, 0.9f, 0.f, 1e-4f, false}; }
-
-struct Batch {
-  Tensor x, y;
-};
-
-// Step `step`'s global batch (replicas x kRowsPerReplica rows), the same on every rank.
-Batch global_batch(int step, int replicas) {
-  const int64_t rows = kRowsPerReplica * replicas;
-  std::mt19937 gen(1000 + static_cast<uint32_t>(step));
-  std::uniform_real_distribution<float> px(0.f, 1.f);
-  std::uniform_int_distribution<int> cls(0, 9);
-  std::vector<float> x(static_cast<size_t>(rows * 64));
-  for (float& v : x) v = px(gen);
-  Batch b{Tensor::from_vector(x, {rows, 1, 8, 8}), Tensor::empty({rows}, Device::cpu(), DType::kI32)};
-  for (int64_t i = 0; i < rows; ++i) b.y.data_as<int32_t>()[i] = cls(gen);
-  return b;
-}
-
-Batch rows_of(const Batch& b, int64_t first, int64_t count) {
-  return {b.x.slice(first * 64, {count, 1, 8, 8}), b.y.slice(first, {count})};
-}
 
 // What a run adds to the plain SGD step: --clip-grad-norm, --amp fp16.
 struct Extras {
@@ -133,22 +104,6 @@ Reference train_unsplit(int replicas, const Extras& x = {}) {
   for (Parameter* p : model->parameters()) ref.weights[p->name] = p->value.to_vector();
   ref.scaler = scaler.state();
   return ref;
-}
-
-// This rank's stage of the MLP cut into `stages` (balanced by parameter count).
-std::unique_ptr<Sequential> stage_of(int stages, int stage) {
-  auto full = make_mlp();
-  std::vector<int64_t> counts;
-  for (size_t i = 0; i < full->size(); ++i) {
-    int64_t n = 0;
-    for (Parameter* p : full->layer(i).parameters()) n += p->value.numel();
-    counts.push_back(n);
-  }
-  const StageRange range = balanced_partition(counts, stages)[static_cast<size_t>(stage)];
-  auto layers = full->release_layers();
-  std::vector<std::unique_ptr<Module>> mine;
-  for (size_t i = range.begin; i < range.end; ++i) mine.push_back(std::move(layers[i]));
-  return Sequential::of_named_layers(std::move(mine));
 }
 
 struct PipelineRun {
