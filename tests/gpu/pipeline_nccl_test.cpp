@@ -67,12 +67,12 @@ Weights weights_of(Module& m) {
   return w;
 }
 
-struct Run {
+struct GpuRun {
   Weights weights;
   double eval_loss_sum = 0;  // the last stage's
 };
 
-Run train_on_gpus(PipelineGrid& grid, PipelineSchedule schedule, Device gpu) {
+GpuRun train_on_gpus(PipelineGrid& grid, PipelineSchedule schedule, Device gpu) {
   PipelineOptions options{schedule, 4};
   options.device = gpu;
   PipelineStage stage(stage_of(grid.stages, grid.stage, gpu), grid, options);
@@ -84,7 +84,7 @@ Run train_on_gpus(PipelineGrid& grid, PipelineSchedule schedule, Device gpu) {
     opt.step();
   }
   const Batch test = global_batch(99, 1);
-  Run run;
+  GpuRun run;
   run.eval_loss_sum = stage.evaluate_batch(test.x.to(gpu), test.y.to(gpu)).loss_sum;
   run.weights = weights_of(stage.module());
   return run;
@@ -109,14 +109,16 @@ TEST_F(PipelineNccl, EveryGridOnTheGpusEqualsTheUnsplitModelAndGpipeEquals1f1bBi
     const Batch test = global_batch(99, 1);
     const double want_eval = static_cast<double>(loss_value(loss.forward(model->forward(test.x), test.y))) *
                              static_cast<double>(test.y.numel());
-    const Run f1b = train_on_gpus(grid, PipelineSchedule::k1f1b, gpu_);
-    const Run gpipe = train_on_gpus(grid, PipelineSchedule::kGpipe, gpu_);
+    const GpuRun f1b = train_on_gpus(grid, PipelineSchedule::k1f1b, gpu_);
+    const GpuRun gpipe = train_on_gpus(grid, PipelineSchedule::kGpipe, gpu_);
     ASSERT_FALSE(f1b.weights.empty());
     const double worst = worst_relative(f1b.weights, weights_of(*model));
     EXPECT_LT(worst, 1e-4);
     EXPECT_GT(worst_relative(f1b.weights, weights_of(*make_mlp())), 1e-2);  // not vacuous: they moved
     EXPECT_TRUE(f1b.weights == gpipe.weights) << "GPipe and 1F1B must sum the micro-batches in one order";
-    if (grid.stage == stages - 1) EXPECT_NEAR(f1b.eval_loss_sum, want_eval, 1e-4 * std::fabs(want_eval));
+    if (grid.stage == stages - 1) {
+      EXPECT_NEAR(f1b.eval_loss_sum, want_eval, 1e-4 * std::fabs(want_eval));
+    }
     if (test_comm().rank() == 0)
       std::printf("GPU P %d x D %d: worst relative difference %.3g\n", stages, grid.replicas, worst);
     shutdown_grid(grid);
