@@ -82,6 +82,7 @@ PipelineGrid make_trainer_grid(Runtime& rt, const TrainConfig& c) {
     throw Error(fmt::format("--pipeline-stages {}: not yet with {}", stages, kPipelineZeroOnGpu), ErrorKind::kUsage);
   if (std::string problem = pipeline_grid_problem(rt.size(), stages); !problem.empty())
     throw Error(fmt::format("--pipeline-stages {}: {}", stages, problem));
+  if (!rt.device().is_cuda()) return make_pipeline_grid(rt.control(), stages);  // MPI carries the tensors
   return make_pipeline_grid(rt.control(), stages, [&rt](Communicator& group, const std::string& name) {
     return rt.device_communicator(group, name);
   });

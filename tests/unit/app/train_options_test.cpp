@@ -144,6 +144,11 @@ TEST(TrainOptions, PipelineRefusesWhatItCannotTrainYet) {
   EXPECT_EQ(with({"--model", "gpt", "--batch-size", "8", "--zero", "1", "--checkpoint-dir", "ck"}), "<no error>");
   EXPECT_EQ(with({"--model", "gpt", "--batch-size", "8", "--accumulate", "2"}), "<no error>");
   EXPECT_EQ(with({"--accumulate", "2"}), "<no error>");  // the image pipeline's too
+  // A GPU (Note [Pipeline on a GPU] in pipeline/grid.h), without --zero only.
+  EXPECT_EQ(with({"--device", "cuda"}), "<no error>");
+  EXPECT_EQ(with({"--device", "cuda:0", "--model", "gpt", "--batch-size", "8"}), "<no error>");
+  EXPECT_EQ(with({"--device", "cuda", "--zero", "1"}),
+            "--pipeline-stages 2: not yet with --zero on a GPU (only on --device cpu so far)");
   // DDP's own settings would be dropped by a stage, which sums its gradients itself.
   for (const std::vector<std::string>& more : std::vector<std::vector<std::string>>{
            {"--comm-hook", "bf16"}, {"--bucket-cap-mb", "4"}, {"--find-unused-parameters"}, {"--broadcast-buffers", "off"}})
