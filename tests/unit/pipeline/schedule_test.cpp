@@ -78,6 +78,28 @@ TEST(PipelineSchedule, GpipeHoldsEveryMicroBatchAnd1f1bAtMostTheStagesAfterIt) {
       }
 }
 
+// Note [Pipeline on a GPU] (pipeline/grid.h): NCCL has no tags, it matches a pair's sends and
+// receives by issue order. So for every ordered pair of stages, the tags of the sends one issues
+// to the other (across the step's batches, in program order) must be the tags of the receives
+// the other issues from it, in the same order; MPI's tag matching would forgive a swap.
+TEST(PipelineSchedule, EveryPairsSendsAndReceivesAreIssuedInTheSameOrderAsNcclMatchesThem) {
+  for (PipelineSchedule schedule : {PipelineSchedule::k1f1b, PipelineSchedule::kGpipe})
+    for (int stages = 1; stages <= 8; ++stages)
+      for (int micro = stages; micro <= 16; ++micro) {
+        // (from, to) -> tags in issue order, as sent and as received.
+        std::map<std::pair<int, int>, std::vector<int>> sent, received;
+        for (int stage = 0; stage < stages; ++stage)
+          for (const PipeStep& step : stage_program(schedule, stages, micro, stage))
+            for (const PipeTransfer& t : step.transfers) {
+              if (t.is_send()) sent[{stage, t.peer_stage}].push_back(t.tag());
+              else received[{t.peer_stage, stage}].push_back(t.tag());
+            }
+        EXPECT_EQ(sent, received) << "P " << stages << ", M " << micro << ", "
+                                  << (schedule == PipelineSchedule::k1f1b ? "1f1b" : "gpipe");
+        EXPECT_EQ(sent.size(), stages == 1 ? 0u : 2u * static_cast<size_t>(stages - 1));
+      }
+}
+
 TEST(PipelineSchedule, FewerMicroBatchesThanStagesIsOneLine) {
   EXPECT_EQ(micro_batch_problem(4, 2),
             "2 micro-batches are fewer than the 4 pipeline stages: every stage needs a micro-batch in flight (use at "
