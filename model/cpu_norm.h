@@ -7,6 +7,8 @@
 // are one vector, and backward's two sums share one pass.
 #pragma once
 
+#include <string_view>
+
 #include "model/norm_kernels.h"
 
 namespace dtrain::cpu {
@@ -17,5 +19,12 @@ void batchnorm_stats(const kernels::BatchNormStats& k);
 // kernels::BatchNormBackwardReduce for channels [0, k.channels), bitwise (its OneLane arithmetic):
 // sum(dy') and sum((x - mean) dy') in one pass.
 void batchnorm_backward_reduce(const kernels::BatchNormBackwardReduce& k);
+
+// Which loops the two run on this CPU: "avx2" or "generic" (Note [BatchNorm reductions with AVX2]).
+const char* norm_isa();
+
+// Tests: run the loops named ("avx2", "generic"; "" = the best again) from now on; false when
+// this CPU cannot.
+bool select_norm_isa(std::string_view name);
 
 }  // namespace dtrain::cpu

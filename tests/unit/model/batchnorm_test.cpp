@@ -182,8 +182,12 @@ TEST(BatchNormKernels, ResidualJoinEqualsApplyThenAddReluBitwise) {
 // CPU) bitwise: statistics with and without the running update, backward's sums with and without
 // the fused ReLU's mask (y has zeros, negatives and a NaN), gradients written and accumulated,
 // over planes that leave a tail after the groups of four (1, 3, 7) and that do not (4, 16), and
-// batches of fewer planes than cpu_norm.cpp's groups (3) and of groups with a tail (9, 12).
+// batches of fewer planes than cpu_norm.cpp's groups (3) and of groups with a tail (9, 12), with
+// each set of loops this CPU runs (AVX2 intrinsics, the generic vectors).
 TEST(BatchNormKernels, CpuReductionsEqualTheRowKernelsBitwise) {
+  for (const char* isa : {"avx2", "generic"}) {
+  if (!cpu::select_norm_isa(isa)) continue;
+  SCOPED_TRACE(isa);
   auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
   };
@@ -225,6 +229,8 @@ TEST(BatchNormKernels, CpuReductionsEqualTheRowKernelsBitwise) {
                                              << ", beta " << beta;
       }
   }
+  }
+  cpu::select_norm_isa("");
 }
 
 }  // namespace
