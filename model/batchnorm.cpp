@@ -124,10 +124,11 @@ Tensor BatchNorm::backward(const Tensor& grad_output, bool need_input_grad) {
   const Device dev = weight_.value.device();
   float* s = stats_.data();
   const int64_t c = channels_;
-  const float* y = relu_ ? output_.data() : nullptr;
+  // The fused ReLU's mask from the input and forward's alpha, shift (Note [ReLU mask from the input]).
+  const kernels::ReluMask mask = relu_ ? kernels::ReluMask{s + kAlpha * c, s + kShift * c} : kernels::ReluMask{};
   const float weight_beta = take_grad_beta(weight_), bias_beta = take_grad_beta(bias_);
   const kernels::BatchNormBackwardReduce reduce{weight_.grad.data(), bias_.grad.data(), s + kSumDy * c,
-                                                s + kSumDyXmu * c, grad_output.data(), y, input_.data(),
+                                                s + kSumDyXmu * c, grad_output.data(), mask, input_.data(),
                                                 s + kMean * c, s + kInvstd * c, batch_, c, plane_, weight_beta,
                                                 bias_beta};
   if (dev.is_cpu())
@@ -150,12 +151,12 @@ Tensor BatchNorm::backward(const Tensor& grad_output, bool need_input_grad) {
   ensure_tensor(grad_input_, input_.shape(), dev);
   if (dev.is_cpu())
     launch(dev, batch_ * c,
-           kernels::BatchNormBackwardInputPlanes{grad_input_.data(), grad_output.data(), y, input_.data(),
+           kernels::BatchNormBackwardInputPlanes{grad_input_.data(), grad_output.data(), mask, input_.data(),
                                                  s + kMean * c, s + kSumDy * c, s + kSumDyXmu * c, s + kScale * c, c,
                                                  plane_});
   else
     launch(dev, grad_input_.numel(),
-           kernels::BatchNormBackwardInput{{grad_input_.data(), grad_output.data(), y, input_.data(), s + kMean * c,
+           kernels::BatchNormBackwardInput{{grad_input_.data(), grad_output.data(), mask, input_.data(), s + kMean * c,
                                             s + kSumDy * c, s + kSumDyXmu * c, s + kScale * c, c, plane_}});
   return grad_input_;
 }

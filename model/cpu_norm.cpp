@@ -65,24 +65,24 @@ __attribute__((always_inline)) inline void plane_sums(const float* __restrict x,
 }
 
 // backward's two sums over each of P planes (plane j at offset j * n: consecutive channels of one
-// image): sum[j] += sum(g), dotp[j] += sum((x - m[j]) g), g = dy masked where y <= 0 (kMask: the
-// fused ReLU's output; NaN masks too), each plane in sum4's order.
+// image): sum[j] += sum(g), dotp[j] += sum((x - m[j]) g), g = dy masked where the fused ReLU's
+// output was 0 (kMask: !(x * alpha[j] + shift[j] > 0), Note [ReLU mask from the input]; NaN masks
+// too), each plane in sum4's order.
 template <bool kMask, int P>
-__attribute__((always_inline)) inline void backward_planes(const float* __restrict dy, const float* __restrict y,
-                                                           const float* __restrict x, int64_t n, const double* m,
-                                                           double* sum, double* dotp) {
+__attribute__((always_inline)) inline void backward_planes(const float* __restrict dy, const float* alpha,
+                                                           const float* shift, const float* __restrict x, int64_t n,
+                                                           const double* m, double* sum, double* dotp) {
   D4 a[P], b[P];
   for (int j = 0; j < P; ++j) a[j] = b[j] = D4{0.0, 0.0, 0.0, 0.0};
   int64_t p = 0;
   for (; p + 4 <= n; p += 4)
     for (int j = 0; j < P; ++j) {
       const int64_t at = j * n + p;
-      F4 g;
+      F4 g, xv;
       std::memcpy(&g, dy + at, sizeof g);
+      std::memcpy(&xv, x + at, sizeof xv);
       if (kMask) {
-        F4 yv;
-        std::memcpy(&yv, y + at, sizeof yv);
-        const I4 keep = yv > F4{0.f, 0.f, 0.f, 0.f};  // all ones where y > 0
+        const I4 keep = xv * alpha[j] + shift[j] > F4{0.f, 0.f, 0.f, 0.f};  // all ones where kept
         I4 bits;
         std::memcpy(&bits, &g, sizeof bits);
         bits &= keep;
@@ -90,12 +90,12 @@ __attribute__((always_inline)) inline void backward_planes(const float* __restri
       }
       const D4 gd = __builtin_convertvector(g, D4);
       a[j] += gd;
-      b[j] += (load4(x + at) - m[j]) * gd;  // m[j] in every lane
+      b[j] += (__builtin_convertvector(xv, D4) - m[j]) * gd;  // m[j] in every lane
     }
   for (; p < n; ++p)
     for (int j = 0; j < P; ++j) {
       const int64_t at = j * n + p;
-      const double g = static_cast<double>(kMask ? (y[at] > 0.f ? dy[at] : 0.f) : dy[at]);
+      const double g = static_cast<double>(kMask ? (x[at] * alpha[j] + shift[j] > 0.f ? dy[at] : 0.f) : dy[at]);
       a[j][0] += g;
       b[j][0] += (static_cast<double>(x[at]) - m[j]) * g;
     }
@@ -104,6 +104,9 @@ __attribute__((always_inline)) inline void backward_planes(const float* __restri
     dotp[j] += combine(b[j]);
   }
 }
+
+// p + c, or nullptr for a nullptr p (the mask's coefficients without a ReLU).
+inline const float* offset(const float* p, int64_t c) { return p ? p + c : nullptr; }
 
 // Note [BatchNorm reductions in memory order]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -133,8 +136,8 @@ __attribute__((always_inline)) inline void backward_reduce(const kernels::BatchN
   for (int64_t n = 0; n < k.batch; ++n)
     over_channels(k.channels, [&](auto group, int64_t c) {
       const int64_t at = (n * k.channels + c) * k.plane;
-      backward_planes<kMask, decltype(group)::value>(k.dy + at, kMask ? k.y + at : nullptr, k.x + at, k.plane,
-                                                     m + c, sum + c, dotp + c);
+      backward_planes<kMask, decltype(group)::value>(k.dy + at, offset(k.relu.alpha, c), offset(k.relu.shift, c), k.x + at,
+                                                     k.plane, m + c, sum + c, dotp + c);
     });
 }
 
@@ -180,25 +183,32 @@ template <bool kSquare, int P>
 
 template <bool kMask, int P>
 [[gnu::target("avx2"), gnu::always_inline]] inline void backward_planes_avx2(const float* __restrict dy,
-                                                                            const float* __restrict y,
+                                                                            const float* alpha, const float* shift,
                                                                             const float* __restrict x, int64_t n,
                                                                             const double* m, double* sum,
                                                                             double* dotp) {
   __m256d a[P], b[P], mv[P];
+  __m128 av[P], sv[P];
   for (int j = 0; j < P; ++j) {
     a[j] = b[j] = _mm256_setzero_pd();
     mv[j] = _mm256_set1_pd(m[j]);
+    av[j] = _mm_set1_ps(kMask ? alpha[j] : 0.f);
+    sv[j] = _mm_set1_ps(kMask ? shift[j] : 0.f);
   }
   int64_t p = 0;
   for (; p + 4 <= n; p += 4)
     for (int j = 0; j < P; ++j) {
       const int64_t at = j * n + p;
       __m128 g = _mm_loadu_ps(dy + at);
-      // Ordered: a NaN y masks, as the scalar y > 0 does.
-      if (kMask) g = _mm_and_ps(g, _mm_cmp_ps(_mm_loadu_ps(y + at), _mm_setzero_ps(), _CMP_GT_OQ));
+      const __m128 xv = _mm_loadu_ps(x + at);
+      // Forward's float x * alpha + shift; ordered: a NaN masks, as the scalar > 0 does.
+      if (kMask) {
+        const __m128 v = _mm_add_ps(_mm_mul_ps(xv, av[j]), sv[j]);
+        g = _mm_and_ps(g, _mm_cmp_ps(v, _mm_setzero_ps(), _CMP_GT_OQ));
+      }
       const __m256d gd = _mm256_cvtps_pd(g);
       a[j] = _mm256_add_pd(a[j], gd);
-      b[j] = _mm256_add_pd(b[j], _mm256_mul_pd(_mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + at)), mv[j]), gd));
+      b[j] = _mm256_add_pd(b[j], _mm256_mul_pd(_mm256_sub_pd(_mm256_cvtps_pd(xv), mv[j]), gd));
     }
   for (int j = 0; j < P; ++j) {
     alignas(32) double la[4], lb[4];
@@ -206,7 +216,7 @@ template <bool kMask, int P>
     _mm256_store_pd(lb, b[j]);
     for (int64_t q = p; q < n; ++q) {
       const int64_t at = j * n + q;
-      const double g = static_cast<double>(kMask ? (y[at] > 0.f ? dy[at] : 0.f) : dy[at]);
+      const double g = static_cast<double>(kMask ? (x[at] * alpha[j] + shift[j] > 0.f ? dy[at] : 0.f) : dy[at]);
       la[0] += g;
       lb[0] += (static_cast<double>(x[at]) - m[j]) * g;
     }
@@ -242,13 +252,13 @@ template <bool kMask>
     int64_t c = 0;
     for (; c + kGroup <= k.channels; c += kGroup) {
       const int64_t at = (n * k.channels + c) * k.plane;
-      backward_planes_avx2<kMask, kGroup>(k.dy + at, kMask ? k.y + at : nullptr, k.x + at, k.plane, m + c, sum + c,
-                                          dotp + c);
+      backward_planes_avx2<kMask, kGroup>(k.dy + at, offset(k.relu.alpha, c), offset(k.relu.shift, c), k.x + at, k.plane, m + c,
+                                          sum + c, dotp + c);
     }
     for (; c < k.channels; ++c) {
       const int64_t at = (n * k.channels + c) * k.plane;
-      backward_planes_avx2<kMask, 1>(k.dy + at, kMask ? k.y + at : nullptr, k.x + at, k.plane, m + c, sum + c,
-                                     dotp + c);
+      backward_planes_avx2<kMask, 1>(k.dy + at, offset(k.relu.alpha, c), offset(k.relu.shift, c), k.x + at, k.plane, m + c,
+                                     sum + c, dotp + c);
     }
   }
 }
@@ -300,14 +310,14 @@ DTRAIN_CPU_CLONES void batchnorm_backward_reduce(const kernels::BatchNormBackwar
   for (int64_t c = 0; c < channels; ++c) m[c] = k.mean[c];
 #ifdef DTRAIN_NORM_AVX2
   if (use_avx2()) {
-    if (k.y)
+    if (k.relu.on())
       backward_reduce_avx2<true>(k, m, sum, dotp);
     else
       backward_reduce_avx2<false>(k, m, sum, dotp);
   } else
 #endif
   {
-    if (k.y)
+    if (k.relu.on())
       backward_reduce<true>(k, m, sum, dotp);
     else
       backward_reduce<false>(k, m, sum, dotp);

@@ -125,6 +125,33 @@ struct BatchNormEvalCoefficients {
   }
 };
 
+// x * a + s, each operation rounded to float: nvcc would contract it into one FMA, and
+// backward recomputes the fused ReLU's mask from it (Note [ReLU mask from the input]), so it
+// must round the same way in both passes; on the CPU (ISO C++, no contraction) the same floats.
+DTRAIN_HD inline float normalised(float x, float a, float s) {
+#ifdef __CUDA_ARCH__
+  return __fadd_rn(__fmul_rn(x, a), s);
+#else
+  return x * a + s;
+#endif
+}
+
+// Note [ReLU mask from the input]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A BatchNorm with a fused ReLU (Note [Fused ReLU] in model/module.h) outputs y = max(v, 0),
+// v = normalised(x, alpha[c], shift[c]); backward masks dy where y <= 0, that is where !(v > 0)
+// (a NaN v too). Backward has x (for x - mean) and alpha, shift (forward's, kept in BatchNorm's
+// scratch), so it recomputes v instead of reading y: the same mask bitwise, and the two
+// backward passes read two arrays (dy, x) instead of three (issue 24: a third of their memory
+// traffic at the ResNet's bn1 layers). ReluMask names the coefficients (alpha nullptr: no ReLU).
+struct ReluMask {
+  const float* alpha = nullptr;  // [C]
+  const float* shift = nullptr;  // [C]
+  DTRAIN_HD bool on() const { return alpha != nullptr; }
+  // Whether the ReLU let element x of channel c through.
+  DTRAIN_HD bool keeps(float x, int64_t c) const { return normalised(x, alpha[c], shift[c]) > 0.f; }
+};
+
 // y = x * alpha[c] + shift[c], plus residual when given (ResNet's join: Note [Fused residual
 // join] in model/resnet.cpp), then max(., 0) when relu (Note [Fused ReLU] in model/module.h),
 // one (n, c) plane per thread: the CPU's path (no division per element, an inner loop the
@@ -147,19 +174,19 @@ struct BatchNormApplyPlanes {
       const float* rr = residual + r * plane;
       if (relu) {
         for (int64_t p = 0; p < plane; ++p) {
-          const float v = (xr[p] * a + s) + rr[p];
+          const float v = normalised(xr[p], a, s) + rr[p];
           yr[p] = v > 0.f ? v : 0.f;
         }
       } else {
-        for (int64_t p = 0; p < plane; ++p) yr[p] = (xr[p] * a + s) + rr[p];
+        for (int64_t p = 0; p < plane; ++p) yr[p] = normalised(xr[p], a, s) + rr[p];
       }
     } else if (relu) {
       for (int64_t p = 0; p < plane; ++p) {
-        const float v = xr[p] * a + s;
+        const float v = normalised(xr[p], a, s);
         yr[p] = v > 0.f ? v : 0.f;
       }
     } else {
-      for (int64_t p = 0; p < plane; ++p) yr[p] = xr[p] * a + s;
+      for (int64_t p = 0; p < plane; ++p) yr[p] = normalised(xr[p], a, s);
     }
   }
 };
@@ -168,13 +195,14 @@ struct BatchNormApply {
   BatchNormApplyPlanes a;
   DTRAIN_HD void operator()(int64_t i) const {
     const int64_t c = (i / a.plane) % a.channels;
-    float v = a.x[i] * a.alpha[c] + a.shift[c];
+    float v = normalised(a.x[i], a.alpha[c], a.shift[c]);
     if (a.residual) v = v + a.residual[i];
     a.y[i] = a.relu ? (v > 0.f ? v : 0.f) : v;
   }
 };
 
-// One channel c of backward (a row kernel): with dy' = dy (masked where the fused ReLU's output y <= 0),
+// One channel c of backward (a row kernel): with dy' = dy (masked where the fused ReLU's output
+// was 0: Note [ReLU mask from the input]),
 // sum[c] = sum(dy'), dotp[c] = sum((x - mean) dy') (SyncBatchNorm all-reduces these two rows);
 // the parameter gradients dweight = dotp * invstd and dbias = sum, written (grad_beta 0) or
 // added (1), from this rank's sums (PyTorch's SyncBatchNorm too: DDP averages them).
@@ -184,7 +212,7 @@ struct BatchNormBackwardReduce {  // a row kernel over the channels
   float* sum_dy;       // [C]
   float* sum_dy_xmu;   // [C]: dotp
   const float* dy;     // [N, C, plane]
-  const float* y;      // the forward's output when it applied a ReLU, else nullptr
+  ReluMask relu;       // the forward's fused ReLU, or none
   const float* x;
   const float* mean;
   const float* invstd;
@@ -195,7 +223,7 @@ struct BatchNormBackwardReduce {  // a row kernel over the channels
     const double m = mean[c];
     auto g = [&](int64_t n, int64_t p) {
       const int64_t i = (n * channels + c) * plane + p;
-      return static_cast<double>((y && !(y[i] > 0.f)) ? 0.f : dy[i]);
+      return static_cast<double>((relu.on() && !relu.keeps(x[i], c)) ? 0.f : dy[i]);
     };
     const double sum = channel_sum(lanes, batch, plane, g);
     const double dotp = channel_sum(lanes, batch, plane, [&](int64_t n, int64_t p) {
@@ -316,7 +344,7 @@ struct SetValue {  // one thread: *out = value
 struct BatchNormBackwardInputPlanes {
   float* dx;
   const float* dy;
-  const float* y;  // nullptr: no fused ReLU
+  ReluMask relu;  // the forward's fused ReLU, or none (Note [ReLU mask from the input])
   const float* x;
   const float* mean;
   const float* grad_mean;
@@ -327,10 +355,12 @@ struct BatchNormBackwardInputPlanes {
     const int64_t c = r % channels;
     const float m = mean[c], gm = grad_mean[c], kc = k[c], sc = scale[c];
     const int64_t base = r * plane;
-    if (y) {
+    if (relu.on()) {
+      const float a = relu.alpha[c], s = relu.shift[c];
       for (int64_t p = 0; p < plane; ++p) {
-        const float g = !(y[base + p] > 0.f) ? 0.f : dy[base + p];
-        dx[base + p] = (g - gm - (x[base + p] - m) * kc) * sc;
+        const float xv = x[base + p];
+        const float g = !(normalised(xv, a, s) > 0.f) ? 0.f : dy[base + p];
+        dx[base + p] = (g - gm - (xv - m) * kc) * sc;
       }
     } else {
       for (int64_t p = 0; p < plane; ++p)
@@ -343,7 +373,7 @@ struct BatchNormBackwardInput {
   BatchNormBackwardInputPlanes a;
   DTRAIN_HD void operator()(int64_t i) const {
     const int64_t c = (i / a.plane) % a.channels;
-    const float g = (a.y && !(a.y[i] > 0.f)) ? 0.f : a.dy[i];
+    const float g = (a.relu.on() && !a.relu.keeps(a.x[i], c)) ? 0.f : a.dy[i];
     a.dx[i] = (g - a.grad_mean[c] - (a.x[i] - a.mean[c]) * a.k[c]) * a.scale[c];
   }
 };

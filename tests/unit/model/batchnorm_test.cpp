@@ -146,7 +146,7 @@ TEST(BatchNormKernels, PlanesEqualElementsBitwise) {
     launch(Device::cpu(), n * c,
            kernels::BatchNormApplyPlanes{b.data(), x.data(), per_c.data(), per_c2.data(), c, plane, relu});
     EXPECT_EQ(a, b) << "apply, relu " << relu;
-    const float* y = relu ? a.data() : nullptr;
+    const kernels::ReluMask y = relu ? kernels::ReluMask{per_c.data(), per_c2.data()} : kernels::ReluMask{};
     std::vector<float> da(count), db(count);
     launch(Device::cpu(), count,
            kernels::BatchNormBackwardInput{{da.data(), dy.data(), y, x.data(), per_c.data(), per_c2.data(),
@@ -158,6 +158,35 @@ TEST(BatchNormKernels, PlanesEqualElementsBitwise) {
   }
 }
 
+
+// Note [ReLU mask from the input]: backward's mask, recomputed from x and forward's alpha and
+// shift, is exactly where the fused ReLU's output is positive, on the CPU's planes and the GPU's
+// elements; values landing exactly on 0 (x = 0 with shift 0) and NaN (x = 0 times an infinite
+// alpha) are masked as the output's zeros are.
+TEST(BatchNormKernels, ReluMaskFromTheInputIsTheOutputsMask) {
+  const int64_t n = 3, c = 4, plane = 7, count = n * c * plane;
+  std::vector<float> x = testing::random_values(count, 1), alpha = testing::random_values(c, 3),
+                     shift = testing::random_values(c, 4);
+  shift[0] = 0.f;
+  for (int64_t i = 0; i < plane; i += 2) x[i] = 0.f;  // channel 0: exactly 0 after the affine
+  alpha[1] = INFINITY;
+  x[plane] = 0.f;  // channel 1: NaN
+  std::vector<float> planes(count), elements(count);
+  launch(Device::cpu(), n * c,
+         kernels::BatchNormApplyPlanes{planes.data(), x.data(), alpha.data(), shift.data(), c, plane, true});
+  launch(Device::cpu(), count,
+         kernels::BatchNormApply{{elements.data(), x.data(), alpha.data(), shift.data(), c, plane, true}});
+  const kernels::ReluMask mask{alpha.data(), shift.data()};
+  int64_t kept = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t ch = (i / plane) % c;
+    EXPECT_EQ(mask.keeps(x[i], ch), planes[i] > 0.f) << i;
+    EXPECT_EQ(mask.keeps(x[i], ch), elements[i] > 0.f) << i;
+    kept += mask.keeps(x[i], ch);
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_LT(kept, count);
+}
 
 // Note [Fused residual join]: the normalising pass with the identity added before the ReLU gives
 // bn2's output followed by AddRelu's, bitwise, on the CPU's planes and the GPU's elements.
@@ -195,9 +224,13 @@ TEST(BatchNormKernels, CpuReductionsEqualTheRowKernelsBitwise) {
   for (int64_t plane : {1, 3, 4, 7, 16}) {
     const int64_t c = 5, count = n * c * plane;
     std::vector<float> x = testing::random_values(count, 1, -2.f, 3.f), dy = testing::random_values(count, 2);
-    std::vector<float> y = testing::random_values(count, 5);
-    y[0] = NAN;
-    y[1 % count] = 0.f;
+    // The fused ReLU's coefficients (Note [ReLU mask from the input]): channel 0's value at x[0]
+    // exactly 0 (masked: > 0, not >= 0), channel 1's NaN at x = 0 (infinite alpha; masked too).
+    std::vector<float> relu_alpha = testing::random_values(c, 5), relu_shift = testing::random_values(c, 8);
+    x[0] = 0.f;
+    relu_shift[0] = 0.f;
+    relu_alpha[1] = INFINITY;
+    x[plane] = 0.f;  // channel 1's first value
     const std::vector<float> weight = testing::random_values(c, 3, 0.5f, 1.5f), bias = testing::random_values(c, 4);
     for (bool running : {false, true}) {
       // [mean, invstd, alpha, shift, running_mean, running_var] per side
@@ -218,8 +251,10 @@ TEST(BatchNormKernels, CpuReductionsEqualTheRowKernelsBitwise) {
         // [grad_weight, grad_bias, sum_dy, sum_dy_xmu] per side
         std::vector<std::vector<float>> want(4, std::vector<float>(c, beta == 0.f ? NAN : 0.5f)), got = want;
         auto reduce = [&](std::vector<std::vector<float>>& o) {
+          const kernels::ReluMask mask = relu ? kernels::ReluMask{relu_alpha.data(), relu_shift.data()}
+                                              : kernels::ReluMask{};
           return kernels::BatchNormBackwardReduce{o[0].data(), o[1].data(), o[2].data(), o[3].data(), dy.data(),
-                                                  relu ? y.data() : nullptr, x.data(), mean.data(), invstd.data(),
+                                                  mask, x.data(), mean.data(), invstd.data(),
                                                   n, c, plane, beta, beta};
         };
         launch_rows(Device::cpu(), c, reduce(want));
