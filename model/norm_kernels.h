@@ -416,6 +416,16 @@ struct AddRelu {  // y = max(a + b, 0)
   }
 };
 
+// y = a + b where mask > 0, else 0: Add, then ReluBackward by the ReLU's output `mask`, in one
+// pass (the same floats; Note [Chained joins] in model/resnet.cpp).
+struct AddMasked {
+  float* y;
+  const float* a;
+  const float* b;
+  const float* mask;
+  DTRAIN_HD void operator()(int64_t i) const { y[i] = mask[i] > 0.f ? a[i] + b[i] : 0.f; }
+};
+
 struct Add {  // y = a + b
   float* y;
   const float* a;

@@ -49,25 +49,42 @@ Tensor BasicBlock::forward(const Tensor& x) {
   DTRAIN_CHECK(h.shape() == identity.shape(), "BasicBlock: {} and identity {}", shape_str(h.shape()),
                shape_str(identity.shape()));
   out_ = bn2_.forward_add_relu(h, identity);
+  if (mask_input_grad_) input_ = x;
   return out_;
+}
+
+// Note [Chained joins]
+// ~~~~~~~~~~~~~~~~~~~~
+// Each block's backward starts with its join's ReLU (ReluBackward by out_: a pass reading two
+// arrays and writing one) and ends adding its branches' input gradients (Add). In
+// build_resnet18 a block's input is the previous block's out_, so the later block can apply the
+// earlier one's ReLU mask in its Add (AddMasked by x = the earlier out_) and the earlier one
+// skips its ReluBackward: out_ > 0 ? (x > 0 ? v : 0) : 0 is x > 0 ? v : 0, the same floats, one
+// pass over every block output fewer. chain() sets both halves together: the later's alone
+// would apply the ReLU twice (the pass not saved), the earlier's alone would leave it out.
+void BasicBlock::chain(BasicBlock& earlier, BasicBlock& later) {
+  earlier.grad_output_masked_ = true;
+  later.mask_input_grad_ = true;
 }
 
 // The join's ReLU masks the gradient once; both branches take it; their input gradients add.
 Tensor BasicBlock::backward(const Tensor& grad_output, bool need_input_grad) {
   const Device dev = out_.device();
-  ensure_tensor(grad_sum_, out_.shape(), dev);
-  launch(dev, grad_sum_.numel(), kernels::ReluBackward{grad_sum_.data(), grad_output.data(), out_.data()});
-  const Tensor& g_main = conv1_.backward(bn1_.backward(conv2_.backward(bn2_.backward(grad_sum_))), need_input_grad);
-  if (!downsample_) {
-    if (!need_input_grad) return {};
-    ensure_tensor(grad_input_, g_main.shape(), dev);
-    launch(dev, grad_input_.numel(), kernels::Add{grad_input_.data(), g_main.data(), grad_sum_.data()});
-    return grad_input_;
+  const Tensor* grad_sum = &grad_output;  // chained: masked already
+  if (!grad_output_masked_) {
+    ensure_tensor(grad_sum_, out_.shape(), dev);
+    launch(dev, grad_sum_.numel(), kernels::ReluBackward{grad_sum_.data(), grad_output.data(), out_.data()});
+    grad_sum = &grad_sum_;
   }
-  const Tensor g_down = downsample_->backward(grad_sum_, need_input_grad);
+  const Tensor& g_main = conv1_.backward(bn1_.backward(conv2_.backward(bn2_.backward(*grad_sum))), need_input_grad);
+  const Tensor g_other = downsample_ ? downsample_->backward(*grad_sum, need_input_grad) : *grad_sum;
   if (!need_input_grad) return {};
   ensure_tensor(grad_input_, g_main.shape(), dev);
-  launch(dev, grad_input_.numel(), kernels::Add{grad_input_.data(), g_main.data(), g_down.data()});
+  if (mask_input_grad_)
+    launch(dev, grad_input_.numel(),
+           kernels::AddMasked{grad_input_.data(), g_main.data(), g_other.data(), input_.data()});
+  else
+    launch(dev, grad_input_.numel(), kernels::Add{grad_input_.data(), g_main.data(), g_other.data()});
   return grad_input_;
 }
 
@@ -163,11 +180,16 @@ std::unique_ptr<Sequential> build_resnet18(int64_t width, const Shape& sample_sh
   bn1->absorb_following_relu();
   model->add("bn1", std::move(bn1));
   int64_t in = width;
+  BasicBlock* previous = nullptr;
   for (int s = 0; s < kResnetStages; ++s) {
     const int64_t out = width << s;
     auto stage = std::make_unique<Sequential>();
-    stage->emplace<BasicBlock>(in, out, s == 0 ? 1 : 2, device, rng);
-    stage->emplace<BasicBlock>(out, out, 1, device, rng);
+    for (int b = 0; b < 2; ++b) {
+      auto block = std::make_unique<BasicBlock>(b == 0 ? in : out, out, s > 0 && b == 0 ? 2 : 1, device, rng);
+      if (previous) BasicBlock::chain(*previous, *block);  // Note [Chained joins]
+      previous = block.get();
+      stage->add(std::move(block));
+    }
     model->add(fmt::format("layer{}", s + 1), std::move(stage));
     in = out;
   }

@@ -34,6 +34,8 @@ class BasicBlock : public Module {
   void set_grad_ready_hook(GradReadyHook hook) override;
   void set_batch_stats_sync(std::shared_ptr<BatchStatsSync> sync) override;
   std::string describe() const override;
+  // Note [Chained joins] (model/resnet.cpp): `later` takes `earlier`'s output as its input.
+  static void chain(BasicBlock& earlier, BasicBlock& later);
 
  private:
   std::vector<Module*> children();
@@ -43,6 +45,9 @@ class BasicBlock : public Module {
   Conv2d conv2_;
   BatchNorm bn2_;
   std::unique_ptr<Sequential> downsample_;  // nullptr: the identity
+  bool grad_output_masked_ = false;  // chained: backward's grad_output is already 0 where out_ is
+  bool mask_input_grad_ = false;     // chained: the input gradient goes back through the ReLU that made x
+  Tensor input_;                     // x, when mask_input_grad_ (the earlier block's out_)
   Tensor out_, grad_sum_, grad_input_;
 };
 

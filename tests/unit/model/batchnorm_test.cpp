@@ -71,6 +71,27 @@ TEST(GradCheck, BasicBlockIdentity) {
   expect_gradients_match(block, random_input({3, 2, 4, 4}, 7), kH, kTol, kTol);
 }
 
+// Note [Chained joins]: a pair of blocks chained (the later applies the earlier's join ReLU in
+// its Add; the earlier skips its ReluBackward) gives the unchained pair's gradients bitwise, the
+// input's and every parameter's; the first block downsamples (its identity branch takes the
+// masked gradient too), the second adds the identity.
+TEST(Resnet18, ChainedJoinsGiveTheUnchainedGradientsBitwise) {
+  auto gradients = [](bool chained) {
+    InitRng rng(21);
+    BasicBlock a(2, 3, 2, Device::cpu(), rng), b(3, 3, 1, Device::cpu(), rng);
+    if (chained) BasicBlock::chain(a, b);
+    const Tensor h = a.forward(random_input({3, 2, 6, 6}, 22));
+    const std::vector<float> hv = h.to_vector();
+    EXPECT_GT(std::count(hv.begin(), hv.end(), 0.f), 0);  // the earlier join's ReLU cut some
+    const Tensor y = b.forward(h);
+    std::vector<std::vector<float>> out = {a.backward(b.backward(random_input(y.shape(), 23))).to_vector()};
+    for (BasicBlock* m : {&a, &b})
+      for (Parameter* p : m->parameters()) out.push_back(p->grad.to_vector());
+    return out;
+  };
+  EXPECT_EQ(gradients(false), gradients(true));
+}
+
 // PyTorch: running = 0.9 running + 0.1 batch, the variance unbiased; num_batches_tracked counts
 // training forwards; evaluation normalises with the running statistics and changes nothing.
 TEST(BatchNorm, RunningStatisticsAsPyTorch) {
