@@ -358,8 +358,9 @@ struct BatchNormBackwardInputPlanes {
     if (relu.on()) {
       const float a = relu.alpha[c], s = relu.shift[c];
       for (int64_t p = 0; p < plane; ++p) {
-        const float xv = x[base + p];
-        const float g = !(normalised(xv, a, s) > 0.f) ? 0.f : dy[base + p];
+        // dy read whether or not masked: a conditional read became a slow masked load (vmaskmovps).
+        const float xv = x[base + p], d = dy[base + p];
+        const float g = normalised(xv, a, s) > 0.f ? d : 0.f;
         dx[base + p] = (g - gm - (xv - m) * kc) * sc;
       }
     } else {
