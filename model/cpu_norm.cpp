@@ -37,31 +37,32 @@ inline D4 load4(const float* p) {
 }
 inline double combine(D4 s) { return (s[0] + s[1]) + (s[2] + s[3]); }
 
-// total[j] += the sum of double(x[p]) - shift[j] (kSquare: squared; otherwise shift unused),
-// over each of P planes (plane j at x + j * n: consecutive channels of one image), each plane in
-// sum4's order. The P planes' partial sums are independent chains, so the CPU overlaps their
-// additions.
-template <bool kSquare, int P>
-__attribute__((always_inline)) inline void plane_sums(const float* __restrict x, int64_t n, const double* shift,
-                                                      double* total) {
-  D4 s[P];
-  for (int j = 0; j < P; ++j) s[j] = D4{0.0, 0.0, 0.0, 0.0};
+// s1[j] += the sum of d = double(x[p]) - k[j] and s2[j] += the sum of d^2 (Note [Shifted
+// statistics] in model/norm_kernels.h) over each of P planes (plane j at x + j * n: consecutive
+// channels of one image), each plane in sum4's order. The P planes' partial sums are independent
+// chains, so the CPU overlaps their additions.
+template <int P>
+__attribute__((always_inline)) inline void plane_moments(const float* __restrict x, int64_t n, const double* k,
+                                                         double* s1, double* s2) {
+  D4 a[P], b[P];
+  for (int j = 0; j < P; ++j) a[j] = b[j] = D4{0.0, 0.0, 0.0, 0.0};
   int64_t p = 0;
   for (; p + 4 <= n; p += 4)
     for (int j = 0; j < P; ++j) {
-      if (kSquare) {
-        const D4 d = load4(x + j * n + p) - shift[j];  // shift[j] in every lane
-        s[j] += d * d;
-      } else {
-        s[j] += load4(x + j * n + p);
-      }
+      const D4 d = load4(x + j * n + p) - k[j];  // k[j] in every lane
+      a[j] += d;
+      b[j] += d * d;
     }
   for (; p < n; ++p)
     for (int j = 0; j < P; ++j) {
-      const double d = kSquare ? static_cast<double>(x[j * n + p]) - shift[j] : static_cast<double>(x[j * n + p]);
-      s[j][0] += kSquare ? d * d : d;
+      const double d = static_cast<double>(x[j * n + p]) - k[j];
+      a[j][0] += d;
+      b[j][0] += d * d;
     }
-  for (int j = 0; j < P; ++j) total[j] += combine(s[j]);
+  for (int j = 0; j < P; ++j) {
+    s1[j] += combine(a[j]);
+    s2[j] += combine(b[j]);
+  }
 }
 
 // backward's two sums over each of P planes (plane j at offset j * n: consecutive channels of one
@@ -151,33 +152,32 @@ __attribute__((always_inline)) inline void backward_reduce(const kernels::BatchN
 // memory too): the backward reduce and the statistics, 7% of a ResNet-18 step (issue 24), ran
 // at about half their loads' speed. Here each four floats are one vcvtps2pd into a register.
 // The same partial sums in the same order, no FMA (target avx2 only), so the same bits.
-template <bool kSquare, int P>
-[[gnu::target("avx2"), gnu::always_inline]] inline void plane_sums_avx2(const float* __restrict x, int64_t n,
-                                                                       const double* shift, double* total) {
-  __m256d s[P], sh[P];
+template <int P>
+[[gnu::target("avx2"), gnu::always_inline]] inline void plane_moments_avx2(const float* __restrict x, int64_t n,
+                                                                          const double* k, double* s1, double* s2) {
+  __m256d a[P], b[P], kv[P];
   for (int j = 0; j < P; ++j) {
-    s[j] = _mm256_setzero_pd();
-    sh[j] = _mm256_set1_pd(kSquare ? shift[j] : 0.0);
+    a[j] = b[j] = _mm256_setzero_pd();
+    kv[j] = _mm256_set1_pd(k[j]);
   }
   int64_t p = 0;
   for (; p + 4 <= n; p += 4)
     for (int j = 0; j < P; ++j) {
-      const __m256d v = _mm256_cvtps_pd(_mm_loadu_ps(x + j * n + p));
-      if (kSquare) {
-        const __m256d d = _mm256_sub_pd(v, sh[j]);
-        s[j] = _mm256_add_pd(s[j], _mm256_mul_pd(d, d));
-      } else {
-        s[j] = _mm256_add_pd(s[j], v);
-      }
+      const __m256d d = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + j * n + p)), kv[j]);
+      a[j] = _mm256_add_pd(a[j], d);
+      b[j] = _mm256_add_pd(b[j], _mm256_mul_pd(d, d));
     }
   for (int j = 0; j < P; ++j) {
-    alignas(32) double l[4];
-    _mm256_store_pd(l, s[j]);
+    alignas(32) double la[4], lb[4];
+    _mm256_store_pd(la, a[j]);
+    _mm256_store_pd(lb, b[j]);
     for (int64_t q = p; q < n; ++q) {
-      const double d = kSquare ? static_cast<double>(x[j * n + q]) - shift[j] : static_cast<double>(x[j * n + q]);
-      l[0] += kSquare ? d * d : d;
+      const double d = static_cast<double>(x[j * n + q]) - k[j];
+      la[0] += d;
+      lb[0] += d * d;
     }
-    total[j] += (l[0] + l[1]) + (l[2] + l[3]);
+    s1[j] += (la[0] + la[1]) + (la[2] + la[3]);
+    s2[j] += (lb[0] + lb[1]) + (lb[2] + lb[3]);
   }
 }
 
@@ -226,23 +226,15 @@ template <bool kMask, int P>
 }
 
 // Without lambdas: a lambda's body would not carry the target to inline the intrinsics into.
-template <bool kSquare>
-[[gnu::target("avx2"), gnu::always_inline]] inline void stats_pass_avx2(const kernels::BatchNormStats& k,
-                                                                       const double* shift, double* total) {
+[[gnu::target("avx2")]] void stats_avx2(const kernels::BatchNormStats& k, const double* shift, double* s1,
+                                        double* s2) {
   for (int64_t n = 0; n < k.batch; ++n) {
     int64_t c = 0;
     for (; c + kGroup <= k.channels; c += kGroup)
-      plane_sums_avx2<kSquare, kGroup>(k.x + (n * k.channels + c) * k.plane, k.plane, shift + c, total + c);
+      plane_moments_avx2<kGroup>(k.x + (n * k.channels + c) * k.plane, k.plane, shift + c, s1 + c, s2 + c);
     for (; c < k.channels; ++c)
-      plane_sums_avx2<kSquare, 1>(k.x + (n * k.channels + c) * k.plane, k.plane, shift + c, total + c);
+      plane_moments_avx2<1>(k.x + (n * k.channels + c) * k.plane, k.plane, shift + c, s1 + c, s2 + c);
   }
-}
-
-[[gnu::target("avx2")]] void stats_avx2(const kernels::BatchNormStats& k, double* m, double* squares) {
-  stats_pass_avx2<false>(k, m, m);
-  const double count = static_cast<double>(k.batch * k.plane);
-  for (int64_t c = 0; c < k.channels; ++c) m[c] /= count;
-  stats_pass_avx2<true>(k, m, squares);
 }
 
 template <bool kMask>
@@ -279,26 +271,23 @@ bool& use_avx2() {
 DTRAIN_CPU_CLONES void batchnorm_stats(const kernels::BatchNormStats& k) {
   const double count = static_cast<double>(k.batch * k.plane);
   const int64_t channels = k.channels;
-  std::vector<double> acc(2 * static_cast<size_t>(channels), 0.0);  // [sums, then means; squares]
-  double* m = acc.data();
-  double* squares = m + channels;
+  std::vector<double> acc(3 * static_cast<size_t>(channels), 0.0);  // [shifts, s1, s2]
+  double* shift = acc.data();
+  double* s1 = shift + channels;
+  double* s2 = s1 + channels;
+  if (count > 0.0)
+    for (int64_t c = 0; c < channels; ++c) shift[c] = k.x[c * k.plane];  // image 0's first value
 #ifdef DTRAIN_NORM_AVX2
-  if (use_avx2()) {
-    stats_avx2(k, m, squares);
-    for (int64_t c = 0; c < channels; ++c) k.finish(c, m[c], squares[c]);
-    return;
-  }
+  if (use_avx2())
+    stats_avx2(k, shift, s1, s2);
+  else
 #endif
-  for (int64_t n = 0; n < k.batch; ++n)
-    over_channels(channels, [&](auto group, int64_t c) {
-      plane_sums<false, decltype(group)::value>(k.x + (n * channels + c) * k.plane, k.plane, nullptr, m + c);
-    });
-  for (int64_t c = 0; c < channels; ++c) m[c] /= count;
-  for (int64_t n = 0; n < k.batch; ++n)
-    over_channels(channels, [&](auto group, int64_t c) {
-      plane_sums<true, decltype(group)::value>(k.x + (n * channels + c) * k.plane, k.plane, m + c, squares + c);
-    });
-  for (int64_t c = 0; c < channels; ++c) k.finish(c, m[c], squares[c]);
+    for (int64_t n = 0; n < k.batch; ++n)
+      over_channels(channels, [&](auto group, int64_t c) {
+        plane_moments<decltype(group)::value>(k.x + (n * channels + c) * k.plane, k.plane, shift + c, s1 + c, s2 + c);
+      });
+  for (int64_t c = 0; c < channels; ++c)
+    k.finish(c, shift[c] + s1[c] / count, kernels::BatchNormStats::shifted_squares(s1[c], s2[c], count));
 }
 
 DTRAIN_CPU_CLONES void batchnorm_backward_reduce(const kernels::BatchNormBackwardReduce& k) {

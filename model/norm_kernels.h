@@ -4,8 +4,9 @@
 //
 // Note [BatchNorm arithmetic]: PyTorch's CPU kernels (aten/src/ATen/native/cpu/
 // batch_norm_kernel.cpp) step by step, so that 50 steps stay within 1e-4 of the peer: the
-// per-channel sums in double (its accumulate type for float on the CPU), the mean first, then
-// the sum of squared deviations about it (two passes, no E[x^2] - E[x]^2 cancellation); the
+// per-channel sums in double (its accumulate type for float on the CPU), the mean and the sum of
+// squared deviations about it without E[x^2] - E[x]^2's cancellation (on the CPU in one pass
+// about a shift: Note [Shifted statistics]); the
 // output as x * alpha + shift with alpha = invstd * weight and shift = bias - mean * alpha; the
 // running statistics as momentum * batch + (1 - momentum) * running, the variance unbiased
 // (n / (n - 1)); backward from sum(dy) and sum((x - mean) dy). The per-channel reductions are
@@ -76,12 +77,36 @@ struct BatchNormStats {
   DTRAIN_HD void operator()(const Lanes& lanes, int64_t c) const {
     auto at = [&](int64_t n, int64_t p) { return static_cast<double>(x[(n * channels + c) * plane + p]); };
     const double count = static_cast<double>(batch * plane);
+    if (lanes.count() == 1) {  // Note [Shifted statistics]
+      const double k = count > 0.0 ? at(0, 0) : 0.0;
+      const double s1 = channel_sum(lanes, batch, plane, [&](int64_t n, int64_t p) { return at(n, p) - k; });
+      const double s2 = channel_sum(lanes, batch, plane, [&](int64_t n, int64_t p) {
+        const double d = at(n, p) - k;
+        return d * d;
+      });
+      finish(c, k + s1 / count, shifted_squares(s1, s2, count));
+      return;
+    }
     const double m = channel_sum(lanes, batch, plane, at) / count;
     const double squares = channel_sum(lanes, batch, plane, [&](int64_t n, int64_t p) {
       const double d = at(n, p) - m;
       return d * d;
     });
     if (lanes.lane() == 0) finish(c, m, squares);
+  }
+  // Note [Shifted statistics]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~
+  // The mean, then the squared deviations about it, read the input twice; on the CPU, where
+  // these passes are memory-bound (issue 24: 2.3% of a ResNet-18 step), one pass sums d = x - k
+  // and d^2 about k = the channel's first value: mean = k + s1/n, sum (x - mean)^2 = s2 - s1^2/n.
+  // About k the cancellation E[x^2] - E[x]^2 would suffer is only ((mean - k)^2 + var) / var,
+  // about 2 for a k drawn from the channel's values (x - k is exact in double), so the double
+  // results are within ~1e-15 of the two passes' and their floats the same but for a rare last
+  // bit. The GPU's lanes, combined in float, keep the two passes (their float-rounded s1 and s2
+  // would carry that factor into the variance).
+  DTRAIN_HD static double shifted_squares(double s1, double s2, double count) {
+    const double squares = s2 - s1 * (s1 / count);
+    return squares > 0.0 ? squares : 0.0;  // rounding of a (near-)constant channel
   }
   // Lane 0's writes from the channel's mean m and sum of squared deviations (also cpu::batchnorm_stats's).
   DTRAIN_HD void finish(int64_t c, double m, double squares) const {

@@ -4,6 +4,7 @@
 #include "gradcheck.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <set>
 
@@ -179,6 +180,39 @@ TEST(BatchNormKernels, PlanesEqualElementsBitwise) {
   }
 }
 
+
+// Note [Shifted statistics]: one pass about the channel's first value keeps the two passes'
+// floats where E[x^2] - E[x]^2 would cancel: channels around 1e5 with spread ~1 (1e10 between
+// the squares and the variance; about 0, in double, the variance would be off by ~1e-6), the row
+// kernel's CPU lane and every set of cpu::batchnorm_stats' loops against the two passes in double.
+TEST(BatchNormKernels, ShiftedStatisticsKeepTheTwoPassesFloats) {
+  const int64_t n = 6, c = 3, plane = 9, count = n * c * plane;
+  std::vector<float> x = testing::random_values(count, 31, -1.f, 1.f);
+  for (int64_t i = 0; i < count; ++i) x[i] += 1e5f + 300.f * static_cast<float>((i / plane) % c);
+  std::vector<float> want_mean(c), want_invstd(c);
+  for (int64_t ch = 0; ch < c; ++ch) {
+    double sum = 0.0, squares = 0.0;
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t p = 0; p < plane; ++p) sum += x[(b * c + ch) * plane + p];
+    const double m = sum / static_cast<double>(n * plane);
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t p = 0; p < plane; ++p) squares += (x[(b * c + ch) * plane + p] - m) * (x[(b * c + ch) * plane + p] - m);
+    want_mean[ch] = static_cast<float>(m);
+    want_invstd[ch] = static_cast<float>(1.0 / std::sqrt(squares / static_cast<double>(n * plane) + 1e-5));
+  }
+  const std::vector<float> weight(c, 1.f), bias(c, 0.f);
+  auto check = [&](const char* what, auto&& run) {
+    std::vector<float> mean(c), invstd(c), alpha(c), shift(c), rm(c, 0.f), rv(c, 1.f);
+    run(kernels::BatchNormStats{mean.data(), invstd.data(), alpha.data(), shift.data(), rm.data(), rv.data(), x.data(),
+                                weight.data(), bias.data(), n, c, plane, 1e-5f, 0.1f});
+    EXPECT_EQ(mean, want_mean) << what;
+    EXPECT_EQ(invstd, want_invstd) << what;
+  };
+  check("row kernel", [](const kernels::BatchNormStats& k) { launch_rows(Device::cpu(), k.channels, k); });
+  for (const char* isa : {"avx2", "generic"})
+    if (cpu::select_norm_isa(isa)) check(isa, [](const kernels::BatchNormStats& k) { cpu::batchnorm_stats(k); });
+  cpu::select_norm_isa("");
+}
 
 // Note [ReLU mask from the input]: backward's mask, recomputed from x and forward's alpha and
 // shift, is exactly where the fused ReLU's output is positive, on the CPU's planes and the GPU's
