@@ -29,7 +29,10 @@ struct ReluBackward {  // uses the output: y > 0 exactly where x > 0
   float* dx;
   const float* dy;
   const float* y;
-  DTRAIN_HD void operator()(int64_t i) const { dx[i] = y[i] > 0.f ? dy[i] : 0.f; }
+  DTRAIN_HD void operator()(int64_t i) const {
+    const float d = dy[i];  // read whether or not masked: a conditional read compiles to a masked load
+    dx[i] = y[i] > 0.f ? d : 0.f;
+  }
 };
 
 // Counter-based hash (splitmix64): the same mask on every device for the same seed/counter.
