@@ -450,9 +450,10 @@ struct AddMasked {
   const float* b;
   const float* mask;
   DTRAIN_HD void operator()(int64_t i) const {
-    // The sum whether or not masked: conditional reads compile to slow masked loads (vmaskmovps).
-    const float v = a[i] + b[i];
-    y[i] = mask[i] > 0.f ? v : 0.f;
+    // The sum stored, then kept or zeroed: written as mask > 0 ? a + b : 0, GCC sinks the sum (a
+    // float operation that may trap) into the branch and leaves the loop scalar with a branch.
+    y[i] = a[i] + b[i];
+    y[i] = mask[i] > 0.f ? y[i] : 0.f;
   }
 };
 
