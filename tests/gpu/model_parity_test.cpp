@@ -95,7 +95,8 @@ TEST_F(GpuModelParity, MlpStepMatchesTheCpu) {
   expect_step_matches(ModelSpec{ModelKind::kMlp, {256}, 0.f}, AmpMode::kOff, 1e-5, gpu());
 }
 
-// BatchNorm (batch statistics, running statistics, the fused ReLU), BasicBlock's join, global
+// BatchNorm (batch statistics, running statistics, the fused ReLU and its mask recomputed from
+// the input), BasicBlock's join and the chained joins' AddMasked (Note [Chained joins]), global
 // average pooling, convolutions without bias: a step within float32 summation-order error.
 TEST_F(GpuModelParity, Resnet18StepMatchesTheCpu) {
   ModelSpec spec;
