@@ -137,8 +137,8 @@ __attribute__((always_inline)) inline void backward_reduce(const kernels::BatchN
   for (int64_t n = 0; n < k.batch; ++n)
     over_channels(k.channels, [&](auto group, int64_t c) {
       const int64_t at = (n * k.channels + c) * k.plane;
-      backward_planes<kMask, decltype(group)::value>(k.dy + at, offset(k.relu.alpha, c), offset(k.relu.shift, c), k.x + at,
-                                                     k.plane, m + c, sum + c, dotp + c);
+      backward_planes<kMask, decltype(group)::value>(k.dy + at, offset(k.relu.alpha, c), offset(k.relu.shift, c),
+                                                     k.x + at, k.plane, m + c, sum + c, dotp + c);
     });
 }
 
@@ -244,13 +244,13 @@ template <bool kMask>
     int64_t c = 0;
     for (; c + kGroup <= k.channels; c += kGroup) {
       const int64_t at = (n * k.channels + c) * k.plane;
-      backward_planes_avx2<kMask, kGroup>(k.dy + at, offset(k.relu.alpha, c), offset(k.relu.shift, c), k.x + at, k.plane, m + c,
-                                          sum + c, dotp + c);
+      backward_planes_avx2<kMask, kGroup>(k.dy + at, offset(k.relu.alpha, c), offset(k.relu.shift, c), k.x + at,
+                                          k.plane, m + c, sum + c, dotp + c);
     }
     for (; c < k.channels; ++c) {
       const int64_t at = (n * k.channels + c) * k.plane;
-      backward_planes_avx2<kMask, 1>(k.dy + at, offset(k.relu.alpha, c), offset(k.relu.shift, c), k.x + at, k.plane, m + c,
-                                     sum + c, dotp + c);
+      backward_planes_avx2<kMask, 1>(k.dy + at, offset(k.relu.alpha, c), offset(k.relu.shift, c), k.x + at, k.plane,
+                                     m + c, sum + c, dotp + c);
     }
   }
 }

@@ -196,7 +196,10 @@ TEST(BatchNormKernels, ShiftedStatisticsKeepTheTwoPassesFloats) {
       for (int64_t p = 0; p < plane; ++p) sum += x[(b * c + ch) * plane + p];
     const double m = sum / static_cast<double>(n * plane);
     for (int64_t b = 0; b < n; ++b)
-      for (int64_t p = 0; p < plane; ++p) squares += (x[(b * c + ch) * plane + p] - m) * (x[(b * c + ch) * plane + p] - m);
+      for (int64_t p = 0; p < plane; ++p) {
+        const double d = x[(b * c + ch) * plane + p] - m;
+        squares += d * d;
+      }
     want_mean[ch] = static_cast<float>(m);
     want_invstd[ch] = static_cast<float>(1.0 / std::sqrt(squares / static_cast<double>(n * plane) + 1e-5));
   }
