@@ -176,9 +176,14 @@ Tensor GlobalAvgPool::backward(const Tensor& grad_output, bool need_input_grad) 
   if (!need_input_grad) return {};
   DTRAIN_CHECK(grad_output.numel() == output_.numel(), "GlobalAvgPool backward got {}",
                shape_str(grad_output.shape()));
-  ensure_tensor(grad_input_, input_shape_, grad_output.device());
-  launch(grad_output.device(), grad_input_.numel(),
-         kernels::GlobalAvgPoolBackward{grad_input_.data(), grad_output.data(), input_shape_[2] * input_shape_[3]});
+  const Device dev = grad_output.device();
+  ensure_tensor(grad_input_, input_shape_, dev);
+  const int64_t plane = input_shape_[2] * input_shape_[3];
+  if (dev.is_cpu())
+    launch(dev, grad_output.numel(),
+           kernels::GlobalAvgPoolBackwardPlanes{grad_input_.data(), grad_output.data(), plane});
+  else
+    launch(dev, grad_input_.numel(), kernels::GlobalAvgPoolBackward{grad_input_.data(), grad_output.data(), plane});
   return grad_input_;
 }
 

@@ -430,6 +430,17 @@ struct GlobalAvgPoolBackward {  // dx[r, p] = dy[r] / plane
   DTRAIN_HD void operator()(int64_t i) const { dx[i] = dy[i / plane] / static_cast<float>(plane); }
 };
 
+// The same floats one (n, c) row per thread: the CPU's path (no division by plane per element).
+struct GlobalAvgPoolBackwardPlanes {
+  float* dx;
+  const float* dy;
+  int64_t plane;
+  DTRAIN_HD void operator()(int64_t r) const {
+    const float v = dy[r] / static_cast<float>(plane);
+    for (int64_t p = 0; p < plane; ++p) dx[r * plane + p] = v;
+  }
+};
+
 // ---- The residual join of a BasicBlock ----
 
 struct AddRelu {  // y = max(a + b, 0)

@@ -178,6 +178,10 @@ TEST(BatchNormKernels, PlanesEqualElementsBitwise) {
                                                  per_c.data(), per_c2.data(), c, plane});
     EXPECT_EQ(da, db) << "backward input, relu " << relu;
   }
+  std::vector<float> pa(count), pb(count);
+  launch(Device::cpu(), count, kernels::GlobalAvgPoolBackward{pa.data(), dy.data(), plane});
+  launch(Device::cpu(), n * c, kernels::GlobalAvgPoolBackwardPlanes{pb.data(), dy.data(), plane});
+  EXPECT_EQ(pa, pb) << "global average pooling's backward";
 }
 
 
