@@ -16,6 +16,7 @@
 #include "app/pipeline_report.h"
 #include "app/pipeline_trainer.h"
 #include "app/pipeline_zero.h"
+#include "app/train_options.h"
 #include "app/rank_agreement.h"
 #include "app/preemption.h"
 #include "app/progress.h"
@@ -93,8 +94,11 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
   std::unique_ptr<Optimizer> optimizer = make_optimizer(c.optimizer, layers->parameters());
   // Note [Pipeline ZeRO-1] (app/pipeline_zero.h), as the image pipeline's: the first and the last
   // stage each shard their copy of the tied wte over their own replicas.
+  // --zero 2: each replica's two ends add their local wte gradients before the reduce-scatter
+  // (Note [Tied stages] in pipeline/pipeline_stage.h).
+  const bool reduce_scatter = c.ddp.zero_stage == 2 && grid.replicas > 1;
   std::optional<StageZero> zero;
-  if (c.ddp.zero_stage == 1 && grid.replicas > 1) zero.emplace(*layers, grid);
+  if (c.ddp.zero_stage > 0 && grid.replicas > 1) zero.emplace(*layers, grid, reduce_scatter);
   // Note [Pipeline checkpoints] (train/checkpointer.h): the unsplit GPT's tensors (wte once, as
   // Gpt saves it); a checkpoint of any P x D (P = 1 included), this stage taking its own tensors
   // (the head its copy of wte), else --init-weights likewise, else the seeded initialisation.
@@ -110,6 +114,9 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
     classify_errors(ErrorKind::kCheckpoint, [&] { load_stage_weights(rt.control(), k.init_weights, *layers, whole); });
   PipelineOptions stage_options{p.schedule, p.micro_batches, kGptTiedParameter};
   stage_options.device = rt.device();
+  stage_options.sum_gradients = !reduce_scatter;  // ZeRO-2 sums them itself
+  // Note [Pipeline class weights] (pipeline/pipeline_stage.h): per token id, over the global batch.
+  stage_options.class_weights = check_class_weights(c, data.vocab(), "token ids of the vocabulary");
   PipelineStage stage(std::move(layers), grid, stage_options);
   // Note [Pipeline gradient norm] (pipeline/pipeline_clip.h).
   std::optional<PipelineClipper> clipper;
@@ -147,7 +154,7 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
   int64_t stage_parameters = 0;
   for (Parameter* q : stage.module().parameters()) stage_parameters += q->value.numel();
   if (zero)
-    reporter.note(fmt::format("{}; the last stage's, over its {} replicas", memory_line(*optimizer, 1, grid.replicas),
+    reporter.note(fmt::format("{}; the last stage's, over its {} replicas", memory_line(*optimizer, c.ddp.zero_stage, grid.replicas),
                               grid.replicas));
   reporter.note(fmt::format("pipeline: {} stage(s) x {} replica(s), {}{} micro-batch(es) of {} sequences, "
                             "schedule {}, layers {} (0: the embeddings, {}: ln_f and the head, which holds its copy of "
@@ -219,6 +226,7 @@ TrainResult train_language_model_pipeline(Runtime& rt, const TrainConfig& c) {
       loss = stage.train_step(data.inputs(), targets, {a, c.accumulate, gate.loss_scale()}).loss;
       trace_pipeline_step(tracer, stage);
     }
+    if (reduce_scatter) zero->reduce_scatter_gradients();
     optimizer->set_lr(static_cast<float>(schedule.lr_at(step)));
     if (gate.pass(step + 1)) {  // fp16: unscale, check, the world's vote
       if (clipper) clipper->clip(c.clip_grad_norm);

@@ -19,9 +19,11 @@
 #include "app/progress.h"
 #include "app/reporter.h"
 #include "app/trace.h"
+#include "app/train_options.h"
 #include "app/train_step.h"
 #include "comm/exchange.h"
 #include "comm/flight_recorder.h"
+#include "ddp/join.h"
 #include "core/error.h"
 #include "data/data_loader.h"
 #include "data/distributed_sampler.h"
@@ -125,9 +127,9 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   std::unique_ptr<Optimizer> optimizer = make_optimizer(c.optimizer, stage_layers->parameters());
   // Note [Pipeline ZeRO-1] (app/pipeline_zero.h): the optimizer state (still empty) narrows to
   // this replica's chunk before a resume asks for it.
+  const bool reduce_scatter = c.ddp.zero_stage == 2 && grid.replicas > 1;
   std::optional<StageZero> zero;
-  if (c.ddp.zero_stage > 0 && grid.replicas > 1) zero.emplace(*stage_layers, grid);
-  const bool reduce_scatter = zero && c.ddp.zero_stage == 2;
+  if (c.ddp.zero_stage > 0 && grid.replicas > 1) zero.emplace(*stage_layers, grid, reduce_scatter);
   // Note [Pipeline checkpoints] (train/checkpointer.h): a checkpoint of any P x D (or of a
   // data-parallel run), this stage taking its own tensors; else --init-weights, likewise; else
   // the seeded initialisation.
@@ -147,6 +149,8 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   PipelineOptions stage_options{p.schedule, p.micro_batches};
   stage_options.sum_gradients = !reduce_scatter;  // ZeRO-2 sums them itself
   stage_options.device = rt.device();
+  // Note [Pipeline class weights] (pipeline/pipeline_stage.h): the global batch's weighted mean.
+  stage_options.class_weights = check_class_weights(c, classes, "classes of the training data");
   PipelineStage stage(std::move(stage_layers), grid, stage_options);
   // Note [Pipeline gradient norm] (pipeline/pipeline_clip.h).
   std::optional<PipelineClipper> clipper;
@@ -219,18 +223,34 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   int stopped_by = 0;
   const auto stop = [&](int signal) {
     stopped_by = signal;
-    if (last_saved != pos.global_step) save();
+    // --sampler uneven saves at epoch ends only: a position inside an uneven epoch has no single
+    // sample to resume from (app/train_options.cpp).
+    const bool can_save = c.data.sampler != SamplerTail::kUneven;
+    if (can_save && last_saved != pos.global_step) save();
     saver.finish();  // the save is complete before any rank exits (a launcher ends the job then)
     if (rt.rank() == 0) {
       std::fflush(stdout);
       fmt::print(stderr, "dtrain: stopped by {} at step {} (epoch {}, {} samples into it); {}\n", signal_name(signal),
                  pos.global_step, pos.epoch + 1, pos.sample_in_epoch,
                  k.dir.empty() ? "nothing saved (no --checkpoint-dir)"
+                 : !can_save   ? "no checkpoint of this step (--sampler uneven saves at epoch ends)"
                                : fmt::format("checkpoint {} saved; continue with --resume auto", saver.last_path()));
       std::fflush(stderr);
     }
     rt.control().barrier();
   };
+  // A vote at a step boundary (Note [Agreeing to stop]): true when the ranks stopped there.
+  const auto stop_at_boundary = [&](bool due) {
+    if (!stop_vote.votes_here(due)) return false;
+    const int signal = stop_vote.cast({StopSignals::received(), false}).signal;
+    if (signal != 0) stop(signal);
+    return signal != 0;
+  };
+  // Note [Pipeline Join] (pipeline/pipeline_stage.h): --sampler uneven, replicas that run out of
+  // full batches before the others run joined steps on zeros.
+  std::optional<Join> join;
+  if (c.data.sampler == SamplerTail::kUneven && grid.replicas > 1) join.emplace(rt.control());
+  Tensor joined_input, joined_labels;
   for (int64_t epoch = pos.epoch; epoch < c.epochs; ++epoch) {
     sampler.set_epoch(epoch);
     // The rest of the epoch: all of it, or what a checkpoint had not used yet.
@@ -241,13 +261,31 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
     reporter.start_epoch(epoch, first + batches, sampler.total_size());
     const auto t0 = Clock::now();
     int64_t i = 0;
-    for (StagedBatches b(loader, stager); b.next(); ++i) {
-      // --accumulate A: A pipeline steps per optimizer step (Note [Pipeline loss]).
-      const MicroBatch micro = micro_batch(i, batches, c.accumulate);
-      set_collective_context(fmt::format("epoch {} step {}", epoch + 1, pos.global_step + 1));
+    for (StagedBatches b(loader, stager);; ++i) {
+      const bool have = b.next();
+      if (join) {
+        // Note [Pipeline Join]: every rank votes; the boundary after the previous step comes only
+        // now that all know the epoch goes on (the last one follows its evaluation).
+        if (!join->any_rank_has_data(have)) break;
+        if (i > 0 && stop_at_boundary(false)) break;
+      } else if (!have) {
+        break;
+      }
+      // --accumulate A: A pipeline steps per optimizer step (Note [Pipeline loss]); a joined
+      // step is one (--sampler uneven takes --accumulate 1).
+      const MicroBatch micro = have ? micro_batch(i, batches, c.accumulate) : MicroBatch{};
+      set_collective_context(fmt::format("epoch {} step {}{}", epoch + 1, pos.global_step + 1, have ? "" : " (joined)"));
       if (micro.index_in_step == 0) optimizer->zero_grad();
-      float loss =
-          stage.train_step(b.images(), b.labels(), {micro.index_in_step, micro.step_size, gate.loss_scale()}).loss;
+      if (!have && !joined_input.defined()) {  // zeros of a batch's shape (stage 0 and the last read them)
+        Shape shape = sample_shape;
+        shape.insert(shape.begin(), c.batch_size);
+        joined_input = Tensor::zeros(shape, rt.device());
+        joined_labels = Tensor::zeros({c.batch_size}, rt.device(), DType::kI32);
+      }
+      float loss = stage
+                       .train_step(have ? b.images() : joined_input, have ? b.labels() : joined_labels,
+                                   {micro.index_in_step, micro.step_size, gate.loss_scale(), !have})
+                       .loss;
       trace_pipeline_step(tracer, stage);
       if (micro.ends_step && reduce_scatter) zero->reduce_scatter_gradients();
       // After the stage's gradient sums, as the data-parallel loop's optimizer_step: the fp16
@@ -258,7 +296,13 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
         optimizer->step();
       }
       if (micro.ends_step) reporter.note(gate.take_warning());
-      if (last && grid.replicas > 1) grid.data_parallel->allreduce(&loss, 1, DType::kF32, ReduceOp::kAvg);
+      if (last && join) {  // the mean over the replicas that had a batch (replica 0 always has one)
+        float sums[2] = {have ? loss : 0.f, have ? 1.f : 0.f};
+        grid.data_parallel->allreduce(sums, 2, DType::kF32, ReduceOp::kSum);
+        loss = sums[0] / sums[1];
+      } else if (last && grid.replicas > 1) {
+        grid.data_parallel->allreduce(&loss, 1, DType::kF32, ReduceOp::kAvg);
+      }
       loss_tensor.data()[0] = loss;
       if (last && !std::isfinite(loss))
         // The last stage alone sees the loss: its error takes the job down with the diverged
@@ -273,19 +317,18 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
       ++pos.step_in_epoch;
       // The epoch's last step is saved after its evaluation, as the next epoch's start; a stop
       // there waits for the next epoch's first boundary (or the run's end, which ends it anyway).
-      if (i + 1 == batches) continue;
+      if (join || i + 1 == batches) continue;  // Join: the boundary comes after the next vote
       const bool due = k.every > 0 && pos.global_step % k.every == 0;
       if (due) save();
-      if (stop_vote.votes_here(due)) {
-        if (const int signal = stop_vote.cast({StopSignals::received(), false}).signal; signal != 0) {
-          stop(signal);
-          break;
-        }
-      }
+      if (stop_at_boundary(due)) break;
     }
     if (stopped_by != 0) break;
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    const int64_t samples = i * global_batch;
+    int64_t samples = i * global_batch;
+    if (join) {  // each replica its own full batches (Note [Pipeline Join])
+      samples = batches * c.batch_size;
+      grid.data_parallel->allreduce(&samples, 1, DType::kI64, ReduceOp::kSum);
+    }
     result.train_samples += samples;
     result.train_seconds += seconds;
     set_collective_context(fmt::format("epoch {} evaluation", epoch + 1));

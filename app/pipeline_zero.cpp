@@ -9,7 +9,7 @@
 
 namespace dtrain {
 
-StageZero::StageZero(Module& stage, const PipelineGrid& grid) : comm_(*grid.data_parallel) {
+StageZero::StageZero(Module& stage, const PipelineGrid& grid, bool reduce_scatter) : comm_(*grid.data_parallel) {
   const std::vector<Parameter*> params = stage.parameters();
   DTRAIN_CHECK(!params.empty(), "--zero: pipeline stage {} holds no parameters", grid.stage);
   store_ = FlatStore::of(params);
@@ -25,6 +25,9 @@ StageZero::StageZero(Module& stage, const PipelineGrid& grid) : comm_(*grid.data
   per_rank_ = layout.bucket_size.at(0) / replicas;
   store_->lay_out(layout.param_offset, layout.total, {}, {chunks.at(0).range});
   store_->set_after_step([this] { gather_updated_values(); });
+  // Beyond its chunk a replica's gradient is its own, not the stage's sum: the norm and the
+  // fp16 check (FlatStore::owned_grad_spans) read the chunk only.
+  store_->set_grads_sharded(reduce_scatter);
 }
 
 StageZero::~StageZero() { store_->set_after_step(nullptr); }

@@ -21,8 +21,12 @@
 // (on one node the bits the all-reduce gives those elements), which is all its update reads: half
 // the all-reduce's traffic. It keeps no memory back here: a stage accumulates its M micro-batches'
 // gradients whole (as DDP's ZeRO-2 under no_sync), which is why DeepSpeed refuses ZeRO-2 with
-// pipelining. Not with the GPT's tied wte (its copies add whole sums) or --clip-grad-norm (the
-// norm reads whole sums).
+// pipelining. The replica's gradients beyond its chunk are not sums, so the store's gradients
+// are marked sharded: --clip-grad-norm adds each replica's chunk's squares over the stage's
+// replicas, then over the stages (Note [Pipeline gradient norm]; within rounding of the unsharded
+// norm), and the fp16 check reads the chunk. The GPT's tied wte: each replica's two ends add
+// their local gradients before the reduce-scatter (Note [Tied stages]), and the norm leaves the
+// last stage's chunk of its copy out.
 #pragma once
 
 #include <memory>
@@ -45,7 +49,10 @@ class StageZero {
   // the values and gradients of `stage` (this rank's layers of the pipeline `grid`; an optimizer
   // over them moves its state). Build it before the first step, and before a resume asks for
   // this replica's pieces of the optimizer state (wanted_pieces: its chunk's).
-  StageZero(Module& stage, const PipelineGrid& grid);
+  // `reduce_scatter`: ZeRO-2, the gradients reduce-scattered (reduce_scatter_gradients), the
+  // store's gradients marked sharded, so the fp16 check and the clipping norm read the replica's
+  // own chunk of the sums only.
+  StageZero(Module& stage, const PipelineGrid& grid, bool reduce_scatter = false);
   ~StageZero();
   // ZeRO-2, after the step's last backward (the stage built with sum_gradients false): the
   // replicas' local gradients reduce-scattered, each replica's chunk the sum the stage's

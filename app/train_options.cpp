@@ -516,20 +516,20 @@ void check_pipeline(const TrainConfig& c, const cxxopts::ParseResult& r) {
     require(!used, fmt::format("--pipeline-stages {}: not yet with {}", p.stages, what));
   };
   not_yet(c.runtime.device.str().rfind("cuda", 0) == 0 && c.ddp.zero_stage > 0, kPipelineZeroOnGpu);
-  // --zero 1 shards each stage's optimizer state, in checkpoints too (Note [Pipeline ZeRO-1]).
-  // --zero 2 reduce-scatters an image-model stage's gradients; the GPT's tied wte and the
-  // clipping norm read whole sums.
-  not_yet(c.ddp.zero_stage == 2 && c.lm.has_value(), "--model gpt and --zero 2 (the tied wte adds whole sums)");
-  not_yet(c.ddp.zero_stage == 2 && c.clip_grad_norm > 0.f, "--zero 2 and --clip-grad-norm (the norm reads whole sums)");
-  not_yet(c.data.sampler == SamplerTail::kUneven, "--sampler uneven");
-  // BatchNorm's running statistics would be updated by the shape probe and again by every
-  // recomputed forward, and each micro-batch would be normalised on its own rows.
-  not_yet(c.model.kind == ModelKind::kResnet18, "--model resnet18 (BatchNorm)");
+  // --zero 1 shards each stage's optimizer state, in checkpoints too, and --zero 2 reduce-scatters
+  // its gradients (Note [Pipeline ZeRO-1]), the GPT's and with --clip-grad-norm too.
+  // Note [Pipeline BatchNorm]: resnet18 trains; its stage checkpoints would need the buffers in
+  // the unsplit model's tensor list, and SyncBatchNorm a stage's group.
+  const bool resnet = c.model.kind == ModelKind::kResnet18;
   not_yet(c.ddp.sync_batchnorm, "--sync-bn");
-  not_yet(!c.class_weights.empty(), "--class-weights");
+  not_yet(resnet && (!c.checkpoints.dir.empty() || !c.checkpoints.init_weights.empty() ||
+                     c.checkpoints.resume != ResumeMode::kNone),
+          "--model resnet18 and checkpoints (--checkpoint-dir, --resume, --init-weights: BatchNorm's buffers are not "
+          "in a stage's checkpoint yet)");
   // A stage sums its gradients over its replicas itself (PipelineStage, one all-reduce per
-  // parameter as it is final), and the stage's layers hold no buffers to broadcast: DDP's
-  // settings would be ignored, so they are refused rather than accepted and dropped.
+  // parameter as it is final) and broadcasts its BatchNorm buffers itself (Note [Pipeline
+  // BatchNorm]): DDP's settings would be ignored, so they are refused rather than accepted and
+  // dropped.
   for (const char* ddp_flag : {"comm-hook", "bucket-cap-mb", "find-unused-parameters", "broadcast-buffers"})
     not_yet(r.count(ddp_flag) > 0, fmt::format("--{} (a stage sums its gradients itself, without DDP's buckets)",
                                                 ddp_flag));

@@ -49,18 +49,47 @@ void GradNormClipper::add_parts_sums(int64_t groups) {
   mine.copy_from(Tensor::from_vector(std::vector<float>{total}, {1}, device));
 }
 
+namespace {
+
+// `spans` less the elements of the store's parameters in `copies` (a tied weight's second copy,
+// counted by another rank's part): what the sum of squares reads.
+std::vector<GradSpan> without_copies(std::vector<GradSpan> spans, FlatStore& store,
+                                     const std::vector<const Parameter*>& copies) {
+  DTRAIN_CHECK(copies.empty() || !store.grads_lent(), "a tied copy's gradient lent out (ZeRO-2's ring)");
+  for (const Parameter* copy : copies) {
+    const auto& params = store.params();
+    const auto at = std::find(params.begin(), params.end(), copy);
+    DTRAIN_CHECK(at != params.end(), "the tied copy {} is not in the clipped store", copy->name);
+    const float* lo = store.grads().data() + store.offset(static_cast<size_t>(at - params.begin()));
+    const float* hi = lo + copy->grad.numel();
+    std::vector<GradSpan> kept;
+    for (const GradSpan& s : spans) {
+      const float* b = s.data;
+      const float* e = s.data + s.n;
+      if (b < lo) kept.push_back({s.data, std::min(e, lo) - b});
+      if (e > hi) kept.push_back({const_cast<float*>(std::max(b, hi)), e - std::max(b, hi)});
+    }
+    spans = std::move(kept);
+  }
+  return spans;
+}
+
+}  // namespace
+
 void GradNormClipper::clip_owned(float max_norm) {
   const Device device = result_.device();
   const std::vector<GradSpan> spans = params_[0]->store->owned_grad_spans();
+  // Only these are summed; every owned span is scaled (Note [Tied stages] in pipeline_stage.h).
+  const std::vector<GradSpan> summed = without_copies(spans, *params_[0]->store, copies_);
   int64_t chunks = 0;
-  for (const GradSpan& s : spans) chunks += grad_norm_chunks(s.n);
+  for (const GradSpan& s : summed) chunks += grad_norm_chunks(s.n);
   const int64_t groups = (chunks + kernels::kNormGroup - 1) / kernels::kNormGroup;
   DTRAIN_CHECK(groups <= kernels::kNormGroup, "{} gradient chunks per rank: too many to clip", chunks);
   ensure_tensor(partials_, {std::max<int64_t>(chunks, 1)}, device);
   ensure_tensor(group_sums_, {groups + 1}, device);
   fill(partials_, 0.f);  // (a rank that owns nothing)
   int64_t at = 0;
-  for (const GradSpan& s : spans) {
+  for (const GradSpan& s : summed) {
     const int64_t c = grad_norm_chunks(s.n);
     launch(device, c, kernels::SumSquaresStrided{partials_.data() + at, s.data, s.n, c});
     at += c;

@@ -8,7 +8,8 @@
 // Note [ZeRO-2 gradient ring] in ddp/reducer.h) a rank holds only its chunks of the reduced gradient: the
 // norm is then its chunks' sum of squares added over the ranks by `sum_over_ranks` (one
 // all-reduce of a scalar, through the host), so every rank takes the same decision; within
-// rounding of the whole-gradient norm (another order of sums), not bitwise.
+// rounding of the whole-gradient norm (another order of sums), not bitwise. `copies` are left
+// out of the sharded sum too (their owned elements cut from the spans).
 #pragma once
 
 #include <cstdint>

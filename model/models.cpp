@@ -242,11 +242,10 @@ void check_model_fits(const std::string& model, const std::vector<LayerSize>& la
 }
 
 std::vector<int64_t> layer_parameter_counts(const ModelSpec& spec, const Shape& sample_shape, int num_classes) {
-  if (spec.kind == ModelKind::kResnet18)
-    throw Error("resnet18 is not a plain Sequential of layers: it cannot be cut into stages");
+  // resnet18: its top-level children (a residual stage layerN whole, Note [ResNet pipeline stages]).
   const std::vector<LayerSize> plan = plan_model(spec, sample_shape, num_classes);
   std::vector<int64_t> out(plan.back().index + 1, 0);  // the last layer is a Linear
-  for (const LayerSize& l : plan) out[l.index] = l.parameters;
+  for (const LayerSize& l : plan) out[l.index] += l.parameters;
   return out;
 }
 
@@ -269,7 +268,6 @@ std::unique_ptr<Sequential> build_model(const ModelSpec& spec, const Shape& samp
   std::string name = model_kind_name(spec.kind);
   std::vector<LayerSize> mine;
   if (!layers.whole()) {
-    DTRAIN_CHECK(spec.kind != ModelKind::kResnet18, "resnet18 cannot be built in stages");
     for (const LayerSize& l : plan)
       if (layers.contains(l.index)) mine.push_back(l);
     name += fmt::format(" stage (layers {}-{})", layers.begin, layers.end - 1);
@@ -283,7 +281,15 @@ std::unique_ptr<Sequential> build_model(const ModelSpec& spec, const Shape& samp
   switch (spec.kind) {
     case ModelKind::kMlp: return build_mlp(spec, sample_shape, num_classes, device, rng, seed, builder);
     case ModelKind::kCnn: return build_cnn(spec, sample_shape, num_classes, device, rng, seed, builder);
-    case ModelKind::kResnet18: return build_resnet18(spec.width, sample_shape, num_classes, device, rng);
+    case ModelKind::kResnet18: {
+      std::unique_ptr<Sequential> whole = build_resnet18(spec.width, sample_shape, num_classes, device, rng);
+      if (layers.whole()) return whole;
+      // Note [ResNet pipeline stages]: the whole model (its initial weights drawn in order), then
+      // the stage's children kept, with their names.
+      std::vector<std::unique_ptr<Module>> all = whole->release_layers(), mine;
+      for (size_t i = layers.begin; i < std::min(layers.end, all.size()); ++i) mine.push_back(std::move(all[i]));
+      return Sequential::of_named_layers(std::move(mine));
+    }
   }
   throw Error(fmt::format("unknown model kind {}", static_cast<int>(spec.kind)));
 }

@@ -81,9 +81,14 @@ std::vector<LayerSize> plan_model(const ModelSpec& spec, const Shape& sample_sha
 void check_model_fits(const std::string& model, const std::vector<LayerSize>& layers, int64_t memory_budget_bytes,
                       int ranks = 1, int zero_stage = 0);
 
-// Every layer of the Sequential the mlp or cnn `spec` builds, its parameter count (0 for
-// activations, pooling, dropout): what a pipeline's balanced cut weighs. Nothing allocated.
-// Throws dtrain::Error for resnet18 (not a plain Sequential of layers).
+// Every layer of the Sequential `spec` builds, its parameter count (0 for activations, pooling,
+// dropout): what a pipeline's balanced cut weighs. Nothing allocated.
+//
+// Note [ResNet pipeline stages]: resnet18's layers are its top-level children, conv1, bn1,
+// layer1..layer4 (each residual stage whole, its blocks and their skip connections inside one
+// child), avgpool and fc: 8 places to cut. A stage of it is built as the whole model (so the
+// initial weights are drawn in order), then only its children kept, names unchanged; the memory
+// check counts the stage's.
 std::vector<int64_t> layer_parameter_counts(const ModelSpec& spec, const Shape& sample_shape, int num_classes);
 
 // The places in the Sequential of the Dropout layers of the mlp or cnn `spec` builds, in order

@@ -147,10 +147,14 @@ void check_resnet(int64_t width, const Shape& sample_shape, int num_classes) {
 
 std::vector<LayerSize> plan_resnet18(int64_t width, const Shape& sample_shape, int num_classes) {
   check_resnet(width, sample_shape, num_classes);
+  // `index`: the place in build_resnet18's Sequential (conv1, bn1, layer1..layer4, avgpool, fc)
+  // of the child that holds the tensor: where a pipeline may cut (Note [ResNet pipeline stages]).
   std::vector<LayerSize> layers = {conv_layer("conv1", sample_shape[0], width, 3), bn_layer("bn1", width)};
+  layers[1].index = 1;
   int64_t in = width;
   for (int s = 0; s < kResnetStages; ++s) {
     const int64_t out = width << s;
+    const size_t first = layers.size();
     for (int b = 0; b < 2; ++b) {
       const std::string block = fmt::format("layer{}.{}", s + 1, b);
       const int64_t cin = b == 0 ? in : out;
@@ -163,11 +167,13 @@ std::vector<LayerSize> plan_resnet18(int64_t width, const Shape& sample_shape, i
         layers.push_back(bn_layer(block + ".downsample.1", out));
       }
     }
+    for (size_t i = first; i < layers.size(); ++i) layers[i].index = static_cast<size_t>(2 + s);
     in = out;
   }
   const int64_t features = width << (kResnetStages - 1);
   layers.push_back({fmt::format("Linear({}, {})", features, num_classes), checked_mul(features + 1, num_classes, "fc"),
                     {{"fc.weight", {num_classes, features}}, {"fc.bias", {num_classes}}}});
+  layers.back().index = 3 + kResnetStages;  // after avgpool
   return layers;
 }
 

@@ -31,6 +31,22 @@ void write_counters(Module& m, const std::vector<uint64_t>& values) {
   for (uint64_t* c : m.rng_counters()) *c = values.at(i++);
 }
 
+// Note [Pipeline BatchNorm]: copies of the stage's buffers (BatchNorm's running statistics), to
+// put back after a forward that must not count (the shape probe, a recomputation, a joined step).
+std::vector<Tensor> read_buffers(Module& m) {
+  std::vector<Tensor> out;
+  for (Buffer* b : m.buffers()) {
+    out.push_back(Tensor::empty(b->value.shape(), b->value.device(), b->value.dtype()));
+    out.back().copy_from(b->value);
+  }
+  return out;
+}
+
+void write_buffers(Module& m, const std::vector<Tensor>& values) {
+  size_t i = 0;
+  for (Buffer* b : m.buffers()) b->value.copy_from(values.at(i++));
+}
+
 }  // namespace
 
 PipelineStage::PipelineStage(std::unique_ptr<Sequential> module, PipelineGrid& grid, PipelineOptions options)
@@ -41,15 +57,14 @@ PipelineStage::PipelineStage(std::unique_ptr<Sequential> module, PipelineGrid& g
       last_(grid.stage == grid.stages - 1),
       device_(options.device),
       program_(stage_program(options.schedule, grid.stages, options.micro_batches, grid.stage)),
-      slots_(dtrain::peak_held_inputs(stage_actions(options.schedule, grid.stages, options.micro_batches, grid.stage))) {
+      slots_(dtrain::peak_held_inputs(stage_actions(options.schedule, grid.stages, options.micro_batches, grid.stage))),
+      loss_(options_.class_weights.empty() ? Reduction::kMean : Reduction::kSum, options_.class_weights) {
   DTRAIN_CHECK(!device_.is_cuda() || (grid_.device_chain && grid_.device_data_parallel),
                "pipeline stage {}: on {} the grid needs its device communicators (Note [Pipeline on a GPU])",
                grid_.stage, device_.str());
   // The replicas of a stage start from replica 0's parameters.
   if (grid_.replicas > 1)
     for (Parameter* p : module_->parameters()) grid_.tensor_group().broadcast(p->value, 0);
-  DTRAIN_CHECK(options_.sum_gradients || options_.tied_parameter.empty(),
-               "pipeline stage {}: a tied parameter's copies add whole sums", grid_.stage);
   module_->set_grad_ready_hook([this](Parameter& p) { issue_gradient_sum(p); });
   if (options_.tied_parameter.empty() || grid_.stages == 1 || (!first_ && !last_)) return;
   for (Parameter* p : module_->parameters())
@@ -66,7 +81,9 @@ PipelineStage::PipelineStage(std::unique_ptr<Sequential> module, PipelineGrid& g
 }
 
 void PipelineStage::sum_tied_gradients() {
-  // Note [Tied stages]: after the replicas' sums, so each copy's gradient is the global batch's.
+  // Note [Tied stages]: after the replicas' sums, so each copy's gradient is the global batch's;
+  // without them (ZeRO-2) replica d's two ends add their local gradients, a_d + b_d, and the
+  // reduce-scatter that follows sums those over the replicas for both copies alike.
   const int64_t start = steady_now_ns();
   Tensor& g = tied_->grad;
   const int peer = first_ ? grid_.stages - 1 : 0;
@@ -79,6 +96,22 @@ void PipelineStage::sum_tied_gradients() {
       ->wait();
   axpy(g, tied_peer_grad_, 1.f);  // mine + the peer's, and the peer adds mine to its: the same bits
   spans_.push_back({PipeSpan::kTransfer, -1, start, steady_now_ns()});
+}
+
+float PipelineStage::global_weight_sum(const Tensor& labels, bool joined) {
+  // Note [Pipeline class weights]: w[y] added in row order (the loss kernel's order: at D = 1 the
+  // unsplit model's float), then over the last stage's replicas.
+  const Tensor host = labels.to(Device::cpu());
+  const int32_t* y = host.data_as<int32_t>();
+  const auto classes = static_cast<int32_t>(options_.class_weights.size());
+  float sum = 0.f;  // a joined replica's (Note [Pipeline Join]): none
+  for (int64_t i = 0; !joined && i < host.numel(); ++i)
+    sum += y[i] >= 0 && y[i] < classes ? options_.class_weights[static_cast<size_t>(y[i])] : 0.f;
+  if (grid_.replicas > 1) {
+    const ScopedCollectiveDetail detail(fmt::format("pipeline stage {}: the class weights' sum", grid_.stage));
+    grid_.data_parallel->allreduce(&sum, 1, DType::kF32, ReduceOp::kSum);
+  }
+  return sum;
 }
 
 void PipelineStage::issue_gradient_sum(Parameter& p) {
@@ -113,9 +146,11 @@ void PipelineStage::prepare(const Tensor& input, int64_t rows) {
                grid_.stage, input.device().str(), device.str());
   if (!same) {
     const std::vector<uint64_t> counters = read_counters(*module_);
+    const std::vector<Tensor> buffers = read_buffers(*module_);
     // Stage 0's input keeps its type (a language model's int32 tokens: zeros are valid ids).
     out_shape_ = module_->forward(Tensor::zeros(in_shape_, device, first_ ? input.dtype() : DType::kF32)).shape();
     write_counters(*module_, counters);
+    write_buffers(*module_, buffers);
     last_forward_ = -1;
   }
   if (!last_) {
@@ -181,7 +216,9 @@ void PipelineStage::forward(int m, const Tensor& input, const Tensor& labels) {
   rng_at_[mi] = read_counters(*module_);
   Tensor out = module_->forward(stage_input(m, input));
   last_forward_ = m;
-  if (last_) {
+  if (last_ && part_.joined) {
+    fill(grad_in_[grad_slot(m)], 0.f);  // Note [Pipeline Join]: nothing of this replica's own
+  } else if (last_) {
     const int64_t per_micro_batch = labels.numel() / options_.micro_batches;  // rows_, or rows_ x T tokens
     const Tensor y = labels.slice(m * per_micro_batch, {per_micro_batch});
     loss_sum_ += loss_value(loss_.forward(out, y));
@@ -189,7 +226,10 @@ void PipelineStage::forward(int m, const Tensor& input, const Tensor& labels) {
     Tensor& g = grad_in_[grad_slot(m)];
     g.copy_from(loss_.backward());
     // Note [Pipeline loss]; times the fp16 loss scale (a power of 2: the same bits as scaling after).
-    scale(g, part_.loss_scale / static_cast<float>(options_.micro_batches * grid_.replicas * part_.count));
+    if (options_.class_weights.empty())
+      scale(g, part_.loss_scale / static_cast<float>(options_.micro_batches * grid_.replicas * part_.count));
+    else  // Note [Pipeline class weights]: the weighted sum over the global weight sum
+      scale(g, weight_total_ > 0.f ? part_.loss_scale / (weight_total_ * static_cast<float>(part_.count)) : 0.f);
   } else {
     act_out_[0].copy_from(out);  // the layer reuses its output buffer in the next forward
   }
@@ -203,9 +243,11 @@ void PipelineStage::backward(int m, const Tensor& input) {
   if (last_forward_ != m) {
     // Note [Recomputed activations]: the same random numbers as the first time, then back.
     const std::vector<uint64_t> now = read_counters(*module_);
+    const std::vector<Tensor> buffers = read_buffers(*module_);  // Note [Pipeline BatchNorm]
     write_counters(*module_, rng_at_[mi]);
     module_->forward(stage_input(m, input));
     write_counters(*module_, now);
+    write_buffers(*module_, buffers);
     last_forward_ = m;
   }
   // The last backward of the optimizer step, in both schedules.
@@ -232,6 +274,14 @@ PipelineStage::Result PipelineStage::train_step(const Tensor& input, const Tenso
   if (rows % M != 0)
     throw Error(fmt::format("the batch of {} rows is not a multiple of the {} micro-batches", rows, M));
   prepare(input, rows / M);
+  if (last_ && !options_.class_weights.empty()) weight_total_ = global_weight_sum(labels, part.joined);
+  // Note [Pipeline BatchNorm]: the stage's replicas start each optimizer step from replica 0's
+  // running statistics (DDP's buffer broadcast, over the stage's group).
+  if (part.index == 0 && grid_.replicas > 1)
+    for (Buffer* b : module_->buffers()) grid_.tensor_group().broadcast(b->value, 0);
+  // Note [Pipeline Join]: a joined step's forwards leave the counters and statistics as they were.
+  const std::vector<uint64_t> counters = part.joined ? read_counters(*module_) : std::vector<uint64_t>{};
+  const std::vector<Tensor> buffers = part.joined ? read_buffers(*module_) : std::vector<Tensor>{};
   const int64_t step_start = steady_now_ns();
   spans_.clear();
   sums_.clear();
@@ -246,6 +296,10 @@ PipelineStage::Result PipelineStage::train_step(const Tensor& input, const Tenso
   }
   for (WorkHandle& w : sums_) w->wait();
   sums_.clear();
+  if (part.joined) {
+    write_counters(*module_, counters);
+    write_buffers(*module_, buffers);
+  }
   // Once per optimizer step, on its accumulated gradients: each end adds the other's copy, so a
   // sum in every part would add the earlier parts' twice.
   if (tied_ && part.index == part.count - 1) sum_tied_gradients();
@@ -253,7 +307,12 @@ PipelineStage::Result PipelineStage::train_step(const Tensor& input, const Tenso
   for (const PipeSpan& s : spans_)
     if (s.kind != PipeSpan::kTransfer) busy_ns_ += s.end_ns - s.start_ns;
   Result r;
-  r.loss = last_ ? static_cast<float>(loss_sum_ / M) : std::numeric_limits<float>::quiet_NaN();
+  // With class weights: this replica's share of the global weighted mean, times D, so the
+  // replicas' average is that mean.
+  const double mean = options_.class_weights.empty()
+                          ? loss_sum_ / M
+                          : (weight_total_ > 0.f ? loss_sum_ * grid_.replicas / weight_total_ : 0.0);
+  r.loss = last_ ? static_cast<float>(mean) : std::numeric_limits<float>::quiet_NaN();
   r.correct = correct_;
   return r;
 }
@@ -273,7 +332,7 @@ PipelineStage::Evaluated PipelineStage::evaluate_batch(const Tensor& input, cons
   Tensor out = module_->forward(x);
   Evaluated e;
   if (last_) {
-    e.loss_sum = static_cast<double>(loss_value(loss_.forward(out, labels))) * static_cast<double>(labels.numel());
+    e.loss_sum = static_cast<double>(loss_value(eval_loss_.forward(out, labels))) * static_cast<double>(labels.numel());
     e.correct = count_correct(out, labels);
   } else {
     header[0] = static_cast<int32_t>(out.ndim());

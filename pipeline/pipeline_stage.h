@@ -13,6 +13,35 @@
 // gradients add up over the A steps, and only the last one's backward sums them over the
 // replicas (the others' are no_sync), so the step sees the mean over A x D x B rows.
 //
+// Note [Pipeline class weights]: with class weights the loss is the weighted mean over the GLOBAL
+// batch, sum of w[y] x loss / sum of w[y] over all M micro-batches and D replicas (the unsplit
+// model's CrossEntropyLoss(weight=...) on the D x B rows), not a mean of per-micro-batch means:
+// a micro-batch's weight sum differs from another's. The last stage adds its batch's w[y] (in
+// row order, as the loss kernel does) and sums that over its replicas before the step's first
+// forward; each micro-batch's loss is then the weighted SUM, its gradient scaled by 1 / (that
+// global sum x A). At D = 1 and A = 1 the loss gradient is the unsplit model's bit for bit.
+//
+// Note [Pipeline Join]: with --sampler uneven each replica reads its own share of the epoch (no
+// repeated samples) in full batches, so replicas may run different numbers of steps (shares
+// differ by at most one sample: by one batch at most). While any replica has a batch (one vote
+// over the world per step, ddp/join.h) a replica without one runs the step JOINED on every one
+// of its stages: its stage 0 feeds zeros, its last stage's loss gradient is zero (and it adds
+// no class weight), so its gradients are zero, and it takes part in every transfer of its own
+// pipeline and every sum over its stage's replicas (the per-parameter all-reduces, ZeRO-2's
+// reduce-scatter, the tied wte's exchange, the weight sum) as the replicas with data expect. The
+// step's gradient is then the sum over the replicas with data, still scaled by 1/(M x D): PyTorch
+// DDP + Join's divide_by_initial_world_size, as the data-parallel trainer's Join. The cost: one
+// forward and backward of zeros per joined step (at most one a replica an epoch), which keeps
+// the collectives exactly those of a real step.
+//
+// Note [Pipeline BatchNorm] (--model resnet18, Note [ResNet pipeline stages] in model/models.h):
+// a BatchNorm layer in training normalises each micro-batch on its own B/M rows and moves its
+// running statistics once per micro-batch forward, as the unsplit model trained on the same rows
+// with --accumulate M does (GPipe's semantics). Forwards that must not count put the statistics
+// back: the shape probe, each recomputation (Note [Recomputed activations]) and a joined step.
+// A stage's replicas start each optimizer step from replica 0's statistics (DDP's buffer
+// broadcast, over the stage's group), so replica 0 holds the unsplit model's.
+//
 // Note [Recomputed activations]: a layer keeps what its backward needs from its last forward
 // only. A stage therefore holds each micro-batch's stage input from its forward to its backward
 // (the "held inputs": GPipe M, 1F1B at most P - s) and runs that micro-batch's forward again
@@ -59,15 +88,23 @@ struct PipelineOptions {
   // stages] in model/gpt.h); "" for none. At construction the last stage takes stage 0's
   // value; after each optimizer step's gradient sums (in its last PipelineStepPart) the two
   // copies' gradients are added (each end adds the other's: a + b == b + a bit for bit), so both
-  // take the same optimizer update and stay bitwise equal. Nothing at P = 1.
+  // take the same optimizer update and stay bitwise equal. Nothing at P = 1. With sum_gradients
+  // false (ZeRO-2) the two ends of each replica's pipeline add their local gradients instead, and
+  // the caller's reduce-scatter sums a_d + b_d over the replicas for both copies: each element in
+  // the same order on both stages (the reduce-scatter sums each element as the all-reduce does:
+  // in rank order on one node), so the copies stay bitwise equal; within rounding of the summed
+  // copies' sum_d a_d + sum_d b_d.
   std::string tied_parameter;
   // false: the stage leaves its gradients unsummed over its replicas, for the caller to sum (ZeRO-2
   // reduce-scatters them after the step's last backward: Note [Pipeline ZeRO-1] in
-  // app/pipeline_zero.h). Only without a tied parameter, whose copies add whole sums.
+  // app/pipeline_zero.h).
   bool sum_gradients = true;
   // Where the stage's layers and its transfer buffers live. On a GPU the grid needs its device
   // communicators (Note [Pipeline on a GPU] in pipeline/grid.h).
   Device device = Device::cpu();
+  // Note [Pipeline class weights]: the training loss's class weights (--class-weights; empty:
+  // the plain mean). The evaluation's loss stays unweighted.
+  std::vector<float> class_weights;
 };
 
 // One action's time on this stage, for traces: forward, backward, or the wait in a transfer batch.
@@ -86,6 +123,11 @@ struct PipelineStepPart {
   // model/grad_scaler.h), so the activation gradients sent down the chain and every stage's
   // parameter gradients are scaled alike; the gradients are unscaled after the step.
   float loss_scale = 1.f;
+  // Note [Pipeline Join]: this replica has no batch this step (--sampler uneven): the step runs on
+  // the caller's zeros with a zero loss gradient, so every transfer and every sum over the
+  // replicas happens as the others expect, with nothing of this replica's own; its random-number
+  // counters are put back after it.
+  bool joined = false;
 };
 
 class PipelineStage {
@@ -140,6 +182,7 @@ class PipelineStage {
   Tensor stage_input(int m, const Tensor& input);
   void issue_gradient_sum(Parameter& p);
   void sum_tied_gradients();
+  float global_weight_sum(const Tensor& labels, bool joined);  // Note [Pipeline class weights]
 
   std::unique_ptr<Sequential> module_;
   PipelineGrid& grid_;
@@ -155,7 +198,9 @@ class PipelineStage {
   size_t grad_slot(int m) const { return last_ ? static_cast<size_t>(m) % slots() : 0; }
   std::vector<Tensor> act_in_, act_out_, grad_in_, grad_out_;
   std::vector<std::vector<uint64_t>> rng_at_;                  // rng counters before each forward
-  CrossEntropyLoss loss_;
+  CrossEntropyLoss loss_;       // training: the mean, or with class weights the weighted sum
+  CrossEntropyLoss eval_loss_;  // evaluation: the unweighted mean
+  float weight_total_ = 0;      // Note [Pipeline class weights]: this step's global sum of w[y]
   Parameter* tied_ = nullptr;  // Note [Tied stages]: on the first and the last stage, P > 1
   Tensor tied_peer_grad_;
   int last_forward_ = -1;

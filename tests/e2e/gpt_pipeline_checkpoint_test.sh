@@ -187,12 +187,8 @@ dtrain_at "$NP" "$WORK/long.log" "${long[@]}" --checkpoint-dir "$WORK/long"
 start_dtrain "$NP" "$WORK/stop.log" "${long[@]}" --checkpoint-dir "$WORK/stop"
 launched=$LAUNCHED
 wait_until 120 lines_at_least "$WORK/stop.log" 1 '^step 20/'
-kill -TERM "$(rank_pid "$launched" "$NP" $((NP - 1)))"
-(sleep 60 && kill -KILL "$launched" 2>/dev/null) &
-watchdog=$!
-wait "$launched"
+signal_and_wait "$launched" "$NP" $((NP - 1)) TERM
 status=$?
-pkill -P "$watchdog" 2>/dev/null; kill "$watchdog" 2>/dev/null
 check "SIGTERM: every rank stopped, exit 143 (got $status)" [ "$status" -eq 143 ]
 grep "^dtrain: stopped" "$WORK/stop.log" | sed 's/^/# /'
 step=$(sed -n 's/^dtrain: stopped by SIGTERM at step \([0-9]*\) .*/\1/p' "$WORK/stop.log")

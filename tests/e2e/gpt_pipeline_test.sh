@@ -6,7 +6,8 @@
 # so does the validation loss at D 1 (at D 2 a validation slot holds B sequences, not 2B: other
 # text), with --accumulate 2 too; GPipe and 1F1B end with the same parameters bit for bit; with
 # --amp fp16 and an inf injected on one rank (the last, at step 4), every rank skips that step as
-# one process that poisons it does (the same losses, norms, scale and skipped count); a
+# one process that poisons it does (the same losses, norms, scale and skipped count); with
+# --class-weights per token id likewise (the weighted mean over the global batch); a
 # --pipeline-split that leaves a stage no layer is one line and a non-zero exit.
 # Usage: gpt_pipeline_test.sh DTRAIN NP
 set -uo pipefail
@@ -81,6 +82,21 @@ check "--accumulate 2: another run than --accumulate 1 (loss at step 20 $(loss_a
 check "gpipe and 1f1b end bit for bit alike" \
   same_nonempty "$(fingerprint "$WORK/1f1b.log")" "$(fingerprint "$WORK/gpipe.log")"
 check "the bubble line" grep -q "^pipeline: idle share per stage" "$WORK/1f1b.log"
+
+# --class-weights per token id (Note [Pipeline class weights]): the weighted mean over the global
+# batch, the np 1 run's losses, norms and val losses (the val loss unweighted).
+vocab=256  # byte shards (another count would be refused in one line, exit 2)
+weights=$(python3 -c 'import sys; print(",".join(str(0.25 + (i % 7) / 2) for i in range(int(sys.argv[1]))))' "$vocab")
+dtrain_at 1 "$WORK/ref-w.log" "${gpt[@]}" --steps 12 --batch-size $((B * D)) --class-weights "$weights"
+dtrain_at "$NP" "$WORK/w.log" "${gpt[@]}" --steps 12 --batch-size "$B" --pipeline-stages "$P" --micro-batches "$M" \
+  --class-weights "$weights"
+check "--class-weights ($vocab token ids): P $P x D $D logs the np 1 weighted run's losses, norms and val losses" \
+  same_steps "$WORK/ref-w.log" "$WORK/w.log"
+# Not vacuous: step 1 (the same weights, before any update) weighs the tokens otherwise.
+check "--class-weights: the weighted run's step-1 loss is not the unweighted one's" \
+  sh -c '[ -n "$1" ] && [ -n "$2" ] && [ "$1" != "$2" ]' _ \
+  "$(sed -n 's/^step 1\/12 | loss \([0-9.]*\) .*/\1/p' "$WORK/ref-w.log")" \
+  "$(sed -n 's/^step 1\/20 | loss \([0-9.]*\) .*/\1/p' "$WORK/ref.log")"
 
 # --amp fp16 (Note [Loss scaling]): the world votes on an inf found by one stage of one replica.
 fp16=(--amp fp16 --loss-scale-growth-interval 5 --steps 12)

@@ -9,7 +9,9 @@
 # - step 10 resumed with --zero 1 ends with the uninterrupted run's files bit for bit (model and
 #   every shard); resumed without --zero, its model bit for bit; resumed at P = 1 (np 2, data
 #   parallel, no --zero) within 2e-4 relative of the pipeline's run (M micro-batches' GEMMs round
-#   unlike one: gpt_pipeline_checkpoint_test.sh).
+#   unlike one: gpt_pipeline_checkpoint_test.sh);
+# - --zero 2 (the tied wte reduce-scattered, clipping over the chunks): the unsharded pipeline's
+#   step and val lines, its model within 2e-4.
 # Usage: gpt_pipeline_zero_test.sh DTRAIN
 set -uo pipefail
 DTRAIN=$1
@@ -45,6 +47,19 @@ check "--zero 1 --accumulate 2: step and val lines the unsharded pipeline's" \
   same_nonempty "$(steps_of "$WORK/acc1.log")" "$(steps_of "$WORK/acc0.log")"
 check "--zero 1 --accumulate 2: model.safetensors bit for bit the unsharded pipeline's" \
   cmp "$WORK/acc1/step-20/model.safetensors" "$WORK/acc0/step-20/model.safetensors"
+
+# --zero 2 (the tied wte's local gradients added by each replica's two ends, then reduce-scattered;
+# the norm over the replicas' chunks, the last stage's copy left out): the unsharded pipeline's
+# step and val lines (4 decimals) and its model within 2e-4 (another association of the wte's
+# sums; by hand 3.4e-5 at worst, in c_attn.bias, whose key part's gradient is zero up to
+# rounding and AdamW turns rounding into whole steps; the other tensors within 3.3e-7).
+dtrain_at 4 "$WORK/zero2.log" "${gpt[@]}" "${PIPE[@]}" --zero 2 --checkpoint-dir "$WORK/zero2"
+check "--zero 2: the memory line names the reduce-scattered gradients" \
+  grep -q "^memory per rank: .*(--zero 2 over 2 ranks: .*gradients reduce-scattered" "$WORK/zero2.log"
+check "--zero 2: step and val lines the unsharded pipeline's" \
+  same_nonempty "$(steps_of "$WORK/zero2.log")" "$(steps_of "$WORK/plain.log")"
+close "$WORK/plain/step-20/model.safetensors" "$WORK/zero2/step-20/model.safetensors"
+check "--zero 2: model.safetensors within 2e-4 of the unsharded pipeline's" [ $? -eq 0 ]
 
 dtrain_at 4 "$WORK/res.log" "${gpt[@]}" "${PIPE[@]}" --zero 1 --resume "$WORK/zero/step-10" --checkpoint-dir "$WORK/res"
 check "--zero 1: resumed from step 10" grep -q "step-10" "$WORK/res.log"

@@ -159,6 +159,18 @@ PY
 
 # lines_at_least LOG COUNT PATTERN: LOG has COUNT lines matching the extended regex PATTERN.
 lines_at_least() { [ "$(grep -cE "$3" "$1")" -ge "$2" ]; }
+# signal_and_wait LAUNCHED NP RANK SIGNAL: sends SIGNAL to rank RANK of the job start_dtrain
+# launched and waits for the job (killed after a minute: a rank left waiting would hang it);
+# returns the job's exit status.
+signal_and_wait() {
+  kill "-$4" "$(rank_pid "$1" "$2" "$3")"
+  (sleep 60 && kill -KILL "$1" 2>/dev/null) &
+  local watchdog=$! status
+  wait "$1"
+  status=$?
+  pkill -P "$watchdog" 2>/dev/null; kill "$watchdog" 2>/dev/null  # its sleep too: it would hold ctest's pipe open
+  return "$status"
+}
 
 # The state of every file in DIR (names, sizes, contents): equal before and after means unchanged.
 dir_state() { (cd "$1" && find . -printf '%p %y\n' | sort && find . -type f -exec md5sum {} + | sort); }

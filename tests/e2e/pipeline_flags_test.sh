@@ -13,7 +13,10 @@
 #   and its grad_scaler state;
 # - --zero 1 and --zero 2 (Note [Pipeline ZeRO-1]) with AdamW: the unsharded pipeline's weights bit
 #   for bit, each stage's optimizer state over its D replicas (the memory line at D 2); --zero 2's
-#   reduce-scatter sums each chunk as the all-reduce does (bitwise on one node).
+#   reduce-scatter sums each chunk as the all-reduce does (bitwise on one node); --zero 2 with
+#   --clip-grad-norm, the norm over each replica's chunks: within 1e-5 of the unsharded run's.
+# - --class-weights (Note [Pipeline class weights]): the weighted mean over the global batch, so
+#   the log lines and weights are the unsplit weighted run's, which is far from the unweighted one;
 # The 16-bit comparisons are short: as the ~1e-6 differences of another summation order grow, they
 # can flip a 16-bit operand's rounding where a ReLU's kink turns it into a whole row's gradient
 # (at P 2 x D 2, 1536 samples a step: at step 17, then 4e-4 relative by step 24; one process's
@@ -51,6 +54,15 @@ dtrain_at 1 "$WORK/plain_one.log" train "${RUN[@]}" "${ONE[@]}" --checkpoint-dir
 ! final_weights_close "$WORK/clip_one" "$WORK/plain_one" 1e-3
 check "--clip-grad-norm 0.1 clips (the unsplit run moves more than 1e-3 from the unclipped one)" [ $? -eq 0 ]
 
+both weighted --class-weights 0.5,2,1,0,3,1,1.5,0.25,1,4 "${SHORT[@]}"
+check "--class-weights: P $P x D $D logs the unsplit weighted run's losses and test set" \
+  same_lines "$WORK/weighted_one.log" "$WORK/weighted.log"
+final_weights_close "$WORK/weighted_one" "$WORK/weighted" 1e-5
+check "--class-weights: weights within 1e-5 of the unsplit weighted run's" [ $? -eq 0 ]
+dtrain_at 1 "$WORK/short_one.log" train "${RUN[@]}" "${ONE[@]}" "${SHORT[@]}" --checkpoint-dir "$WORK/short_one"
+! final_weights_close "$WORK/weighted_one" "$WORK/short_one" 1e-3
+check "--class-weights: the unsplit weighted run moves more than 1e-3 from the unweighted one" [ $? -eq 0 ]
+
 both bf16 --amp bf16 "${SHORT[@]}"
 check "--amp bf16: P $P x D $D logs the unsplit bf16 run's losses and test set" \
   same_lines "$WORK/bf16_one.log" "$WORK/bf16.log"
@@ -82,6 +94,9 @@ check "--amp fp16: resumed at the epoch end, model.safetensors bitwise the unint
 check "--amp fp16: resumed, the uninterrupted run's grad_scaler state" \
   same_nonempty "$(grad_scaler "$WORK/fp16")" "$(grad_scaler "$WORK/full")"
 
+# The runs below inject no inf (the fp16 runs' poison would otherwise land in whatever gradient
+# a rank steps with first: under --zero 2 its own chunk, not the first parameter's).
+unset DTRAIN_TEST_POISON_GRADS
 # At D 1 a stage has no replicas to shard over (nothing is built): only a grid with D > 1 tests it.
 if [ "$D" -gt 1 ]; then
   for z in 0 1 2; do
@@ -93,6 +108,16 @@ if [ "$D" -gt 1 ]; then
     check "--zero $z: the memory line names the stage's shards" \
       grep -q "^memory per rank: .*(--zero $z over $D ranks: optimizer state for this rank's 1/$D" "$WORK/zero$z.log"
   done
+  # --zero 2 with --clip-grad-norm: each replica's chunk's squares added over the stage's replicas,
+  # then over the stages; the unsharded clipped pipeline's log lines and weights within 1e-5.
+  for z in 0 2; do
+    dtrain_at "$NP" "$WORK/zclip$z.log" train "${RUN[@]}" "${PIPE[@]}" "${SHORT[@]}" --optimizer adamw --zero "$z" \
+      --clip-grad-norm 0.1 --checkpoint-dir "$WORK/zclip$z"
+  done
+  check "--zero 2 --clip-grad-norm: the unsharded clipped pipeline's losses and test set" \
+    same_lines "$WORK/zclip0.log" "$WORK/zclip2.log"
+  final_weights_close "$WORK/zclip0" "$WORK/zclip2" 1e-5
+  check "--zero 2 --clip-grad-norm: weights within 1e-5 of the unsharded clipped pipeline's" [ $? -eq 0 ]
 else
   echo "# SKIPPED --zero: P $P x D 1 has no replicas to shard a stage over (np 4 tests it)"
 fi

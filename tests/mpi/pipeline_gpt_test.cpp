@@ -13,6 +13,7 @@
 #include <optional>
 #include <random>
 
+#include "app/pipeline_zero.h"
 #include "comm/exchange.h"
 #include "model/gpt.h"
 #include "model/grad_clip.h"
@@ -29,6 +30,7 @@
 namespace dtrain {
 namespace {
 
+using testing::for_each_replicated_grid;
 using testing::pipeline_grids;
 using testing::test_comm;
 using testing::worst_relative;
@@ -124,17 +126,24 @@ uint64_t hash_of(const Tensor& t) {
   return h;
 }
 
-PipelineRun train_pipeline(PipelineGrid& grid, PipelineSchedule schedule, int micro_batches) {
+// `zero`: --zero 1 or 2 over each stage's replicas (Note [Pipeline ZeRO-1]), as
+// app/lm_pipeline_trainer.cpp.
+PipelineRun train_pipeline(PipelineGrid& grid, PipelineSchedule schedule, int micro_batches, int zero = 0) {
   const StageRange range = gpt_stage_ranges(spec(), grid.stages, {})[static_cast<size_t>(grid.stage)];
-  PipelineStage stage(build_gpt_stage(spec(), Device::cpu(), kSeed, range), grid,
-                      {schedule, micro_batches, kGptTiedParameter});
-  auto opt = make_optimizer(adamw(), stage.module().parameters());
+  PipelineOptions options{schedule, micro_batches, kGptTiedParameter};
+  options.sum_gradients = zero != 2;
+  std::unique_ptr<Sequential> layers = build_gpt_stage(spec(), Device::cpu(), kSeed, range);
+  auto opt = make_optimizer(adamw(), layers->parameters());
+  std::optional<StageZero> sharded;
+  if (zero > 0) sharded.emplace(*layers, grid, zero == 2);
+  PipelineStage stage(std::move(layers), grid, options);
   PipelineClipper clipper(test_comm(), stage);  // as app/lm_pipeline_trainer.cpp
   PipelineRun run;
   for (int step = 0; step < kSteps; ++step) {
     const Batch mine = rows_of(global_batch(step, grid.replicas), grid.replica * kRowsPerReplica, kRowsPerReplica);
     opt->zero_grad();
     float loss = stage.train_step(mine.tokens, mine.targets).loss;
+    if (zero == 2) sharded->reduce_scatter_gradients();
     if (grid.stage == grid.stages - 1) grid.data_parallel->allreduce(&loss, 1, DType::kF32, ReduceOp::kAvg);
     run.losses.push_back(loss);
     clipper.clip(kClip);
@@ -186,6 +195,41 @@ TEST(PipelineGpt, EveryGridsWeightsAfterNAdamWStepsEqualTheUnsplitGptsAndGpipeEq
     grid.chain->shutdown();
     grid.data_parallel->shutdown();
   }
+}
+
+// --zero 2 with the tied wte and clipping (Note [Tied stages], Note [Pipeline ZeRO-1]): each
+// replica's two ends add their local wte gradients, the reduce-scatter sums those, the norm
+// leaves the last stage's chunk of the copy out. The weights equal the unsharded pipeline's and
+// the unsplit GPT's within 1e-5 (another association of the wte's sums), the norms within 1e-5,
+// and the tied wte's two copies stay bitwise equal. Grids with D > 1 only (2 x 2 at np 4).
+TEST(PipelineGpt, ZeroTwoReduceScattersTheTiedWteAndClipsAsTheUnshardedPipeline) {
+  const int grids = for_each_replicated_grid([](PipelineGrid& grid) {
+    const int stages = grid.stages;
+    SCOPED_TRACE(fmt::format("P {} x D {}, --zero 2, stage {}", stages, grid.replicas, grid.stage));
+    const Reference ref = train_unsplit(grid.replicas);
+    const PipelineRun plain = train_pipeline(grid, PipelineSchedule::k1f1b, 6);
+    const PipelineRun zero = train_pipeline(grid, PipelineSchedule::k1f1b, 6, 2);
+    ASSERT_FALSE(zero.weights.empty());
+    const double worst = worst_relative(zero.weights, plain.weights);
+    EXPECT_LT(worst, 1e-5);
+    EXPECT_LT(worst_relative(zero.weights, ref.weights), 1e-5);
+    ASSERT_EQ(zero.norms.size(), plain.norms.size());
+    for (size_t s = 0; s < plain.norms.size(); ++s)
+      EXPECT_NEAR(zero.norms[s], plain.norms[s], 1e-5 * plain.norms[s]) << "step " << s;
+    EXPECT_GT(zero.norms.front(), kClip) << "the clipping acts";
+    const std::vector<uint64_t> hashes = allgather_values(test_comm(), zero.tied_hash);
+    for (int d = 0; d < grid.replicas; ++d) {
+      const uint64_t first = hashes[static_cast<size_t>(d * stages)];
+      EXPECT_NE(first, 0u);
+      EXPECT_EQ(first, hashes[static_cast<size_t>(d * stages + stages - 1)])
+          << "replica " << d << ": the tied wte's copies differ";
+      EXPECT_EQ(first, hashes[0]) << "replica " << d << " differs from replica 0";
+    }
+    if (test_comm().rank() == 0)
+      std::printf("GPT P %d x D %d, --zero 2: worst relative difference %.3g from the unsharded pipeline\n", stages,
+                  grid.replicas, worst);
+  });
+  if (grids == 0) GTEST_SKIP() << "no grid with more than one replica at np " << test_comm().size();
 }
 
 // Note [Stage construction]: every range of layers built alone holds the whole Gpt's initial

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "pipeline/grid.h"
 #include "tests/mpi/mpi_test_env.h"
 
 namespace dtrain::testing {
@@ -34,6 +35,24 @@ inline std::vector<int> pipeline_grids() {
   for (int p = 2; p <= test_comm().size(); ++p)
     if (test_comm().size() % p == 0) out.push_back(p);
   return out;
+}
+
+// Runs `body(grid)` on every grid P x D with D > 1 (replicas to sum or shard over) that the test
+// world forms, shutting each grid's communicators after it; the number of such grids (0: the
+// caller skips). Collective over test_comm().
+template <class Body>
+int for_each_replicated_grid(Body body) {
+  int grids = 0;
+  for (int stages : pipeline_grids()) {
+    PipelineGrid grid = make_pipeline_grid(test_comm(), stages);
+    if (grid.replicas > 1) {
+      ++grids;
+      body(grid);
+    }
+    grid.chain->shutdown();
+    grid.data_parallel->shutdown();
+  }
+  return grids;
 }
 
 }  // namespace dtrain::testing
