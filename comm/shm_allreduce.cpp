@@ -6,6 +6,13 @@
 #include <cstdint>
 #include <cstring>
 
+#include <climits>
+#include <ctime>
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include "comm/mpi_check.h"
 
 namespace dtrain {
@@ -22,6 +29,22 @@ int64_t segment_floats(int64_t n, int size) {
 
 // Elements reduced at a time (a stack buffer that stays in L1).
 constexpr int64_t kChunk = 512;
+
+// Note [Ranks meet on flags]: a rank's flag line (its meeting number and its sleepers' count,
+// on a cache line of its own, first in its part of the small window) and how long a wait spins
+// before it sleeps.
+constexpr int64_t kFlagFloats = 16;
+constexpr int64_t kSpinNs = 100'000;
+
+uint32_t* meeting_of(float* base) { return reinterpret_cast<uint32_t*>(base); }
+uint32_t* sleepers_of(uint32_t* meeting) { return meeting + 1; }
+
+// A shared (not process-private) futex: the word lies in a node-shared window. FUTEX_WAIT
+// sleeps while *word == value, at most 10 ms (then the caller looks again).
+void futex(uint32_t* word, int op, uint32_t value) {
+  const timespec timeout{0, 10'000'000};
+  syscall(SYS_futex, word, op, value, op == FUTEX_WAIT ? &timeout : nullptr, nullptr, 0);
+}
 
 // acc[i] = the sum over ranks, in rank order, of blocks[r][at + i] (divided by the rank count
 // for an average, as divide_in_place does), i < m <= kChunk. The one place either collective
@@ -42,7 +65,9 @@ void sum_in_rank_order(const std::vector<float*>& blocks, int64_t at, int64_t m,
 
 }  // namespace
 
-std::unique_ptr<ShmAllreduce> ShmAllreduce::create(MPI_Comm parent, size_t slot_bytes) {
+std::unique_ptr<ShmAllreduce> ShmAllreduce::create(MPI_Comm parent, size_t slot_bytes, int64_t small_floats) {
+  DTRAIN_CHECK(small_floats >= 0 && small_floats <= kSmallFloats, "ShmAllreduce: small_floats {} not in [0, {}]",
+               small_floats, kSmallFloats);
   int parent_size = 0;
   MPI_CHECK(MPI_Comm_size(parent, &parent_size));
   DTRAIN_CHECK(parent_size >= 2, "ShmAllreduce needs at least 2 ranks, got {}", parent_size);
@@ -57,6 +82,18 @@ std::unique_ptr<ShmAllreduce> ShmAllreduce::create(MPI_Comm parent, size_t slot_
     MPI_Comm_free(&s->comm_);
     return nullptr;
   }
+  s->small_floats_ = small_floats;
+  const int64_t small_window = kFlagFloats + 2 * small_floats;
+  if (!s->allocate_window(small_window, s->small_)) {
+    s->free_window(s->slots_);
+    MPI_Comm_free(&s->comm_);
+    return nullptr;
+  }
+  std::memset(s->small_.bases[static_cast<size_t>(s->rank_)], 0, sizeof(float) * static_cast<size_t>(small_window));
+  MPI_CHECK(MPI_Win_sync(s->small_.win));
+  MPI_CHECK(MPI_Barrier(s->comm_));  // every flag is 0 before any rank raises its own
+  MPI_CHECK(MPI_Win_sync(s->small_.win));
+  s->halves_.resize(static_cast<size_t>(s->size_));
   s->scratch_.resize(static_cast<size_t>(s->size_));
   return s;
 }
@@ -106,7 +143,7 @@ float* ShmAllreduce::allocate_region(int64_t floats) {
 
 void ShmAllreduce::barrier(MPI_Win win) {
   MPI_CHECK(MPI_Win_sync(win));  // this rank's stores are visible...
-  MPI_CHECK(MPI_Barrier(comm_));
+  meet(++meetings_);             // (Note [Ranks meet on flags], not MPI_Barrier)
   MPI_CHECK(MPI_Win_sync(win));  // ...and so are everyone else's
 }
 
@@ -122,6 +159,47 @@ void ShmAllreduce::arrive(MPI_Win win, const std::function<void()>& arrived) {
     barrier(win);
     throw;
   }
+}
+
+void ShmAllreduce::meet(uint64_t epoch) {
+  // A rank's line: its meeting number (32 bits, compared with wrap-around) and how many ranks
+  // sleep on it. Both sides are sequentially consistent, so either the waker sees the sleeper
+  // or the sleeper sees the new number (and the futex itself rechecks it).
+  const auto target = static_cast<uint32_t>(epoch);
+  uint32_t* mine = meeting_of(small_.bases[static_cast<size_t>(rank_)]);
+  __atomic_store_n(mine, target, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(sleepers_of(mine), __ATOMIC_SEQ_CST) > 0) futex(mine, FUTEX_WAKE, INT_MAX);
+  auto reached = [target](uint32_t seen) { return static_cast<int32_t>(seen - target) >= 0; };
+  for (int r = 0; r < size_; ++r) {
+    uint32_t* theirs = meeting_of(small_.bases[static_cast<size_t>(r)]);
+    if (reached(__atomic_load_n(theirs, __ATOMIC_ACQUIRE))) continue;
+    const int64_t spin_until = steady_now_ns() + kSpinNs;
+    for (int polls = 1; !reached(__atomic_load_n(theirs, __ATOMIC_ACQUIRE)); ++polls) {
+      __builtin_ia32_pause();
+      if (polls % 64 == 0 && steady_now_ns() > spin_until) break;
+    }
+    if (reached(__atomic_load_n(theirs, __ATOMIC_ACQUIRE))) continue;
+    __atomic_add_fetch(sleepers_of(theirs), 1, __ATOMIC_SEQ_CST);
+    for (uint32_t seen; !reached(seen = __atomic_load_n(theirs, __ATOMIC_SEQ_CST));)
+      futex(theirs, FUTEX_WAIT, seen);  // returns when woken, at once if it moved, or after a while
+    __atomic_sub_fetch(sleepers_of(theirs), 1, __ATOMIC_SEQ_CST);
+  }
+}
+
+void ShmAllreduce::small_exchange(const float* block, int64_t n, const std::function<void()>& arrived,
+                                  const std::function<void()>& work) {
+  const int64_t half = kFlagFloats + static_cast<int64_t>(small_calls_++ % 2) * small_floats_;
+  for (int r = 0; r < size_; ++r) halves_[static_cast<size_t>(r)] = small_.bases[static_cast<size_t>(r)] + half;
+  std::memcpy(halves_[static_cast<size_t>(rank_)], block, static_cast<size_t>(n) * sizeof(float));
+  barrier(small_.win);  // every rank's block is in its half
+  if (arrived) {
+    // Every rank reads the board (the check) before any goes on to its next collective, which
+    // rewrites its entry.
+    arrive(small_.win, arrived);
+    barrier(small_.win);
+  }
+  work();
+  reductions_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void ShmAllreduce::reduce_block(MPI_Win win, const std::vector<float*>& blocks, float* out, int64_t n, bool average,
@@ -160,6 +238,18 @@ const ShmAllreduce::Region* ShmAllreduce::region_of(const float* buf, int64_t co
 
 void ShmAllreduce::allreduce(float* buf, int64_t count, ReduceOp op, const std::function<void()>& arrived) {
   const bool average = op == ReduceOp::kAvg;
+  if (small(count)) {
+    // Every rank sums all halves, in rank order: the bits the owner of a segment writes below.
+    small_exchange(buf, count, arrived, [&] {
+      alignas(64) float acc[kChunk];
+      for (int64_t b = 0; b < count; b += kChunk) {
+        const int64_t m = std::min(kChunk, count - b);
+        sum_in_rank_order(halves_, b, m, average, acc);
+        std::memcpy(buf + b, acc, static_cast<size_t>(m) * sizeof(float));
+      }
+    });
+    return;
+  }
   int64_t offset = 0;
   if (const Region* region = region_of(buf, count, offset)) {
     for (int r = 0; r < size_; ++r) scratch_[static_cast<size_t>(r)] = region->bases[static_cast<size_t>(r)] + offset;
@@ -227,6 +317,15 @@ void ShmAllreduce::reduce_scatter(const float* send, float* recv, int64_t count_
 
 void ShmAllreduce::allgather(const float* send, float* recv, int64_t count_per_rank,
                              const std::function<void()>& arrived) {
+  if (small(count_per_rank)) {
+    small_exchange(send, count_per_rank, arrived, [&] {
+      for (int r = 0; r < size_; ++r)
+        if (recv + r * count_per_rank != send)  // in place: this rank's block is already there
+          std::memcpy(recv + r * count_per_rank, halves_[static_cast<size_t>(r)],
+                      static_cast<size_t>(count_per_rank) * sizeof(float));
+    });
+    return;
+  }
   int64_t offset = 0;
   if (const Region* region = region_of(recv, count_per_rank * size_, offset)) {
     // Pushed into every copy once every rank is here (before, one may still read its copy).
@@ -263,6 +362,7 @@ void ShmAllreduce::release() {
   for (Region& r : regions_) free_window(r);
   regions_.clear();
   free_window(slots_);
+  free_window(small_);
   if (comm_ != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&comm_));
 }
 

@@ -27,8 +27,33 @@
 // spread as the all-reduce's segments are; nothing is pushed into the other ranks' copies.
 //
 // It runs on the communication thread of the MpiCommunicator that owns it, like every other MPI
-// call, and synchronises with MPI_Barrier on its own communicator, so a dead peer ends the job
-// the way any other collective does (never a spin on a flag that nobody will set).
+// call. Ranks synchronise on flags in a node-shared window (Note [Ranks meet on flags]).
+//
+// Note [Ranks meet on flags]: a barrier here is a meeting: each rank raises its meeting number
+// in its flag line of the small window and waits until every rank's has reached it. A wait
+// spins for 100 us (a peer usually arrives within that), then sleeps on a futex on the peer's
+// number, which the peer's arrival wakes. This replaced MPI_Barrier, which polls, with
+// sched_yield on a rank bound to one core (mpi_yield_when_idle: comm/mpi_lifecycle.cpp): a
+// polling communication thread stays runnable and shares the core with its rank's compute
+// through a whole overlapped wait, and on a machine with other processes a yielding rank hands
+// its core away for a whole time slice, so its peer, having arrived, waits milliseconds more. A
+// sleeping rank takes no CPU and, woken, is scheduled at once. SyncBatchNorm shows both: 40 sync
+// points per ResNet-18 step (bench/syncbn_collective_bench.cpp, bench/syncbn_cost.sh). The
+// stores before a meeting are seen after it (sequentially consistent flags, with MPI_Win_sync
+// on either side). A rank that never arrives is the watchdog's to report, as for a barrier that
+// never returned: it names the ranks behind from the progress board and ends the process at the
+// deadline; a dead peer ends the job through the launcher as before. Linux only (futex), as is
+// the rest of the shared-memory path.
+//
+// Note [Small collectives]: a collective of at most kSmallFloats floats per rank (SyncBatchNorm's
+// gathers of 5C + 1 floats and all-reduces of 2C) copies its block into one of two halves of its
+// part of the small window (alternating), meets, and reads every rank's half (an all-reduce sums
+// them in rank order with the function the large path sums with: the same bits on every rank
+// and as the large path). One meeting instead of two: a rank writes a half again only two small
+// collectives later, after every rank has passed the meeting of the one in between, so after
+// reading this one. With the watchdog's check (`arrived`), a second meeting follows the check, so
+// that no rank rewrites its board entry for its next collective while another still reads it.
+// Ranks that disagree on the size (one small, one not) still meet first and fail the check alike.
 #pragma once
 
 #include <cstddef>
@@ -48,12 +73,16 @@ class ShmAllreduce {
  public:
   // Collective over `comm`, whose ranks must all share one node. Returns nullptr on every rank
   // if any rank could not allocate the window (then MPI's all-reduce is used instead).
-  static std::unique_ptr<ShmAllreduce> create(MPI_Comm comm, size_t slot_bytes);
+  // Collectives of at most `small_floats` floats per rank take the small path (Note [Small
+  // collectives]; at most kSmallFloats, 0: none do).
+  static std::unique_ptr<ShmAllreduce> create(MPI_Comm comm, size_t slot_bytes, int64_t small_floats = kSmallFloats);
   ~ShmAllreduce();  // no MPI call: release() must have run (or MPI be gone)
   ShmAllreduce(const ShmAllreduce&) = delete;
   ShmAllreduce& operator=(const ShmAllreduce&) = delete;
 
   static bool supports(DType dtype) { return dtype == DType::kF32; }
+  // Floats per rank up to which a collective takes the small path (Note [Small collectives]).
+  static constexpr int64_t kSmallFloats = 1024;
   // Collective: `floats` zeroed floats in a window of their own, which every rank maps. A buffer
   // inside such a region is reduced where it lies (no copy in or out). nullptr on every rank if
   // any rank could not allocate it.
@@ -92,7 +121,8 @@ class ShmAllreduce {
   // MPI_Win_allocate_shared on every rank, agreeing on success; fills `region` when all succeed.
   bool allocate_window(int64_t floats, Region& region);
   void free_window(Region& region);
-  // MPI_Barrier with MPI_Win_sync of `win` (the window the blocks lie in) on either side.
+  // A meeting (Note [Ranks meet on flags]) with MPI_Win_sync of `win` (the window the blocks
+  // lie in) on either side.
   void barrier(MPI_Win win);
   // `blocks[r]` is rank r's copy of the n floats, in `win`; every block receives the reduced
   // floats, and so does `out` (which may be blocks[rank_]).
@@ -109,6 +139,14 @@ class ShmAllreduce {
   void in_rounds(int64_t count, int64_t part, const std::function<void()>& arrived,
                  const std::function<void(float* slot, int64_t base, int64_t m)>& stage,
                  const std::function<void(int64_t base, int64_t m)>& work);
+  // An all-reduce of `count` floats, or an all-gather of `count` per rank, takes the small path.
+  bool small(int64_t count) const { return count <= small_floats_; }
+  // Note [Small collectives]: this rank's block (n floats) into its current half, a meeting,
+  // `arrived`, then `work` reads every rank's half (halves_[r]).
+  void small_exchange(const float* block, int64_t n, const std::function<void()>& arrived,
+                      const std::function<void()>& work);
+  // Raises this rank's meeting number to `epoch` and waits until every rank's is there.
+  void meet(uint64_t epoch);
   // The region holding [buf, buf + count), or null; `offset` is buf's place in this rank's copy.
   const Region* region_of(const float* buf, int64_t count, int64_t& offset) const;
 
@@ -116,6 +154,11 @@ class ShmAllreduce {
   int rank_ = 0;
   int size_ = 1;
   Region slots_;                 // the copy-in staging area, one slot per rank
+  int64_t small_floats_ = 0;
+  Region small_;                 // per rank: its flag line, then two halves of small_floats_
+  uint64_t meetings_ = 0;        // meetings so far (the same on every rank)
+  uint64_t small_calls_ = 0;     // small collectives so far: which half is current
+  std::vector<float*> halves_;   // every rank's current half
   std::vector<Region> regions_;  // from allocate_region
   std::vector<float*> scratch_;  // per-call block pointers
   std::atomic<int64_t> reductions_{0};

@@ -356,7 +356,8 @@ TEST(ReduceScatter, SharedMemoryBlockIsBitwiseTheAllreducesElements) {
 }
 
 TEST(ReduceScatter, ShmReduceScatterIsBitwiseTheShmAllreduceWithTinySlots) {
-  auto shm = ShmAllreduce::create(MPI_COMM_WORLD, 64 * sizeof(float));  // 64 / p floats of each block a round
+  // 64 / p floats of each block a round; no small path (Note [Small collectives]): every count staged.
+  auto shm = ShmAllreduce::create(MPI_COMM_WORLD, 64 * sizeof(float), 0);
   ASSERT_NE(shm, nullptr);
   const int r = testing::world_rank(), p = testing::world_size();
   for (int64_t n : {1, 5, 16, 21, 64, 100, 333}) {
@@ -382,7 +383,7 @@ TEST(ReduceScatter, ShmReduceScatterIsBitwiseTheShmAllreduceWithTinySlots) {
 // in place and out of place, from staged buffers (several rounds of tiny slots, ragged) and
 // into a node-shared window; reduce-scatter then all-gather is the all-reduce, bitwise.
 TEST(Allgather, SharedMemoryPathIsExactInPlaceAndOutOfPlace) {
-  auto shm = ShmAllreduce::create(MPI_COMM_WORLD, 64 * sizeof(float));
+  auto shm = ShmAllreduce::create(MPI_COMM_WORLD, 64 * sizeof(float), 0);  // staged (small path: shm_allreduce_test)
   ASSERT_NE(shm, nullptr);
   const int r = testing::world_rank(), p = testing::world_size();
   for (int64_t n : {1, 5, 63, 64, 65, 200}) {

@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/mpi_communicator.h"
@@ -30,7 +32,8 @@ using testing::world_size;
 float exact_value(int rank, int64_t i) { return static_cast<float>(rank * 1000 + (i * 7) % 97); }
 
 TEST(ShmAllreduce, SumAndAverageAreExactAcrossSegmentAndSlotBoundaries) {
-  auto shm = ShmAllreduce::create(MPI_COMM_WORLD, 64 * sizeof(float));  // 64-float slots
+  // 64-float slots, and no small path (Note [Small collectives]): every count through the slots.
+  auto shm = ShmAllreduce::create(MPI_COMM_WORLD, 64 * sizeof(float), 0);
   ASSERT_NE(shm, nullptr);
   const int rank = world_rank(), size = world_size();
   for (int64_t n : {1, 2, 15, 16, 17, 47, 63, 64, 65, 128, 129, 1000}) {
@@ -52,7 +55,7 @@ TEST(ShmAllreduce, SumAndAverageAreExactAcrossSegmentAndSlotBoundaries) {
 }
 
 TEST(ShmAllreduce, RegionBuffersAreReducedWhereTheyLie) {
-  auto shm = ShmAllreduce::create(MPI_COMM_WORLD, 64 * sizeof(float));  // slots smaller than the buffer
+  auto shm = ShmAllreduce::create(MPI_COMM_WORLD, 64 * sizeof(float), 0);  // slots smaller than the buffer
   ASSERT_NE(shm, nullptr);
   const int rank = world_rank(), size = world_size();
   float* region = shm->allocate_region(1000);
@@ -98,6 +101,71 @@ TEST(ShmAllreduce, InexactSumsAreBitwiseEqualOnEveryRankAndMatchMpi) {
     for (int64_t i = 0; i < n; ++i) differ += std::memcmp(&all[i], &all[r * n + i], sizeof(float)) != 0;
   EXPECT_EQ(differ, 0) << "elements whose bits differ between ranks";
   shm->release();
+}
+
+// Note [Small collectives]: all-reduces and all-gathers of up to kSmallFloats floats per rank
+// go through two alternating halves and one meeting. They give exactly the bits the slot path
+// gives (sums in rank order), on every rank, in place and out of place; and back-to-back with
+// ranks arriving at random times, no rank reads a half its peer has already refilled for the
+// next collective (a single buffer would be overwritten by a rank one collective ahead).
+TEST(ShmAllreduce, SmallCollectivesHaveTheSlotPathsBitsAndNeverReadARefilledHalf) {
+  auto small = ShmAllreduce::create(MPI_COMM_WORLD, 64 * sizeof(float));
+  auto slots = ShmAllreduce::create(MPI_COMM_WORLD, 64 * sizeof(float), 0);
+  ASSERT_NE(small, nullptr);
+  ASSERT_NE(slots, nullptr);
+  const int rank = world_rank(), size = world_size();
+  std::mt19937 gen(5u + static_cast<unsigned>(rank));
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  for (int64_t n : {int64_t{1}, int64_t{17}, int64_t{81}, int64_t{256}, ShmAllreduce::kSmallFloats}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+      std::vector<float> a(static_cast<size_t>(n));
+      for (auto& v : a) v = dist(gen);
+      std::vector<float> b = a;
+      const int64_t before = small->reductions();
+      small->allreduce(a.data(), n, op);
+      slots->allreduce(b.data(), n, op);
+      EXPECT_EQ(small->reductions() - before, 1);
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "all-reduce of " << n;
+      std::vector<float> all(static_cast<size_t>(n * size));
+      MPI_Allgather(a.data(), static_cast<int>(n), MPI_FLOAT, all.data(), static_cast<int>(n), MPI_FLOAT,
+                    MPI_COMM_WORLD);
+      for (int r = 1; r < size; ++r)
+        EXPECT_EQ(std::memcmp(all.data(), all.data() + r * n, static_cast<size_t>(n) * sizeof(float)), 0)
+            << "ranks 0 and " << r << " differ after the all-reduce of " << n;
+    }
+    std::vector<float> mine(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) mine[i] = exact_value(rank, i);
+    std::vector<float> out(static_cast<size_t>(n * size), -1.f), in_place(static_cast<size_t>(n * size), -1.f);
+    std::copy(mine.begin(), mine.end(), in_place.begin() + rank * n);
+    small->allgather(mine.data(), out.data(), n);
+    small->allgather(in_place.data() + rank * n, in_place.data(), n);
+    int64_t bad = 0;
+    for (int r = 0; r < size; ++r)
+      for (int64_t i = 0; i < n; ++i) bad += (out[r * n + i] != exact_value(r, i)) + (in_place[r * n + i] != exact_value(r, i));
+    EXPECT_EQ(bad, 0) << "all-gather of " << n;
+  }
+  // Back to back, each rank sometimes late: every value read is the one its sender wrote for this
+  // round.
+  std::uniform_int_distribution<int> late(0, 3);
+  const int64_t n = 256;
+  int64_t wrong = 0;
+  for (int round = 0; round < 3000; ++round) {
+    if (late(gen) == 0) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    std::vector<float> mine(static_cast<size_t>(n)), all(static_cast<size_t>(n * size));
+    for (int64_t i = 0; i < n; ++i) mine[i] = static_cast<float>(round * 8 + rank) + static_cast<float>(i) / 1024.f;
+    small->allgather(mine.data(), all.data(), n);
+    for (int r = 0; r < size; ++r)
+      for (int64_t i = 0; i < n; ++i)
+        wrong += all[r * n + i] != static_cast<float>(round * 8 + r) + static_cast<float>(i) / 1024.f;
+    std::vector<float> sum(static_cast<size_t>(n), static_cast<float>(round + rank));
+    small->allreduce(sum.data(), n, ReduceOp::kSum);
+    float expect = 0;
+    for (int r = 0; r < size; ++r) expect += static_cast<float>(round + r);
+    wrong += std::count_if(sum.begin(), sum.end(), [&](float v) { return v != expect; });
+  }
+  EXPECT_EQ(wrong, 0) << "values read from a half refilled for a later collective";
+  small->release();
+  slots->release();
 }
 
 TEST(ShmAllreduce, CommunicatorUsesItOnOneNodeUnlessTurnedOff) {
