@@ -39,6 +39,15 @@ constexpr int64_t kSpinNs = 100'000;
 uint32_t* meeting_of(float* base) { return reinterpret_cast<uint32_t*>(base); }
 uint32_t* sleepers_of(uint32_t* meeting) { return meeting + 1; }
 
+// A spinning core's hint that it waits.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 // A shared (not process-private) futex: the word lies in a node-shared window. FUTEX_WAIT
 // sleeps while *word == value, at most 10 ms (then the caller looks again).
 void futex(uint32_t* word, int op, uint32_t value) {
@@ -175,7 +184,7 @@ void ShmAllreduce::meet(uint64_t epoch) {
     if (reached(__atomic_load_n(theirs, __ATOMIC_ACQUIRE))) continue;
     const int64_t spin_until = steady_now_ns() + kSpinNs;
     for (int polls = 1; !reached(__atomic_load_n(theirs, __ATOMIC_ACQUIRE)); ++polls) {
-      __builtin_ia32_pause();
+      cpu_relax();
       if (polls % 64 == 0 && steady_now_ns() > spin_until) break;
     }
     if (reached(__atomic_load_n(theirs, __ATOMIC_ACQUIRE))) continue;
