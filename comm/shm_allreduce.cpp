@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include <cerrno>
 #include <climits>
 #include <ctime>
 
@@ -50,9 +51,15 @@ inline void cpu_relax() {
 
 // A shared (not process-private) futex: the word lies in a node-shared window. FUTEX_WAIT
 // sleeps while *word == value, at most 10 ms (then the caller looks again).
+// A futex that fails for any other reason (a seccomp filter, a bad address) would turn every wait
+// into a silent busy loop: that is an error, said once.
 void futex(uint32_t* word, int op, uint32_t value) {
   const timespec timeout{0, 10'000'000};
-  syscall(SYS_futex, word, op, value, op == FUTEX_WAIT ? &timeout : nullptr, nullptr, 0);
+  if (syscall(SYS_futex, word, op, value, op == FUTEX_WAIT ? &timeout : nullptr, nullptr, 0) == -1) {
+    const int err = errno;
+    DTRAIN_CHECK(err == EAGAIN || err == EINTR || err == ETIMEDOUT, "shared-memory collectives: futex failed: {}",
+                 std::strerror(err));
+  }
 }
 
 // acc[i] = the sum over ranks, in rank order, of blocks[r][at + i] (divided by the rank count
@@ -179,10 +186,12 @@ void ShmAllreduce::meet(uint64_t epoch) {
   __atomic_store_n(mine, target, __ATOMIC_SEQ_CST);
   if (__atomic_load_n(sleepers_of(mine), __ATOMIC_SEQ_CST) > 0) futex(mine, FUTEX_WAKE, INT_MAX);
   auto reached = [target](uint32_t seen) { return static_cast<int32_t>(seen - target) >= 0; };
+  // One spin budget for the whole meeting, not one per peer: with many ranks per core a spinner
+  // takes the core its peers need.
+  const int64_t spin_until = steady_now_ns() + kSpinNs;
   for (int r = 0; r < size_; ++r) {
     uint32_t* theirs = meeting_of(small_.bases[static_cast<size_t>(r)]);
     if (reached(__atomic_load_n(theirs, __ATOMIC_ACQUIRE))) continue;
-    const int64_t spin_until = steady_now_ns() + kSpinNs;
     for (int polls = 1; !reached(__atomic_load_n(theirs, __ATOMIC_ACQUIRE)); ++polls) {
       cpu_relax();
       if (polls % 64 == 0 && steady_now_ns() > spin_until) break;
