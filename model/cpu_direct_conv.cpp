@@ -69,7 +69,7 @@ constexpr int64_t kTile = 48;       // pixels a row of every build's forward til
 constexpr int64_t kChannelPad = 8;  // output channels padded to every build's CB
 constexpr int64_t kFront = 16;      // zeros before a stacked plane's first row (tap offsets reach -wp-1)
 constexpr int64_t kChunkBytes = int64_t{512} << 10;
-constexpr int kLanes = 4;  // the weight gradient's partial sums kept per element (every build's V >= 4)
+constexpr int64_t kGradChannelPad = 16;  // the weight gradient's output channels: whole vectors of every build
 
 int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 
@@ -114,24 +114,25 @@ int64_t chunk_images(const DirectConv& d) {
 }
 
 struct Scratch {
-  float *xpad, *dypad, *wpack, *out, *lanes;
+  float *xpad, *dypad, *wpack, *out, *dyt, *lanes;
 };
 // The scratch for chunks of up to chunk_images(d) images: the offsets of its parts and its size.
 struct ScratchPlan {
-  int64_t dypad, wpack, out, lanes, total;
+  int64_t dypad, wpack, out, dyt, lanes, total;
   explicit ScratchPlan(const DirectConv& d) {
     const Layout l(d.g, chunk_images(d));
     const int64_t cin = d.g.c, cout = d.out_c;
     dypad = cin * l.in_stride;  // xpad first
     wpack = dypad + cout * l.sp;
     out = wpack + std::max(round_up(cout, kChannelPad) * cin, round_up(cin, kChannelPad) * cout) * kTaps;
-    lanes = out + std::max(round_up(cout, kChannelPad), round_up(cin, kChannelPad)) * l.qr;
-    total = lanes + cout * cin * kTaps * kLanes;
+    dyt = out + std::max(round_up(cout, kChannelPad), round_up(cin, kChannelPad)) * l.qr;
+    lanes = dyt + l.nb * l.h * l.w * round_up(cout, kGradChannelPad);
+    total = lanes + cin * kTaps * round_up(cout, kGradChannelPad);
   }
 };
 Scratch carve(const DirectConv& d, float* s) {
   const ScratchPlan p(d);
-  return {s, s + p.dypad, s + p.wpack, s + p.out, s + p.lanes};
+  return {s, s + p.dypad, s + p.wpack, s + p.out, s + p.dyt, s + p.lanes};
 }
 
 // dst [channels][l.sp]: the stacked planes of src's l.nb images [nb, channels, h, w]; with mask
@@ -359,68 +360,133 @@ template <int V, int CB, int NV, int NT, bool DENSE = false>
   }
 }
 
-// at[0, kLanes) (+)= v folded to kLanes lanes (its halves added until kLanes remain).
-template <int V>
-[[gnu::always_inline]] inline void fold_into(float* at, const Vec<V>& v, bool overwrite) {
-  if constexpr (V == kLanes) {
-    Vec<V> sum = v;
-    if (!overwrite) {
-      Vec<V> before;
-      load<V>(before, at);
-      sum += before;
-    }
-    store<V>(at, sum);
-  } else {
-    Vec<V / 2> lo, hi;
-    __builtin_memcpy(&lo, &v, sizeof lo);
-    __builtin_memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof lo, sizeof hi);
-    fold_into<V / 2>(at, lo + hi, overwrite);
-  }
-}
-
-// lanes[co0 + j, ci, tap] (+)= the vector sums over the chunk's stacked q < qr of
-// dy[co0 + j, base + q] X[ci, base + q + at[tap]], for j < CBW (overwrite: =, the batch's first
-// chunk): dY is zero wherever q is no output pixel. The lanes are added up once, after the last
-// chunk (sum_lanes).
-template <int V, int CBW, bool DENSE = false>
-[[gnu::always_inline]] inline void weight_grad_block(const float* __restrict xpad, const float* __restrict dypad,
-                                                     int64_t cin, int64_t co0, int64_t ci, const Layout& l,
-                                                     bool overwrite, float* __restrict lanes,
-                                                     const DenseMasks* masks = nullptr) {
-  Vec<V> acc[CBW][kTaps] = {};
-  {
-    const float* xp = xpad + ci * l.in_stride + l.base;
-    const float* dp = dypad + co0 * l.sp + l.base;
-    for (int64_t q = 0; q < l.qr; q += V) {
-      Vec<V> g[CBW];
-#pragma GCC unroll 4
-      for (int j = 0; j < CBW; ++j) load<V>(g[j], dp + j * l.sp + q);
-#pragma GCC unroll 9
-      for (int t = 0; t < kTaps; ++t) {
-        Vec<V> xv;
-        load<V>(xv, xp + q + l.at[t]);
-        mask_tap<V, DENSE>(xv, masks, t);
-        // In a register: left to itself GCC folds the load into each channel's FMA, loading
-        // it CBW times (the loop was bound by loads).
-        asm("" : "+v"(xv));
-#pragma GCC unroll 4
-        for (int j = 0; j < CBW; ++j) acc[j][t] += g[j] * xv;
+// dyt [l.nb * h * w][cout_r] (pixel-major, channels padded with zeros to cout_r): the chunk's
+// output gradient [nb, cout, h, w] transposed, zeroed where mask <= 0 (the fused ReLU's gradient).
+inline void transpose_dy(const float* __restrict dy, const float* __restrict mask, int64_t cout, int64_t cout_r,
+                         const Layout& l, float* __restrict dyt) {
+  using V4 = Vec<4>;
+  using M4 = Bits<4>;
+  const int64_t plane = l.h * l.w;
+  auto at = [&](const float* s, int64_t i) { return !mask || mask[s - dy + i] > 0.f ? s[i] : 0.f; };
+  for (int64_t n = 0; n < l.nb; ++n) {
+    const float* src = dy + n * cout * plane;
+    float* dst = dyt + n * plane * cout_r;
+    int64_t p0 = 0;
+    for (; p0 + 4 <= plane; p0 += 4) {  // 4 x 4 blocks transposed in registers
+      int64_t c0 = 0;
+      for (; c0 + 4 <= cout; c0 += 4) {
+        V4 a[4];
+        for (int i = 0; i < 4; ++i) {
+          const int64_t off = (c0 + i) * plane + p0;
+          load<4>(a[i], src + off);
+          if (mask) {
+            V4 m;
+            load<4>(m, mask + n * cout * plane + off);
+            a[i] = reinterpret_cast<V4>(reinterpret_cast<M4>(a[i]) & (m > 0.f));
+          }
+        }
+        const V4 t0 = __builtin_shuffle(a[0], a[1], M4{0, 4, 1, 5}), t1 = __builtin_shuffle(a[0], a[1], M4{2, 6, 3, 7});
+        const V4 t2 = __builtin_shuffle(a[2], a[3], M4{0, 4, 1, 5}), t3 = __builtin_shuffle(a[2], a[3], M4{2, 6, 3, 7});
+        store<4>(dst + (p0 + 0) * cout_r + c0, __builtin_shuffle(t0, t2, M4{0, 1, 4, 5}));
+        store<4>(dst + (p0 + 1) * cout_r + c0, __builtin_shuffle(t0, t2, M4{2, 3, 6, 7}));
+        store<4>(dst + (p0 + 2) * cout_r + c0, __builtin_shuffle(t1, t3, M4{0, 1, 4, 5}));
+        store<4>(dst + (p0 + 3) * cout_r + c0, __builtin_shuffle(t1, t3, M4{2, 3, 6, 7}));
       }
+      for (int64_t p = p0; p < p0 + 4; ++p)
+        for (int64_t c = c0; c < cout_r; ++c) dst[p * cout_r + c] = c < cout ? at(src, c * plane + p) : 0.f;
+    }
+    for (int64_t p = p0; p < plane; ++p)
+      for (int64_t c = 0; c < cout_r; ++c) dst[p * cout_r + c] = c < cout ? at(src, c * plane + p) : 0.f;
+  }
+}
+
+// lanes[ci0 + c, tap, co0 + v*V + lane] (+)= the sum over image n's pixels (n, oy, ox) of
+// dyt[pixel, co] X[ci, base + q + at[tap]], q = (n*(h+1) + oy)*wp + ox its stacked position, for
+// c < CI and v < CBV (Note [Transposed weight gradient]): vectors across output channels, each
+// X value one broadcast, no sum across lanes; overwrite: =, the batch's first image.
+template <int V, int CBV, int CI, bool STRIDE1>
+[[gnu::always_inline]] inline void weight_grad_tile(const float* __restrict xpad, const float* __restrict dyt,
+                                                    int64_t cout_r, int64_t co0, int64_t ci0, int64_t n,
+                                                    const Layout& l, bool overwrite, float* __restrict lanes) {
+  Vec<V> acc[CBV][CI * kTaps] = {};
+  // Tap (ky, kx) reads row pointer r[ky][kx != 1] at ox + kx - 1 (stride 1, one row pointer per
+  // ky) or ox - (kx == 0) (stride 2: kx = 1 its own phase): constant displacements off a few
+  // pointers (with one pointer per tap GCC ran out of registers and reloaded them).
+  int64_t row[3][2];
+  for (int ky = 0; ky < 3; ++ky) {
+    row[ky][0] = l.at[ky * 3 + 1];
+    row[ky][1] = l.stride == 1 ? l.at[ky * 3 + 1] : l.at[ky * 3 + 2];
+  }
+  for (int64_t oy = 0; oy < l.h; ++oy) {
+    const float* xr = xpad + ci0 * l.in_stride + l.base + (n * (l.h + 1) + oy) * l.wp;
+    const float* dr = dyt + (n * l.h + oy) * l.w * cout_r + co0;
+    const float* r[CI][3][2];
+#pragma GCC unroll 4
+    for (int c = 0; c < CI; ++c)
+      for (int ky = 0; ky < 3; ++ky)
+        for (int k = 0; k < 2; ++k) r[c][ky][k] = xr + c * l.in_stride + row[ky][k];
+    for (int64_t ox = 0; ox < l.w; ++ox, dr += cout_r) {
+      Vec<V> g[CBV];
+#pragma GCC unroll 4
+      for (int v = 0; v < CBV; ++v) load<V>(g[v], dr + v * V);
+#pragma GCC unroll 4
+      for (int c = 0; c < CI; ++c)
+#pragma GCC unroll 3
+        for (int ky = 0; ky < 3; ++ky)
+#pragma GCC unroll 3
+          for (int kx = 0; kx < 3; ++kx) {
+            const float xs = kx == 1 ? r[c][ky][0][ox] : r[c][ky][1][ox + (kx == 0 ? -1 : STRIDE1 ? 1 : 0)];
+#pragma GCC unroll 4
+            for (int v = 0; v < CBV; ++v) acc[v][c * kTaps + ky * 3 + kx] += g[v] * xs;
+          }
     }
   }
 #pragma GCC unroll 4
-  for (int j = 0; j < CBW; ++j)
+  for (int c = 0; c < CI; ++c)
 #pragma GCC unroll 9
-    for (int t = 0; t < kTaps; ++t) fold_into<V>(lanes + (((co0 + j) * cin + ci) * kTaps + t) * kLanes, acc[j][t], overwrite);
+    for (int t = 0; t < kTaps; ++t)
+#pragma GCC unroll 4
+      for (int v = 0; v < CBV; ++v) {
+        float* o = lanes + ((ci0 + c) * kTaps + t) * cout_r + co0 + v * V;
+        Vec<V> sum = acc[v][c * kTaps + t];
+        if (!overwrite) {
+          Vec<V> before;
+          load<V>(before, o);
+          sum = before + sum;
+        }
+        store<V>(o, sum);
+      }
 }
 
-// dw[i] = the sum of lanes[i]'s kLanes lanes (+ dw[i] unless overwrite: beta 0).
-inline void sum_lanes(const float* lanes, int64_t n, bool overwrite, float* dw) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float* l = lanes + i * kLanes;
-    const float s = (l[0] + l[1]) + (l[2] + l[3]);
-    dw[i] = overwrite ? s : dw[i] + s;  // not beta * dw: stale memory may hold NaN
-  }
+// db[co] (+)= the sum of dyt's rows, image by image in the batch's order (overwrite: the batch's
+// first image with beta 0).
+template <int V>
+[[gnu::always_inline]] inline void bias_grad(const float* __restrict dyt, int64_t cout, int64_t cout_r,
+                                             const Layout& l, int64_t n0, bool beta_zero, float* __restrict db) {
+  const int64_t plane = l.h * l.w;
+  for (int64_t n = 0; n < l.nb; ++n)
+    for (int64_t c0 = 0; c0 < cout; c0 += V) {
+      Vec<V> sum = {};
+      const float* p = dyt + n * plane * cout_r + c0;
+      for (int64_t i = 0; i < plane; ++i, p += cout_r) {
+        Vec<V> v;
+        load<V>(v, p);
+        sum += v;
+      }
+      const bool overwrite = beta_zero && n0 + n == 0;  // not beta * db: stale memory may hold NaN
+      for (int64_t j = 0; j < V && c0 + j < cout; ++j) db[c0 + j] = overwrite ? sum[j] : db[c0 + j] + sum[j];
+    }
+}
+
+// dw[co, ci, tap] = lanes[ci, tap, co] (+ dw unless overwrite: beta 0).
+inline void untranspose_dw(const float* lanes, int64_t cout, int64_t cout_r, int64_t cin, bool overwrite,
+                           float* dw) {
+  for (int64_t co = 0; co < cout; ++co)
+    for (int64_t k = 0; k < cin * kTaps; ++k) {
+      const float s = lanes[k * cout_r + co];
+      float& o = dw[co * cin * kTaps + k];
+      o = overwrite ? s : o + s;  // not beta * dw: stale memory may hold NaN
+    }
 }
 
 // The stride's input in xpad: stacked planes, or their phases.
@@ -451,18 +517,26 @@ template <int V, int CB, int NV>
   }
 }
 
-// The chunk's weight gradient into s.lanes, CBW output channels at a time.
-template <int V, int CBW, bool DENSE>
-[[gnu::always_inline]] inline void weight_grad(const Scratch& s, int64_t cin, int64_t cout, const Layout& l,
-                                               bool first) {
-  static const DenseMasks masks;
-  int64_t co0 = 0;
-  for (; co0 + CBW <= cout; co0 += CBW)
-    for (int64_t ci = 0; ci < cin; ++ci)
-      weight_grad_block<V, CBW, DENSE>(s.xpad, s.dypad, cin, co0, ci, l, first, s.lanes, &masks);
-  for (; co0 < cout; ++co0)
-    for (int64_t ci = 0; ci < cin; ++ci)
-      weight_grad_block<V, 1, DENSE>(s.xpad, s.dypad, cin, co0, ci, l, first, s.lanes, &masks);
+// The chunk's weight gradient into s.lanes, image by image (each image's sums added in the
+// batch's order, whatever the chunking): CBV vectors of output channels by CI input channels at
+// a time, then single vectors by CI1 channels.
+template <int V, int CBV, int CI, int CI1, bool STRIDE1>
+[[gnu::always_inline]] inline void weight_grad(const Scratch& s, int64_t cin, int64_t cout_r, const Layout& l,
+                                               int64_t n0) {
+  for (int64_t n = 0; n < l.nb; ++n) {
+    const bool first = n0 + n == 0;
+    int64_t co0 = 0;
+    for (; co0 + CBV * V <= cout_r; co0 += CBV * V) {
+      int64_t ci = 0;
+      for (; ci + CI <= cin; ci += CI) weight_grad_tile<V, CBV, CI, STRIDE1>(s.xpad, s.dyt, cout_r, co0, ci, n, l, first, s.lanes);
+      for (; ci < cin; ++ci) weight_grad_tile<V, CBV, 1, STRIDE1>(s.xpad, s.dyt, cout_r, co0, ci, n, l, first, s.lanes);
+    }
+    for (; co0 < cout_r; co0 += V) {
+      int64_t ci = 0;
+      for (; ci + CI1 <= cin; ci += CI1) weight_grad_tile<V, 1, CI1, STRIDE1>(s.xpad, s.dyt, cout_r, co0, ci, n, l, first, s.lanes);
+      for (; ci < cin; ++ci) weight_grad_tile<V, 1, 1, STRIDE1>(s.xpad, s.dyt, cout_r, co0, ci, n, l, first, s.lanes);
+    }
+  }
 }
 
 // dX of a chunk (l): per phase (one with stride 1), the convolution of dY with that phase's
@@ -489,7 +563,7 @@ template <int V, int CB, int NV>
   }
 }
 
-template <int V, int CB, int NV, int CBW>
+template <int V, int CB, int NV, int CBV, int CI, int CI1>
 [[gnu::always_inline]] inline void backward_impl(const DirectConv& d, const float* x, const float* w, const float* dy,
                                                  const float* relu_output, float* dx, float* dw, float dw_beta,
                                                  float* db, float db_beta, float* scratch) {
@@ -510,23 +584,25 @@ template <int V, int CB, int NV, int CBW>
     if (dw_beta == 0.f) std::fill(dw, dw + cout * cin * kTaps, 0.f);
     if (db && db_beta == 0.f) std::fill(db, db + cout, 0.f);
   }
+  const int64_t cout_r = round_up(cout, kGradChannelPad);
   for (int64_t n0 = 0; n0 < d.batch; n0 += chunk) {
-    const Layout l(d.g, std::min(chunk, d.batch - n0), V == 16);
-    const bool first = n0 == 0;
-    stack_input(x + n0 * in_size, cin, l, s.xpad);
-    stack_planes(dy + n0 * out_size, relu_output ? relu_output + n0 * out_size : nullptr, cout, l, s.dypad);
-    if (db)
-      for (int64_t co = 0; co < cout; ++co) {
-        const float total = lane_sum(s.dypad + co * l.sp, l.sp);  // the zeros around the planes add +0
-        db[co] = first && db_beta == 0.f ? total : db[co] + total;  // not beta * db: stale memory may hold NaN
-      }
-    if (l.dense)
-      weight_grad<V, CBW, true>(s, cin, cout, l, first);
+    const int64_t nb = std::min(chunk, d.batch - n0);
+    const Layout lx(d.g, nb);  // dW reads x padded (never dense): Note [Transposed weight gradient]
+    const float* mask = relu_output ? relu_output + n0 * out_size : nullptr;
+    stack_input(x + n0 * in_size, cin, lx, s.xpad);
+    transpose_dy(dy + n0 * out_size, mask, cout, cout_r, lx, s.dyt);
+    if (db) bias_grad<V>(s.dyt, cout, cout_r, lx, n0, db_beta == 0.f, db);
+    if (lx.stride == 1)
+      weight_grad<V, CBV, CI, CI1, true>(s, cin, cout_r, lx, n0);
     else
-      weight_grad<V, CBW, false>(s, cin, cout, l, first);
-    if (dx) input_grad<V, CB, NV>(s, cin, cout, l, dx + n0 * in_size);
+      weight_grad<V, CBV, CI, CI1, false>(s, cin, cout_r, lx, n0);
+    if (dx) {
+      const Layout l(d.g, nb, V == 16);
+      stack_planes(dy + n0 * out_size, mask, cout, l, s.dypad);
+      input_grad<V, CB, NV>(s, cin, cout, l, dx + n0 * in_size);
+    }
   }
-  if (d.batch > 0) sum_lanes(s.lanes, cout * cin * kTaps, dw_beta == 0.f, dw);
+  if (d.batch > 0) untranspose_dw(s.lanes, cout, cout_r, cin, dw_beta == 0.f, dw);
 }
 
 using ForwardFn = void (*)(const DirectConv&, const float*, const float*, const float*, bool, float*, float*);
@@ -538,7 +614,7 @@ struct Impl {
   const char* name;
 };
 
-#define DTRAIN_DIRECT_CONV_IMPL(NAME, TARGET, V, CB, NV, CBW)                                                   \
+#define DTRAIN_DIRECT_CONV_IMPL(NAME, TARGET, V, CB, NV, CBV, CI, CI1)                                                  \
   TARGET void forward_##NAME(const DirectConv& d, const float* x, const float* w, const float* bias, bool relu,  \
                              float* y, float* scratch) {                                                         \
     forward_impl<V, CB, NV>(d, x, w, bias, relu, y, scratch);                                                    \
@@ -546,13 +622,13 @@ struct Impl {
   TARGET void backward_##NAME(const DirectConv& d, const float* x, const float* w, const float* dy,             \
                               const float* relu_output, float* dx, float* dw, float dw_beta, float* db,          \
                               float db_beta, float* scratch) {                                                   \
-    backward_impl<V, CB, NV, CBW>(d, x, w, dy, relu_output, dx, dw, dw_beta, db, db_beta, scratch);             \
+    backward_impl<V, CB, NV, CBV, CI, CI1>(d, x, w, dy, relu_output, dx, dw, dw_beta, db, db_beta, scratch);             \
   }
 
-DTRAIN_DIRECT_CONV_IMPL(generic, , 4, 4, 2, 1)
+DTRAIN_DIRECT_CONV_IMPL(generic, , 4, 4, 2, 1, 1, 1)
 #if defined(__x86_64__) && defined(__GNUC__)
-DTRAIN_DIRECT_CONV_IMPL(avx2, __attribute__((target("avx2,fma"))), 8, 4, 3, 1)
-DTRAIN_DIRECT_CONV_IMPL(avx512, __attribute__((target("avx512f,avx512vl,avx2,fma"))), 16, 8, 3, 3)
+DTRAIN_DIRECT_CONV_IMPL(avx2, __attribute__((target("avx2,fma"))), 8, 4, 3, 1, 1, 1)
+DTRAIN_DIRECT_CONV_IMPL(avx512, __attribute__((target("avx512f,avx512vl,avx2,fma"))), 16, 8, 3, 2, 1, 2)
 #endif
 #undef DTRAIN_DIRECT_CONV_IMPL
 
