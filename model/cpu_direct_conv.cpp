@@ -481,12 +481,14 @@ template <int V>
 // dw[co, ci, tap] = lanes[ci, tap, co] (+ dw unless overwrite: beta 0).
 inline void untranspose_dw(const float* lanes, int64_t cout, int64_t cout_r, int64_t cin, bool overwrite,
                            float* dw) {
-  for (int64_t co = 0; co < cout; ++co)
-    for (int64_t k = 0; k < cin * kTaps; ++k) {
-      const float s = lanes[k * cout_r + co];
-      float& o = dw[co * cin * kTaps + k];
-      o = overwrite ? s : o + s;  // not beta * dw: stale memory may hold NaN
-    }
+  const int64_t ks = cin * kTaps;
+  for (int64_t k0 = 0; k0 < ks; k0 += 16)  // 16 rows of lanes at a time: their lines stay in L1 across co
+    for (int64_t co = 0; co < cout; ++co)
+      for (int64_t k = k0; k < std::min(k0 + 16, ks); ++k) {
+        const float s = lanes[k * cout_r + co];
+        float& o = dw[co * ks + k];
+        o = overwrite ? s : o + s;  // not beta * dw: stale memory may hold NaN
+      }
 }
 
 // The stride's input in xpad: stacked planes, or their phases.
