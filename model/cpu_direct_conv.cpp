@@ -22,17 +22,43 @@
 //   moved to NCHW with the bias and the fused ReLU.
 // - Input gradient: the same kernel on the stacked dY (masked by the fused ReLU's output) with
 //   the weights transposed and flipped: dX[ci] = sum_co W[co, ci, 2-ky, 2-kx] dY[co] shifted.
-// - Weight gradient: dW[co, ci, tap] = sum_q dY[co, q] X[ci, q + tap's offset], dY read in the
-//   same stacked planes (zero wherever q is not an output pixel): CBW output channels x 9 taps
-//   of vector accumulators, each X vector loaded once into a register for the CBW channels. A
-//   chunk's vector sums are folded to 4 lanes and kept per weight across chunks; the lanes are
-//   added up once, after the last chunk.
+// - Weight gradient: dW[co, ci, tap] = sum over output pixels of dY[co, pixel] X[ci, the pixel's
+//   stacked position + tap's offset], vectors across the output channels (Note [Transposed
+//   weight gradient]).
 // Vectors are GCC vector extensions; the kernels are compiled three times (AVX-512: 16 floats,
-// 8x3 forward tile, 3 channels x 9 taps for dW; AVX2 + FMA: 8 floats, 4x3, 1x9; SSE2: 4 floats,
-// 4x2, 1x9) and picked by the CPU at the first call (direct_conv_isa). This file is built with
+// 8x3 forward tile, 2 vectors of output channels x 9 taps for dW; AVX2 + FMA: 8 floats, 4x3,
+// 1x9; SSE2: 4 floats, 4x2, 1x9) and picked by the CPU at the first call (direct_conv_isa). This file is built with
 // -ffp-contract=fast, so the vector a*b+c are FMAs: the sums are not im2col + GEMM's sums and
 // differ between the three builds (as OpenBLAS's differ between its core types), but a run on
-// one machine is bitwise repeatable: the chunks are a function of the layer and the batch only.
+// one machine is bitwise repeatable: the chunks are a function of the layer and the batch only,
+// and the weight and bias gradients do not depend on them (image by image in the batch's order).
+//
+// Note [Transposed weight gradient]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The weight gradient used to run as the forward does, vectors along the stacked pixels: per
+// vector of pixels CBW dY loads and 9 X loads at the taps' offsets for 9*CBW FMAs, the X loads
+// unaligned (each across two cache lines on a 64-byte vector), the zero columns and rows
+// computed too, and a fold of every accumulator to 4 lanes per chunk. Measured per call (batch
+// 64, AVX-512 on Zen 5) it ran at 0.72-0.80 of the forward's FLOP rate on every shape: bound by
+// the loads, not the FMAs. Now the vectors run across the output channels instead: dY is
+// transposed per chunk to dyt [pixel][cout_r] (output pixels only, 4 x 4 blocks in registers,
+// the ReLU mask applied, channels zero-padded to whole vectors of 16), and per output pixel a tile
+// of CBV vectors of channels x CI input channels x 9 taps takes CBV loads of dyt and one
+// broadcast of each X value from the stacked planes (an FMA's memory operand): no unaligned
+// vector loads, no padding computed, no sum across lanes. The taps' addresses are a few row
+// pointers with constant displacements (ox - 1, ox, ox + 1 at stride 1; each phase's pointer at
+// stride 2), or GCC spills its per-tap pointers. Each image's sums (its own register tile)
+// are added to lanes [ci][tap][cout_r] in the batch's order, so the bits do not depend on the
+// chunking (tested); lanes are moved to dw [co][ci][tap] at the end. The bias gradient is
+// summed the same way from dyt. Tiles: AVX-512 2 vectors x 1 channel (18 accumulators), 1 vector
+// x 2 channels where out_c is one vector (layer1: 3 vectors and 1 x 3 channels measured slower);
+// AVX2 and SSE2 1 x 1.
+// Measured (2026-11-27, AVX-512, best of 15 calls of batch 64 on the loaded shared machine; dW
+// only, the forward's FLOP rate in brackets), ms before -> after:
+//   stem 3->16 28x28 0.31 -> 0.30 (143 GF/s);  layer1 16 28x28 1.64 -> 1.15-1.47 (197 GF/s)
+//   layer2.0 16->32 /2 1.01 -> 0.72-0.76 (151);  layer2 32 14x14 1.54 -> 1.00-1.13 (193)
+//   layer3.0 32->64 /2 0.98 -> 0.68-0.73 (137);  layer3 64 7x7 1.56 -> 1.03-1.10 (174)
+//   layer4.0 64->128 /2 1.72 -> 0.97-1.02 (123); layer4 128 4x4 2.11 -> 1.53-1.65 (223)
 //
 // Note [Strided direct convolution]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

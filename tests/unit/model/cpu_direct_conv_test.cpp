@@ -149,6 +149,34 @@ TEST_P(DirectConvIsa, EqualsConvolutionLoops) {
     }
 }
 
+// The weight and bias gradients are sums over the batch image by image in its order (Note
+// [Transposed weight gradient]): the batch at once and image by image, each call accumulating
+// (beta 1) onto the last, give the same bits, so a run's bits never depend on the chunking.
+TEST_P(DirectConvIsa, GradientBitsDoNotDependOnTheChunking) {
+  for (const Case& t : {Case{37, 16, 16, 28, 28}, Case{23, 64, 64, 7, 7}, Case{30, 128, 128, 4, 4},
+                        Case{13, 32, 64, 14, 14, 2}}) {
+    const kernels::ConvGeometry g = geometry3x3(t.in_c, t.h, t.w, t.stride);
+    const cpu::DirectConv all{g, t.batch, t.out_c}, one{g, 1, t.out_c};
+    const int64_t in_size = t.in_c * t.h * t.w, out_size = t.out_c * t.oh() * t.ow();
+    const std::vector<float> x = random_values(static_cast<size_t>(t.batch * in_size), 36);
+    const std::vector<float> w = random_values(static_cast<size_t>(t.out_c * t.in_c * 9), 37);
+    const std::vector<float> dy = random_values(static_cast<size_t>(t.batch * out_size), 38);
+    std::vector<float> y(dy.size());  // the fused ReLU's mask
+    std::vector<float> scratch(static_cast<size_t>(cpu::direct_conv_scratch_floats(all)));
+    cpu::direct_conv_forward(all, x.data(), w.data(), nullptr, true, y.data(), scratch.data());
+    std::vector<float> dw(w.size()), db(static_cast<size_t>(t.out_c)), dw1(w.size()), db1(db.size());
+    cpu::direct_conv_backward(all, x.data(), w.data(), dy.data(), y.data(), nullptr, dw.data(), 0.f, db.data(), 0.f,
+                              scratch.data());
+    for (int64_t n = 0; n < t.batch; ++n) {
+      const float beta = n == 0 ? 0.f : 1.f;
+      cpu::direct_conv_backward(one, x.data() + n * in_size, w.data(), dy.data() + n * out_size,
+                                y.data() + n * out_size, nullptr, dw1.data(), beta, db1.data(), beta, scratch.data());
+    }
+    for (size_t i = 0; i < dw.size(); ++i) ASSERT_EQ(dw1[i], dw[i]) << t.in_c << "->" << t.out_c << " dw " << i;
+    for (size_t i = 0; i < db.size(); ++i) ASSERT_EQ(db1[i], db[i]) << t.in_c << "->" << t.out_c << " db " << i;
+  }
+}
+
 // A batch of 0 writes zero gradients (beta 0), as the GEMM path's whole-batch GEMMs do.
 TEST_P(DirectConvIsa, EmptyBatchWritesZeroGradients) {
   const cpu::DirectConv d{geometry3x3(2, 16, 16), 0, 3};
