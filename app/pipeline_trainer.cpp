@@ -296,10 +296,13 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
         optimizer->step();
       }
       if (micro.ends_step) reporter.note(gate.take_warning());
-      if (last && join) {  // the mean over the replicas that had a batch (replica 0 always has one)
+      if (last && join) {
+        // The mean over the replicas that had a batch (replica 0 always has one). With class
+        // weights each replica's loss is already its share of the global weighted mean times D
+        // (PipelineStage::train_step), a joined one's share 0: their sum over D.
         float sums[2] = {have ? loss : 0.f, have ? 1.f : 0.f};
         grid.data_parallel->allreduce(sums, 2, DType::kF32, ReduceOp::kSum);
-        loss = sums[0] / sums[1];
+        loss = c.class_weights.empty() ? sums[0] / sums[1] : sums[0] / static_cast<float>(grid.replicas);
       } else if (last && grid.replicas > 1) {
         grid.data_parallel->allreduce(&loss, 1, DType::kF32, ReduceOp::kAvg);
       }

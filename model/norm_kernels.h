@@ -100,9 +100,9 @@ struct BatchNormStats {
   // these passes are memory-bound (issue 24: 2.3% of a ResNet-18 step), one pass sums d = x - k
   // and d^2 about k = the channel's first value: mean = k + s1/n, sum (x - mean)^2 = s2 - s1^2/n.
   // About k the cancellation E[x^2] - E[x]^2 would suffer is only ((mean - k)^2 + var) / var,
-  // about 2 for a k drawn from the channel's values (x - k is exact in double), so the double
-  // results are within ~1e-15 of the two passes' and their floats the same but for a rare last
-  // bit. The GPU's lanes, combined in float, keep the two passes (their float-rounded s1 and s2
+  // about 2 for a typical k drawn from the channel's values and at most n + 1 for an outlier
+  // (x - k is exact in double), so the double results are within ~1e-15 (1e-16 (n + 1) at worst)
+  // of the two passes' and their floats the same but for a rare last bit. The GPU's lanes, combined in float, keep the two passes (their float-rounded s1 and s2
   // would carry that factor into the variance).
   DTRAIN_HD static double shifted_squares(double s1, double s2, double count) {
     const double squares = s2 - s1 * (s1 / count);

@@ -27,6 +27,16 @@ check "--sampler drop-last: 11 steps a replica (704 samples)" grep -q '^Epoch 1:
 ! same_nonempty "$(fingerprint "$WORK/uneven.log")" "$(fingerprint "$WORK/drop.log")"
 check "--sampler uneven: the joined step moved the weights (not drop-last's)" [ $? -eq 0 ]
 
+# With uniform --class-weights every logged loss is the unweighted run's, the joined step's too
+# (each replica's share of the weighted mean summed over D, not averaged over the replicas that
+# had a batch: that doubled it).
+dtrain_at 4 "$WORK/plain1.log" train "${RUN[@]}" --sampler uneven --epochs 1 --log-interval 1
+dtrain_at 4 "$WORK/weighted1.log" train "${RUN[@]}" --sampler uneven --epochs 1 --log-interval 1 \
+  --class-weights 1,1,1,1,1,1,1,1,1,1
+check "--sampler uneven: the joined step's loss is logged ([704/767])" grep -q '^Train Epoch: 1 \[704/767' "$WORK/plain1.log"
+check "--sampler uneven --class-weights all 1: every logged loss is the unweighted run's" \
+  same_nonempty "$(grep '^Train Epoch' "$WORK/plain1.log")" "$(grep '^Train Epoch' "$WORK/weighted1.log")"
+
 dtrain_at 4 "$WORK/part.log" train "${RUN[@]}" --sampler uneven --epochs 1 --checkpoint-dir "$WORK/part"
 dtrain_at 4 "$WORK/res.log" train "${RUN[@]}" --sampler uneven --epochs 2 --resume auto --checkpoint-dir "$WORK/part"
 check "--sampler uneven: resumed at the epoch end, the uninterrupted run's model bit for bit" \
