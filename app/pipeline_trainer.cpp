@@ -43,11 +43,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The unsplit model's tensors, named and shaped as plan_model says: what a weights file holds.
+// The unsplit model's tensors, named and shaped as plan_model says: what a weights file holds,
+// its parameters, then its buffers (state_tensors' order; Note [Pipeline BatchNorm]: resnet18's
+// running statistics travel with the stage's checkpoint like its parameters).
 std::vector<safetensors::TensorSpec> whole_model_tensors(const ModelSpec& spec, const Shape& sample, int classes) {
   std::vector<safetensors::TensorSpec> out;
-  for (const LayerSize& l : plan_model(spec, sample, classes))
+  const std::vector<LayerSize> plan = plan_model(spec, sample, classes);
+  for (const LayerSize& l : plan)
     for (const ParameterShape& t : l.tensors) out.push_back({t.name, safetensors::Dtype::kF32, t.shape});
+  for (const LayerSize& l : plan)
+    for (const BufferShape& b : l.buffers) out.push_back({b.name, safetensors::from_core(b.dtype), b.shape});
   return out;
 }
 

@@ -518,14 +518,9 @@ void check_pipeline(const TrainConfig& c, const cxxopts::ParseResult& r) {
   not_yet(c.runtime.device.str().rfind("cuda", 0) == 0 && c.ddp.zero_stage > 0, kPipelineZeroOnGpu);
   // --zero 1 shards each stage's optimizer state, in checkpoints too, and --zero 2 reduce-scatters
   // its gradients (Note [Pipeline ZeRO-1]), the GPT's and with --clip-grad-norm too.
-  // Note [Pipeline BatchNorm]: resnet18 trains; its stage checkpoints would need the buffers in
-  // the unsplit model's tensor list, and SyncBatchNorm a stage's group.
-  const bool resnet = c.model.kind == ModelKind::kResnet18;
+  // Note [Pipeline BatchNorm]: resnet18 trains and checkpoints (its running statistics are in the
+  // unsplit model's tensor list); SyncBatchNorm would need a stage's group.
   not_yet(c.ddp.sync_batchnorm, "--sync-bn");
-  not_yet(resnet && (!c.checkpoints.dir.empty() || !c.checkpoints.init_weights.empty() ||
-                     c.checkpoints.resume != ResumeMode::kNone),
-          "--model resnet18 and checkpoints (--checkpoint-dir, --resume, --init-weights: BatchNorm's buffers are not "
-          "in a stage's checkpoint yet)");
   // A stage sums its gradients over its replicas itself (PipelineStage, one all-reduce per
   // parameter as it is final) and broadcasts its BatchNorm buffers itself (Note [Pipeline
   // BatchNorm]): DDP's settings would be ignored, so they are refused rather than accepted and

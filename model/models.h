@@ -59,11 +59,19 @@ struct ParameterShape {
   Shape shape;
 };
 
+// One buffer (Module::buffers(): BatchNorm's running statistics) as the built model names it.
+struct BufferShape {
+  std::string name;
+  Shape shape;
+  DType dtype = DType::kF32;
+};
+
 struct LayerSize {
   std::string layer;       // "Linear(784, 256)"
   int64_t parameters = 0;  // weights and bias
   std::vector<ParameterShape> tensors;  // its weight and bias, named and shaped as built
   size_t index = 0;                     // its place in the Sequential (mlp, cnn)
+  std::vector<BufferShape> buffers = {};  // its buffers, named, shaped and typed as built
 };
 
 // The parameterised layers `spec` builds for samples of `sample_shape`, in order, with their

@@ -132,7 +132,8 @@ LayerSize conv_layer(const std::string& name, int64_t in_c, int64_t out_c, int64
 }
 
 LayerSize bn_layer(const std::string& name, int64_t c) {
-  return {fmt::format("BatchNorm2d({})", c), 2 * c, {{name + ".weight", {c}}, {name + ".bias", {c}}}};
+  return {fmt::format("BatchNorm2d({})", c), 2 * c, {{name + ".weight", {c}}, {name + ".bias", {c}}}, 0,
+          {{name + ".running_mean", {c}}, {name + ".running_var", {c}}, {name + ".num_batches_tracked", {}, DType::kI64}}};
 }
 
 void check_resnet(int64_t width, const Shape& sample_shape, int num_classes) {

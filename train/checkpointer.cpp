@@ -135,7 +135,7 @@ void receive_stage_tensors(Communicator& control, Module& stage, std::span<const
     if (auto it = mine.find(spec.name); it != mine.end()) {
       DTRAIN_CHECK(bytes[0].size() == static_cast<size_t>(it->second->nbytes()), "{}: {} bytes for {}", source,
                    bytes[0].size(), spec.name);
-      copy_bytes(it->second->data(), it->second->device(), bytes[0].data(), Device::cpu(), it->second->nbytes());
+      copy_bytes(it->second->raw(), it->second->device(), bytes[0].data(), Device::cpu(), it->second->nbytes());
       mine.erase(it);
     }
   }
