@@ -5,8 +5,13 @@
 # statistics once per micro-batch, so the run is the data-parallel ResNet's at np D with
 # --batch-size 8 --accumulate 4 (the same rows, replica 0's statistics broadcast each step): the
 # same test-set lines (loss and accuracy, read through the running statistics), and not those of
-# --batch-size 32 without accumulation (BatchNorm over 32 rows). Checkpoints and --sync-bn stay
-# refused in one line (exit 2).
+# --batch-size 32 without accumulation (BatchNorm over 32 rows). Checkpoints carry BatchNorm's
+# running statistics (Note [Pipeline checkpoints] in train/checkpointer.h): a run stopped
+# mid-epoch and resumed at the same layout ends with the uninterrupted run's files bit for bit;
+# `dtrain eval` of its model.safetensors (the unsplit ResNet, torchvision's names) gets the run's
+# test-set line; it resumes at P = 1 and the unsplit model's checkpoint resumes in the pipeline;
+# --init-weights loads the buffers (a short run from them gets the accumulated data-parallel
+# run's test-set line from the same file). --sync-bn stays refused in one line (exit 2).
 # Usage: pipeline_resnet_test.sh DTRAIN NP
 set -uo pipefail
 DTRAIN=$1
@@ -19,18 +24,65 @@ tests_of() { grep '^Test set' "$1"; }
 
 dtrain_at "$NP" "$WORK/pipe.log" train "${RUN[@]}" --batch-size 32 --pipeline-stages 2 --micro-batches 4
 check "resnet18 P 2 x D $D ran (exit $?)" grep -q "^pipeline: 2 stage(s) x $D replica(s)" "$WORK/pipe.log"
-dtrain_at "$D" "$WORK/acc.log" train "${RUN[@]}" --batch-size 8 --accumulate 4
+dtrain_at "$D" "$WORK/acc.log" train "${RUN[@]}" --batch-size 8 --accumulate 4 --checkpoint-dir "$WORK/acc"
 check "resnet18 P 2 x D $D: the test-set lines of np $D --batch-size 8 --accumulate 4" \
   same_nonempty "$(tests_of "$WORK/pipe.log")" "$(tests_of "$WORK/acc.log")"
 dtrain_at "$D" "$WORK/whole.log" train "${RUN[@]}" --batch-size 32
 ! same_nonempty "$(tests_of "$WORK/pipe.log")" "$(tests_of "$WORK/whole.log")"
 check "not those of --batch-size 32 unaccumulated (BatchNorm over 32 rows)" [ $? -eq 0 ]
 
-for more in "--sync-bn" "--checkpoint-dir $WORK/ck"; do
-  # shellcheck disable=SC2086
-  dtrain_at "$NP" "$WORK/refused.log" train "${RUN[@]}" --batch-size 32 --pipeline-stages 2 --micro-batches 4 $more
-  status=$?
-  check "resnet18 with $more: refused, exit 2 (got $status)" [ "$status" -eq 2 ]
-  check "resnet18 with $more: one line" grep -q "^dtrain: .*--pipeline-stages 2: not yet with" "$WORK/refused.log"
+dtrain_at "$NP" "$WORK/refused.log" train "${RUN[@]}" --batch-size 32 --pipeline-stages 2 --micro-batches 4 --sync-bn
+status=$?
+check "resnet18 with --sync-bn: refused, exit 2 (got $status)" [ "$status" -eq 2 ]
+check "resnet18 with --sync-bn: one line" grep -q "^dtrain: .*--pipeline-stages 2: not yet with --sync-bn" \
+  "$WORK/refused.log"
+
+# Checkpoints: 512 / (32 D) steps an epoch; MID the last save (every 5) before the first epoch's end.
+PIPE=(--batch-size 32 --pipeline-stages 2 --micro-batches 4 --checkpoint-every 5)
+LAST=$((1024 / (32 * D)))
+MID=$(((LAST / 2 - 1) / 5 * 5))
+dtrain_at "$NP" "$WORK/full.log" train "${RUN[@]}" "${PIPE[@]}" --checkpoint-dir "$WORK/full"
+check "resnet18 P 2 x D $D: the uninterrupted run saved step $LAST" [ -f "$WORK/full/step-$LAST/model.safetensors" ]
+dtrain_at "$NP" "$WORK/part.log" train "${RUN[@]}" "${PIPE[@]}" --epochs 1 --checkpoint-dir "$WORK/part"
+dtrain_at "$NP" "$WORK/res.log" train "${RUN[@]}" "${PIPE[@]}" --resume "$WORK/part/step-$MID" --checkpoint-dir "$WORK/res"
+check "resnet18: resumed from step $MID (mid-epoch)" grep -q "resume: from .*step-$MID (global step $MID; epoch 1" "$WORK/res.log"
+same=1
+for f in "$WORK"/full/step-$LAST/*.safetensors; do
+  cmp -s "$f" "$WORK/res/step-$LAST/$(basename "$f")" || { same=0; echo "# differs: $(basename "$f")"; }
 done
+check "resnet18 resume at P 2 x D $D: model (running statistics too) and every optimizer shard bit for bit" [ "$same" -eq 1 ]
+check "model.safetensors holds the running statistics under torchvision's names" \
+  sh -c "grep -aq '\"layer4.1.bn2.running_var\"' '$WORK/full/step-$LAST/model.safetensors' &&
+         grep -aq '\"layer4.1.bn2.num_batches_tracked\"' '$WORK/full/step-$LAST/model.safetensors'"
+# The checkpoint holds replica 0's statistics, as the data-parallel run's holds rank 0's; the
+# run's own test-set line reads each replica's own (D > 1: not the same line, as at P = 1).
+dtrain_at 1 "$WORK/eval.log" eval --weights "$WORK/full/step-$LAST" --data "$DATA" --test-limit 500
+dtrain_at 1 "$WORK/eval_acc.log" eval --weights "$WORK/acc/step-$LAST" --data "$DATA" --test-limit 500
+check "resnet18: dtrain eval of the pipeline's checkpoint = of the accumulated data-parallel run's" \
+  same_nonempty "$(tests_of "$WORK/eval.log")" "$(tests_of "$WORK/eval_acc.log")"
+if [ "$D" -eq 1 ]; then
+  check "resnet18: dtrain eval of the pipeline's checkpoint gets the run's test-set line" \
+    same_nonempty "$(tests_of "$WORK/eval.log")" "$(tests_of "$WORK/full.log" | tail -n 1)"
+fi
+
+dtrain_at "$D" "$WORK/to1.log" train "${RUN[@]}" --batch-size 32 --checkpoint-every 5 --resume "$WORK/part/step-$MID" \
+  --checkpoint-dir "$WORK/to1"
+status=$?
+check "resnet18 P 2 x D $D -> P = 1 at np $D: resumed at step $MID and finished (exit $status)" \
+  sh -c "[ $status -eq 0 ] && grep -q 'resume: from .*step-$MID' '$WORK/to1.log' && [ -f '$WORK/to1/step-$LAST/model.safetensors' ]"
+dtrain_at "$NP" "$WORK/toP.log" train "${RUN[@]}" "${PIPE[@]}" --resume "$WORK/to1/step-$((LAST / 5 * 5))" \
+  --checkpoint-dir "$WORK/toP"
+status=$?
+check "resnet18 P = 1 at np $D -> P 2 x D $D: resumed in epoch 2 and finished (exit $status)" \
+  sh -c "[ $status -eq 0 ] && grep -q 'resume: from .*(global step .*; epoch 2' '$WORK/toP.log'"
+
+# --init-weights: 64 samples (8 / D micro-batches, each moving the running statistics by 0.1)
+# leave the loaded statistics weight 0.9^(8 / D) in the test-set line, which the accumulated
+# data-parallel run from the same file matches only when both loaded them.
+SHORT=("${COMMON[@]}" --train-limit 64 --model resnet18 --width 4 --epochs 1
+       --init-weights "$WORK/full/step-$LAST/model.safetensors")
+dtrain_at "$NP" "$WORK/initp.log" train "${SHORT[@]}" --batch-size 32 --pipeline-stages 2 --micro-batches 4
+dtrain_at "$D" "$WORK/inita.log" train "${SHORT[@]}" --batch-size 8 --accumulate 4
+check "resnet18 --init-weights: the pipeline's test-set line is the accumulated data-parallel run's" \
+  same_nonempty "$(tests_of "$WORK/initp.log")" "$(tests_of "$WORK/inita.log")"
 finish
