@@ -41,7 +41,9 @@
 // back: the shape probe, each recomputation (Note [Recomputed activations]) and a joined step.
 // A stage's replicas start each optimizer step from replica 0's statistics (DDP's buffer
 // broadcast, over the stage's group), so replica 0 holds the unsplit model's. Evaluation runs
-// each replica on its own statistics, moved by its last step's rows, as DDP's ranks evaluate.
+// each replica on its own statistics, moved by its last step's rows, as DDP's ranks evaluate. A
+// checkpoint saves replica 0's (Note [Pipeline checkpoints] in train/checkpointer.h) and a resume
+// gives every replica the same.
 //
 // Note [Recomputed activations]: a layer keeps what its backward needs from its last forward
 // only. A stage therefore holds each micro-batch's stage input from its forward to its backward

@@ -36,8 +36,9 @@
 #include "train/optimizer_transfer.h"
 
 // Note [Pipeline checkpoints]: a pipeline's checkpoint is an ordinary one (Note [Checkpoint
-// layout]): one model.safetensors under the unsplit model's names, so PyTorch, `dtrain eval` and
-// a run at any P x D (P = 1 included) load it; the optimizer state in the sharded form of Note
+// layout]): one model.safetensors under the unsplit model's names, its parameters and buffers
+// (BatchNorm's running statistics, replica 0's), so PyTorch, `dtrain eval` and a run at any
+// P x D (P = 1 included) load it; the optimizer state in the sharded form of Note
 // [Sharded optimizer state], one file per rank, each stage's replica 0 holding its stage's
 // tensors whole and the other replicas' files empty (under ZeRO, Note [Pipeline ZeRO-1] in
 // app/pipeline_zero.h, every replica's file holds its slices of its stage's state); a parameter
@@ -123,7 +124,7 @@ class Checkpointer {
   // Collective, Note [Pipeline checkpoints]: saves a pipeline's checkpoint, `stage` being this
   // rank's stage of the model whose tensors are `whole` (names, shapes, in the unsplit model's
   // order), `seat` its place in the grid. Replica 0 of each stage holds the stage: its parameters
-  // go into the one model.safetensors and its optimizer state into its shard; the other
+  // and buffers go into the one model.safetensors and its optimizer state into its shard; the other
   // replicas' shards are empty, or, when the optimizer updates only a part of the stage (ZeRO:
   // Note [Pipeline ZeRO-1] in app/pipeline_zero.h), each replica's shard holds its slices.
   // The model and the shards are streamed to rank 0 while training waits; state.json follows in

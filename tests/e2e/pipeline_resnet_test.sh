@@ -44,13 +44,16 @@ MID=$(((LAST / 2 - 1) / 5 * 5))
 dtrain_at "$NP" "$WORK/full.log" train "${RUN[@]}" "${PIPE[@]}" --checkpoint-dir "$WORK/full"
 check "resnet18 P 2 x D $D: the uninterrupted run saved step $LAST" [ -f "$WORK/full/step-$LAST/model.safetensors" ]
 dtrain_at "$NP" "$WORK/part.log" train "${RUN[@]}" "${PIPE[@]}" --epochs 1 --checkpoint-dir "$WORK/part"
-dtrain_at "$NP" "$WORK/res.log" train "${RUN[@]}" "${PIPE[@]}" --resume "$WORK/part/step-$MID" --checkpoint-dir "$WORK/res"
-check "resnet18: resumed from step $MID (mid-epoch)" grep -q "resume: from .*step-$MID (global step $MID; epoch 1" "$WORK/res.log"
+dtrain_at "$NP" "$WORK/res.log" train "${RUN[@]}" "${PIPE[@]}" --resume "$WORK/part/step-$MID" \
+  --checkpoint-dir "$WORK/res"
+check "resnet18: resumed from step $MID (mid-epoch)" \
+  grep -q "resume: from .*step-$MID (global step $MID; epoch 1" "$WORK/res.log"
 same=1
 for f in "$WORK"/full/step-$LAST/*.safetensors; do
   cmp -s "$f" "$WORK/res/step-$LAST/$(basename "$f")" || { same=0; echo "# differs: $(basename "$f")"; }
 done
-check "resnet18 resume at P 2 x D $D: model (running statistics too) and every optimizer shard bit for bit" [ "$same" -eq 1 ]
+check "resnet18 resume at P 2 x D $D: model (running statistics too) and every optimizer shard bit for bit" \
+  [ "$same" -eq 1 ]
 check "model.safetensors holds the running statistics under torchvision's names" \
   sh -c "grep -aq '\"layer4.1.bn2.running_var\"' '$WORK/full/step-$LAST/model.safetensors' &&
          grep -aq '\"layer4.1.bn2.num_batches_tracked\"' '$WORK/full/step-$LAST/model.safetensors'"
@@ -69,7 +72,8 @@ dtrain_at "$D" "$WORK/to1.log" train "${RUN[@]}" --batch-size 32 --checkpoint-ev
   --checkpoint-dir "$WORK/to1"
 status=$?
 check "resnet18 P 2 x D $D -> P = 1 at np $D: resumed at step $MID and finished (exit $status)" \
-  sh -c "[ $status -eq 0 ] && grep -q 'resume: from .*step-$MID' '$WORK/to1.log' && [ -f '$WORK/to1/step-$LAST/model.safetensors' ]"
+  sh -c "[ $status -eq 0 ] && grep -q 'resume: from .*step-$MID' '$WORK/to1.log' &&
+         [ -f '$WORK/to1/step-$LAST/model.safetensors' ]"
 dtrain_at "$NP" "$WORK/toP.log" train "${RUN[@]}" "${PIPE[@]}" --resume "$WORK/to1/step-$((LAST / 5 * 5))" \
   --checkpoint-dir "$WORK/toP"
 status=$?
