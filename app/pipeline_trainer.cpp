@@ -24,11 +24,13 @@
 #include "comm/exchange.h"
 #include "comm/flight_recorder.h"
 #include "ddp/join.h"
+#include "ddp/sync_batchnorm.h"
 #include "core/error.h"
 #include "data/data_loader.h"
 #include "data/distributed_sampler.h"
 #include "app/architecture.h"
 #include "core/memory.h"
+#include "core/stream.h"
 #include "model/fingerprint.h"
 #include "model/models.h"
 #include "pipeline/partition.h"
@@ -156,6 +158,10 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   stage_options.device = rt.device();
   // Note [Pipeline class weights] (pipeline/pipeline_stage.h): the global batch's weighted mean.
   stage_options.class_weights = check_class_weights(c, classes, "classes of the training data");
+  // Note [Pipeline SyncBatchNorm] (pipeline/pipeline_stage.h): a micro-batch's statistics over
+  // the stage's replicas (their micro-batch m together is the P x 1 run's at D times the batch).
+  if (c.ddp.sync_batchnorm && grid.replicas > 1)
+    convert_sync_batchnorm(*stage_layers, grid.tensor_group(), compute_stream(rt.device()));
   PipelineStage stage(std::move(stage_layers), grid, stage_options);
   // Note [Pipeline gradient norm] (pipeline/pipeline_clip.h).
   std::optional<PipelineClipper> clipper;

@@ -519,8 +519,7 @@ void check_pipeline(const TrainConfig& c, const cxxopts::ParseResult& r) {
   // --zero 1 shards each stage's optimizer state, in checkpoints too, and --zero 2 reduce-scatters
   // its gradients (Note [Pipeline ZeRO-1]), the GPT's and with --clip-grad-norm too.
   // Note [Pipeline BatchNorm]: resnet18 trains and checkpoints (its running statistics are in the
-  // unsplit model's tensor list); SyncBatchNorm would need a stage's group.
-  not_yet(c.ddp.sync_batchnorm, "--sync-bn");
+  // unsplit model's tensor list), with --sync-bn over a stage's replicas.
   // A stage sums its gradients over its replicas itself (PipelineStage, one all-reduce per
   // parameter as it is final) and broadcasts its BatchNorm buffers itself (Note [Pipeline
   // BatchNorm]): DDP's settings would be ignored, so they are refused rather than accepted and

@@ -45,6 +45,15 @@
 // checkpoint saves replica 0's (Note [Pipeline checkpoints] in train/checkpointer.h) and a resume
 // gives every replica the same.
 //
+// Note [Pipeline SyncBatchNorm]: with --sync-bn each BatchNorm of a stage takes a micro-batch's
+// statistics over the stage's replicas (the app converts the stage's layers over
+// grid.tensor_group(): ddp/sync_batchnorm.h). Replica d's batch is positions d, d + D, ... of the
+// global batch (DistributedSampler), so the replicas' micro-batch m together is micro-batch m of
+// the P x 1 run at D times the batch, and the run is that run's (within float rounding), its
+// replicas' running statistics alike. Every replica of a stage runs the same schedule, so the
+// training forwards (shape probe and recomputations included) and backwards meet in the same
+// order; a joined step would not, which the CLI refuses (--sync-bn with --sampler uneven).
+//
 // Note [Recomputed activations]: a layer keeps what its backward needs from its last forward
 // only. A stage therefore holds each micro-batch's stage input from its forward to its backward
 // (the "held inputs": GPipe M, 1F1B at most P - s) and runs that micro-batch's forward again

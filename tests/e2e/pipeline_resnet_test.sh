@@ -11,7 +11,7 @@
 # `dtrain eval` of its model.safetensors (the unsplit ResNet, torchvision's names) gets the run's
 # test-set line; it resumes at P = 1 and the unsplit model's checkpoint resumes in the pipeline;
 # --init-weights loads the buffers (a short run from them gets the accumulated data-parallel
-# run's test-set line from the same file). --sync-bn stays refused in one line (exit 2).
+# run's test-set line from the same file).
 # Usage: pipeline_resnet_test.sh DTRAIN NP
 set -uo pipefail
 DTRAIN=$1
@@ -31,11 +31,29 @@ dtrain_at "$D" "$WORK/whole.log" train "${RUN[@]}" --batch-size 32
 ! same_nonempty "$(tests_of "$WORK/pipe.log")" "$(tests_of "$WORK/whole.log")"
 check "not those of --batch-size 32 unaccumulated (BatchNorm over 32 rows)" [ $? -eq 0 ]
 
-dtrain_at "$NP" "$WORK/refused.log" train "${RUN[@]}" --batch-size 32 --pipeline-stages 2 --micro-batches 4 --sync-bn
-status=$?
-check "resnet18 with --sync-bn: refused, exit 2 (got $status)" [ "$status" -eq 2 ]
-check "resnet18 with --sync-bn: one line" grep -q "^dtrain: .*--pipeline-stages 2: not yet with --sync-bn" \
-  "$WORK/refused.log"
+# --sync-bn (Note [Pipeline SyncBatchNorm]) at P 2 x D 2: a micro-batch's statistics over both
+# replicas. The run is the data-parallel SyncBatchNorm ResNet's at np D with --batch-size 8
+# --accumulate 4, model.safetensors byte for byte (16 steps); and after one step (batch 64) it is
+# within 1e-5 of P 2 x D 1 at twice the batch (SyncBatchNorm's property; over more steps BatchNorm
+# amplifies the rounding: the data-parallel np 2 --sync-bn run is itself 2e-2 from np 1 at 4 steps).
+if [ "$D" -gt 1 ]; then
+  SB=(--batch-size 32 --pipeline-stages 2 --micro-batches 4 --sync-bn)
+  dtrain_at "$NP" "$WORK/sb.log" train "${RUN[@]}" "${SB[@]}" --checkpoint-dir "$WORK/sb"
+  dtrain_at "$D" "$WORK/sbd.log" train "${RUN[@]}" --batch-size 8 --accumulate 4 --sync-bn --checkpoint-dir "$WORK/sbd"
+  check "resnet18 --sync-bn P 2 x D $D: model.safetensors byte for byte the data-parallel --sync-bn run's" cmp \
+    "$WORK/sb/step-$((1024 / (32 * D)))/model.safetensors" "$WORK/sbd/step-$((1024 / (32 * D)))/model.safetensors"
+  check "resnet18 --sync-bn P 2 x D $D: the data-parallel --sync-bn run's test-set lines" \
+    same_nonempty "$(tests_of "$WORK/sb.log")" "$(tests_of "$WORK/sbd.log")"
+  ONE_STEP=("${COMMON[@]}" --train-limit 64 --model resnet18 --width 4 --epochs 1 --pipeline-stages 2 --micro-batches 4)
+  dtrain_at "$NP" "$WORK/sb2.log" train "${ONE_STEP[@]}" --batch-size 32 --sync-bn --checkpoint-dir "$WORK/sb2"
+  dtrain_at 2 "$WORK/sb1.log" train "${ONE_STEP[@]}" --batch-size 64 --checkpoint-dir "$WORK/sb1"
+  /usr/bin/python3 "$(dirname "$0")/weights_close.py" "$WORK/sb1/step-1/model.safetensors" \
+    "$WORK/sb2/step-1/model.safetensors" 1e-5 >"$WORK/sb_close.log" 2>&1
+  status=$?
+  check "resnet18 --sync-bn P 2 x D $D: one step within 1e-5 of P 2 x D 1 at batch 64" \
+    [ "$status" -eq 0 ]
+  echo "# $(tail -n 1 "$WORK/sb_close.log")"
+fi
 
 # Checkpoints: 512 / (32 D) steps an epoch; MID the last save (every 5) before the first epoch's end.
 PIPE=(--batch-size 32 --pipeline-stages 2 --micro-batches 4 --checkpoint-every 5)
