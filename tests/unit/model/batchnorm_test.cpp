@@ -8,6 +8,8 @@
 #include <cstring>
 #include <set>
 
+#include <fmt/format.h>
+
 #include "core/ops.h"
 #include "model/batchnorm.h"
 #include "model/cpu_norm.h"
@@ -149,6 +151,16 @@ TEST(Resnet18, TorchvisionNamesAndThePlan) {
   int64_t built = 0;
   for (Parameter* p : model->parameters()) built += p->value.numel();
   EXPECT_EQ(count, built);
+  // The plan's buffers are the built ones, named, shaped and typed alike (a pipeline's checkpoint
+  // lists them without building the model: Note [Pipeline checkpoints]).
+  std::vector<std::string> planned_buffers, built_buffers;
+  for (const LayerSize& l : plan_model(spec, {1, 28, 28}, 10))
+    for (const BufferShape& b : l.buffers)
+      planned_buffers.push_back(fmt::format("{} {} {}", b.name, shape_str(b.shape), static_cast<int>(b.dtype)));
+  for (Buffer* b : model->buffers())
+    built_buffers.push_back(
+        fmt::format("{} {} {}", b->name, shape_str(b->value.shape()), static_cast<int>(b->value.dtype())));
+  EXPECT_EQ(planned_buffers, built_buffers);
 }
 
 }  // namespace
