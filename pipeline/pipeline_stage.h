@@ -49,8 +49,10 @@
 // statistics over the stage's replicas (the app converts the stage's layers over
 // grid.tensor_group(): ddp/sync_batchnorm.h). Replica d's batch is positions d, d + D, ... of the
 // global batch (DistributedSampler), so the replicas' micro-batch m together is micro-batch m of
-// the P x 1 run at D times the batch, and the run is that run's (within float rounding), its
-// replicas' running statistics alike. Every replica of a stage runs the same schedule, so the
+// the P x 1 run at D times the batch: the same statistics up to float rounding (which BatchNorm
+// amplifies over the steps, as in the data-parallel SyncBatchNorm run against np 1), and bit for
+// bit the data-parallel --sync-bn run with --accumulate M; the replicas' running statistics stay
+// alike. Every replica of a stage runs the same schedule, so the
 // training forwards (shape probe and recomputations included) and backwards meet in the same
 // order; a joined step would not, which the CLI refuses (--sync-bn with --sampler uneven).
 //
