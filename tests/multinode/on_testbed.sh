@@ -32,10 +32,12 @@ if [ "${DTRAIN_TESTBED:-}" = "" ]; then
 fi
 case "$mode" in
   mpirun)
+    # Every node's ranks run the same GEMM kernels (OPENBLAS_CORETYPE, where set): the pipeline
+    # tests compare a stage against the unsplit model computed on its own rank, bit for bit.
     set -x
     exec mpirun -np $((nodes * ranks)) --host "$hosts" --oversubscribe --bind-to none \
       --mca btl_tcp_if_include "$DTRAIN_TESTBED_SUBNET" --mca oob_tcp_if_include "$DTRAIN_TESTBED_SUBNET" \
-      -x OPENBLAS_NUM_THREADS=1 -x DTRAIN_TEST_HOSTS "$@"
+      -x OPENBLAS_NUM_THREADS=1 ${OPENBLAS_CORETYPE:+-x OPENBLAS_CORETYPE} -x DTRAIN_TEST_HOSTS "$@"
     ;;
   launch)
     launch=${1:?launch mode needs the dtrain-launch path}
