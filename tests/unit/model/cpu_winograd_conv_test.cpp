@@ -10,53 +10,17 @@
 #include <cmath>
 #include <vector>
 
+#include "conv3x3_reference.h"
 #include "gradcheck.h"
 
 namespace dtrain {
 namespace {
 
 using testing::random_values;
-
-struct Case {
-  int64_t batch, in_c, out_c, h, w;
-};
-
-kernels::ConvGeometry geometry3x3(int64_t c, int64_t h, int64_t w) { return {c, h, w, 3, 3, 1, 1, h, w}; }
-
-// y = conv(x, w) + b and dx = conv^T(dy, w) in double, with the sums of the terms' magnitudes.
-struct Reference {
-  std::vector<double> y, y_abs, dx, dx_abs;
-};
-
-Reference reference(const Case& t, const std::vector<float>& x, const std::vector<float>& w,
-                    const std::vector<float>& b, const std::vector<float>& dy) {
-  Reference r;
-  r.y.assign(static_cast<size_t>(t.batch * t.out_c * t.h * t.w), 0.0);
-  r.y_abs = r.y;
-  r.dx.assign(x.size(), 0.0);
-  r.dx_abs = r.dx;
-  for (int64_t n = 0; n < t.batch; ++n)
-    for (int64_t co = 0; co < t.out_c; ++co)
-      for (int64_t oy = 0; oy < t.h; ++oy)
-        for (int64_t ox = 0; ox < t.w; ++ox) {
-          const size_t o = static_cast<size_t>(((n * t.out_c + co) * t.h + oy) * t.w + ox);
-          r.y[o] = b[static_cast<size_t>(co)];
-          r.y_abs[o] = std::fabs(r.y[o]);
-          for (int64_t ci = 0; ci < t.in_c; ++ci)
-            for (int64_t ky = 0; ky < 3; ++ky)
-              for (int64_t kx = 0; kx < 3; ++kx) {
-                const int64_t iy = oy - 1 + ky, ix = ox - 1 + kx;
-                if (iy < 0 || iy >= t.h || ix < 0 || ix >= t.w) continue;
-                const size_t wi = static_cast<size_t>(((co * t.in_c + ci) * 3 + ky) * 3 + kx);
-                const size_t xi = static_cast<size_t>(((n * t.in_c + ci) * t.h + iy) * t.w + ix);
-                r.y[o] += static_cast<double>(w[wi]) * x[xi];
-                r.y_abs[o] += std::fabs(static_cast<double>(w[wi]) * x[xi]);
-                r.dx[xi] += static_cast<double>(dy[o]) * w[wi];
-                r.dx_abs[xi] += std::fabs(static_cast<double>(dy[o]) * w[wi]);
-              }
-        }
-  return r;
-}
+using testing::Case;
+using testing::geometry3x3;
+using testing::Reference;
+using testing::reference;
 
 // Note [Winograd test tolerance]: a direct sum's error is below eps * sum |terms| (~6e-8 of the
 // scale per add; 2e-6 covers sums of a few hundred terms). Winograd's transforms add and
