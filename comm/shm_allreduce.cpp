@@ -50,16 +50,19 @@ inline void cpu_relax() {
 }
 
 // A shared (not process-private) futex: the word lies in a node-shared window. FUTEX_WAIT
-// sleeps while *word == value, at most 10 ms (then the caller looks again).
+// sleeps while *word == value, at most 10 ms (then the caller looks again); true when it slept
+// that long (ETIMEDOUT), which a lost wake-up turns every late arrival into (futex_timeouts()).
 // A futex that fails for any other reason (a seccomp filter, a bad address) would turn every wait
 // into a silent busy loop: that is an error, said once.
-void futex(uint32_t* word, int op, uint32_t value) {
+bool futex(uint32_t* word, int op, uint32_t value) {
   const timespec timeout{0, 10'000'000};
   if (syscall(SYS_futex, word, op, value, op == FUTEX_WAIT ? &timeout : nullptr, nullptr, 0) == -1) {
     const int err = errno;
     DTRAIN_CHECK(err == EAGAIN || err == EINTR || err == ETIMEDOUT, "shared-memory collectives: futex failed: {}",
                  std::strerror(err));
+    return err == ETIMEDOUT;
   }
+  return false;
 }
 
 // acc[i] = the sum over ranks, in rank order, of blocks[r][at + i] (divided by the rank count
@@ -198,8 +201,11 @@ void ShmAllreduce::meet(uint64_t epoch) {
     }
     if (reached(__atomic_load_n(theirs, __ATOMIC_ACQUIRE))) continue;
     __atomic_add_fetch(sleepers_of(theirs), 1, __ATOMIC_SEQ_CST);
-    for (uint32_t seen; !reached(seen = __atomic_load_n(theirs, __ATOMIC_SEQ_CST));)
-      futex(theirs, FUTEX_WAIT, seen);  // returns when woken, at once if it moved, or after a while
+    for (uint32_t seen; !reached(seen = __atomic_load_n(theirs, __ATOMIC_SEQ_CST));) {
+      futex_sleeps_.fetch_add(1, std::memory_order_relaxed);
+      // Returns when woken, at once if it moved, or after a while.
+      if (futex(theirs, FUTEX_WAIT, seen)) futex_timeouts_.fetch_add(1, std::memory_order_relaxed);
+    }
     __atomic_sub_fetch(sleepers_of(theirs), 1, __ATOMIC_SEQ_CST);
   }
 }

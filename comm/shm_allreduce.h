@@ -108,6 +108,10 @@ class ShmAllreduce {
   // Collectives this object has completed (calls of allreduce(), reduce_scatter() and
   // allgather()), for tests and logs.
   int64_t reductions() const { return reductions_.load(std::memory_order_relaxed); }
+  // Futex sleeps in meetings (Note [Ranks meet on flags]) so far, and how many of them ended by
+  // the 10 ms timeout instead of a wake-up: only a peer later than that, or a lost wake-up.
+  int64_t futex_sleeps() const { return futex_sleeps_.load(std::memory_order_relaxed); }
+  int64_t futex_timeouts() const { return futex_timeouts_.load(std::memory_order_relaxed); }
   // Frees the window and the communicator. Idempotent.
   void release();
 
@@ -162,6 +166,8 @@ class ShmAllreduce {
   std::vector<Region> regions_;  // from allocate_region
   std::vector<float*> scratch_;  // per-call block pointers
   std::atomic<int64_t> reductions_{0};
+  std::atomic<int64_t> futex_sleeps_{0};
+  std::atomic<int64_t> futex_timeouts_{0};
 };
 
 }  // namespace dtrain

@@ -168,6 +168,37 @@ TEST(ShmAllreduce, SmallCollectivesHaveTheSlotPathsBitsAndNeverReadARefilledHalf
   slots->release();
 }
 
+// Note [Ranks meet on flags]: a rank that arrives late wakes the ranks asleep on its meeting
+// number. The last rank arrives 2 ms late (20 times the spin budget) at each of 60 meetings, so
+// every other rank sleeps in the futex each time; a wake-up that is lost (no FUTEX_WAKE, or one on
+// the wrong word) would still let the sleeper go on after the futex's 10 ms timeout, a stall that
+// no result shows, so the test counts the sleeps that ended by the timeout: at most a few (a late
+// rank descheduled for 8 ms more on a loaded machine), where a lost wake-up makes every one.
+TEST(ShmAllreduce, ALateRankWakesTheRanksAsleepOnItsMeetingNumber) {
+  auto shm = ShmAllreduce::create(MPI_COMM_WORLD, 64 * sizeof(float));
+  ASSERT_NE(shm, nullptr);
+  const int rank = world_rank(), size = world_size();
+  const bool late = rank == size - 1;
+  constexpr int kMeetings = 60;
+  for (int m = 0; m < kMeetings; ++m) {
+    if (late) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    float value = 1.f;
+    shm->allreduce(&value, 1, ReduceOp::kSum);  // the small path: one meeting
+    EXPECT_EQ(value, static_cast<float>(size));
+  }
+  // Over the ranks that waited.
+  const int64_t mine[2] = {late ? 0 : shm->futex_sleeps(), late ? 0 : shm->futex_timeouts()};
+  int64_t all[2] = {0, 0};
+  MPI_Allreduce(mine, all, 2, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  const int64_t waiters = size - 1;
+  if (rank == 0)
+    std::printf("%lld futex sleeps in %lld waits, %lld ended by the timeout\n", static_cast<long long>(all[0]),
+                static_cast<long long>(waiters * kMeetings), static_cast<long long>(all[1]));
+  EXPECT_GE(all[0], waiters * kMeetings / 2) << "the waiting ranks did not sleep: the test tests nothing";
+  EXPECT_LE(all[1], waiters * 3) << "futex sleeps ended by the 10 ms timeout, not by the late rank's wake-up";
+  shm->release();
+}
+
 TEST(ShmAllreduce, CommunicatorUsesItOnOneNodeUnlessTurnedOff) {
   // Every rank of this test runs on one node (mpirun -np N on the CI machine).
   ASSERT_EQ(testing::test_comm().local_size(), testing::test_comm().size());
