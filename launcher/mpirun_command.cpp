@@ -103,8 +103,12 @@ LaunchPlan plan_launch(const LaunchOptions& opts, const LaunchHost& host) {
   return plan;
 }
 
+// OPENBLAS_CORETYPE: every node's ranks run the GEMM kernels the user chose, or a rank on a node
+// left to detect its own computes other bits than its peers (a P x D pipeline across two nodes
+// differed from the same job on one node in every tensor: tests/multinode/gpt_pipeline_zero2_test.sh).
 bool is_forwarded_env(std::string_view name) {
   return name == "CUDA_VISIBLE_DEVICES" || name == "OMP_NUM_THREADS" || name == "OPENBLAS_NUM_THREADS" ||
+         name == "OPENBLAS_CORETYPE" ||
          name.starts_with("NCCL_") || name.starts_with("DTRAIN_");
 }
 

@@ -220,12 +220,13 @@ TEST(MpirunCommand, ForwardsTheVariablesRanksNeedByName) {
                              {"NCCL_DEBUG", "INFO"},
                              {"DTRAIN_TRACE", "1"},
                              {"OMP_NUM_THREADS", "3"},
+                             {"OPENBLAS_CORETYPE", "Haswell"},
                              {"HOME", "/root"},
                              {"OMPI_MCA_btl", "tcp,self"},
                              {"MY_NCCL_THING", "x"}});
   EXPECT_EQ(command({"-n", "2", "--", "p"}, host),
             "mpirun -np 2 --map-by core --bind-to core --mca orte_execute_quiet 1 -x CUDA_VISIBLE_DEVICES -x DTRAIN_TRACE -x NCCL_DEBUG "
-            "-x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS=1 -x DTRAIN_STDOUT_IS_TTY=0 p");
+            "-x OMP_NUM_THREADS -x OPENBLAS_CORETYPE -x OPENBLAS_NUM_THREADS=1 -x DTRAIN_STDOUT_IS_TTY=0 p");
 }
 
 TEST(MpirunCommand, UsersOpenblasThreadsWin) {
