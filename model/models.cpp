@@ -281,15 +281,8 @@ std::unique_ptr<Sequential> build_model(const ModelSpec& spec, const Shape& samp
   switch (spec.kind) {
     case ModelKind::kMlp: return build_mlp(spec, sample_shape, num_classes, device, rng, seed, builder);
     case ModelKind::kCnn: return build_cnn(spec, sample_shape, num_classes, device, rng, seed, builder);
-    case ModelKind::kResnet18: {
-      std::unique_ptr<Sequential> whole = build_resnet18(spec.width, sample_shape, num_classes, device, rng);
-      if (layers.whole()) return whole;
-      // Note [ResNet pipeline stages]: the whole model (its initial weights drawn in order), then
-      // the stage's children kept, with their names.
-      std::vector<std::unique_ptr<Module>> all = whole->release_layers(), mine;
-      for (size_t i = layers.begin; i < std::min(layers.end, all.size()); ++i) mine.push_back(std::move(all[i]));
-      return Sequential::of_named_layers(std::move(mine));
-    }
+    case ModelKind::kResnet18:  // Note [ResNet pipeline stages]
+      return build_resnet18(spec.width, sample_shape, num_classes, device, rng, layers.begin, layers.end);
   }
   throw Error(fmt::format("unknown model kind {}", static_cast<int>(spec.kind)));
 }

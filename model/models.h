@@ -94,9 +94,10 @@ void check_model_fits(const std::string& model, const std::vector<LayerSize>& la
 //
 // Note [ResNet pipeline stages]: resnet18's layers are its top-level children, conv1, bn1,
 // layer1..layer4 (each residual stage whole, its blocks and their skip connections inside one
-// child), avgpool and fc: 8 places to cut. A stage of it is built as the whole model (so the
-// initial weights are drawn in order), then only its children kept, names unchanged; the memory
-// check counts the stage's.
+// child), avgpool and fc: 8 places to cut. A stage of it builds only its children, names
+// unchanged, as Note [Stage construction] says (the draws of the children before it skipped:
+// a convolution's and fc's one per parameter, a BatchNorm's none), and keeps the chain of
+// Note [Chained joins] across the cut; the memory check counts the stage's.
 std::vector<int64_t> layer_parameter_counts(const ModelSpec& spec, const Shape& sample_shape, int num_classes);
 
 // The places in the Sequential of the Dropout layers of the mlp or cnn `spec` builds, in order
@@ -107,8 +108,8 @@ std::vector<size_t> dropout_layer_places(const ModelSpec& spec, const Shape& sam
 
 // Builds the model after plan_model, refusing (dtrain::Error, one line naming the largest layer
 // and the sizes) one whose training state would not fit in spec.memory_budget_bytes. With
-// `layers` (mlp and cnn only): only those layers, as Note [Stage construction] says, and the
-// memory check counts only them.
+// `layers`: only those layers, as Note [Stage construction] says, and the memory check counts
+// only them.
 std::unique_ptr<Sequential> build_model(const ModelSpec& spec, const Shape& sample_shape, int num_classes,
                                         Device device, uint64_t seed, LayerRange layers = {});
 

@@ -61,10 +61,13 @@ Tensor BasicBlock::forward(const Tensor& x) {
 // earlier one's ReLU mask in its Add (AddMasked by x = the earlier out_) and the earlier one
 // skips its ReluBackward: out_ > 0 ? (x > 0 ? v : 0) : 0 is x > 0 ? v : 0, the same floats, one
 // pass over every block output fewer. chain() sets both halves together: the later's alone
-// would apply the ReLU twice (the pass not saved), the earlier's alone would leave it out.
-void BasicBlock::chain(BasicBlock& earlier, BasicBlock& later) {
-  earlier.grad_output_masked_ = true;
-  later.mask_input_grad_ = true;
+// would apply the ReLU twice (the pass not saved), the earlier's alone would leave it out. A
+// pipeline cut between two blocks (Note [ResNet pipeline stages]) keeps the chain: the later
+// stage's first block masks by its input, the earlier stage's output, which the earlier stage's
+// last block leaves unmasked; each stage's build sets its own half.
+void BasicBlock::chain(BasicBlock* earlier, BasicBlock* later) {
+  if (earlier) earlier->grad_output_masked_ = true;
+  if (later) later->mask_input_grad_ = true;
 }
 
 // The join's ReLU masks the gradient once; both branches take it; their input gradients add.
@@ -179,29 +182,52 @@ std::vector<LayerSize> plan_resnet18(int64_t width, const Shape& sample_shape, i
 }
 
 std::unique_ptr<Sequential> build_resnet18(int64_t width, const Shape& sample_shape, int num_classes, Device device,
-                                           InitRng& rng) {
+                                           InitRng& rng, size_t begin, size_t end) {
   check_resnet(width, sample_shape, num_classes);
+  // The uniform draws of each child (by place: conv1, bn1, layer1..layer4, avgpool, fc): its
+  // convolutions' and fc's parameters; BatchNorm's weight 1 and bias 0 draw none.
+  std::vector<uint64_t> draws(4 + kResnetStages, 0);
+  for (const LayerSize& l : plan_resnet18(width, sample_shape, num_classes))
+    if (!l.layer.starts_with("BatchNorm")) draws[l.index] += static_cast<uint64_t>(l.parameters);
   auto model = std::make_unique<Sequential>();
-  model->add("conv1", std::make_unique<Conv2d>(sample_shape[0], width, 3, 1, 1, device, rng, false));
-  auto bn1 = std::make_unique<BatchNorm>(width, 2, device);
-  bn1->absorb_following_relu();
-  model->add("bn1", std::move(bn1));
+  size_t place = 0;
+  auto wanted = [&] { return place >= begin && place < end; };
+  // Child `place`, built by `make` when wanted, else its draws skipped.
+  auto child = [&](const std::string& name, auto make) {
+    if (wanted()) model->add(name, make());
+    else rng.skip(draws[place]);
+    ++place;
+  };
+  child("conv1", [&] { return std::make_unique<Conv2d>(sample_shape[0], width, 3, 1, 1, device, rng, false); });
+  child("bn1", [&] {
+    auto bn1 = std::make_unique<BatchNorm>(width, 2, device);
+    bn1->absorb_following_relu();
+    return bn1;
+  });
   int64_t in = width;
-  BasicBlock* previous = nullptr;
+  BasicBlock* previous = nullptr;  // the block built last, while the next block is the one after it
   for (int s = 0; s < kResnetStages; ++s) {
     const int64_t out = width << s;
-    auto stage = std::make_unique<Sequential>();
-    for (int b = 0; b < 2; ++b) {
-      auto block = std::make_unique<BasicBlock>(b == 0 ? in : out, out, s > 0 && b == 0 ? 2 : 1, device, rng);
-      if (previous) BasicBlock::chain(*previous, *block);  // Note [Chained joins]
-      previous = block.get();
-      stage->add(std::move(block));
+    child(fmt::format("layer{}", s + 1), [&] {
+      auto stage = std::make_unique<Sequential>();
+      for (int b = 0; b < 2; ++b) {
+        auto block = std::make_unique<BasicBlock>(b == 0 ? in : out, out, s > 0 && b == 0 ? 2 : 1, device, rng);
+        // Note [Chained joins]: every block but the whole model's first; `previous` null when the
+        // block before is an earlier pipeline stage's.
+        if (s > 0 || b > 0) BasicBlock::chain(previous, block.get());
+        previous = block.get();
+        stage->add(std::move(block));
+      }
+      return stage;
+    });
+    if (place > end) {  // this residual stage is a later pipeline stage's: its first block chains to `previous`
+      BasicBlock::chain(previous, nullptr);
+      previous = nullptr;
     }
-    model->add(fmt::format("layer{}", s + 1), std::move(stage));
     in = out;
   }
-  model->add("avgpool", std::make_unique<GlobalAvgPool>());
-  model->add("fc", std::make_unique<Linear>(in, num_classes, device, rng));
+  child("avgpool", [] { return std::make_unique<GlobalAvgPool>(); });
+  child("fc", [&] { return std::make_unique<Linear>(in, num_classes, device, rng); });
   return model;
 }
 

@@ -5,6 +5,7 @@
 // safetensors file loads strictly on either side (as ../shared/peers/torch_resnet_peer.py builds it).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -35,7 +36,9 @@ class BasicBlock : public Module {
   void set_batch_stats_sync(std::shared_ptr<BatchStatsSync> sync) override;
   std::string describe() const override;
   // Note [Chained joins] (model/resnet.cpp): `later` takes `earlier`'s output as its input.
-  static void chain(BasicBlock& earlier, BasicBlock& later);
+  // Either may be null: a block that another pipeline stage holds (Note [ResNet pipeline
+  // stages]), which its own stage's build chains.
+  static void chain(BasicBlock* earlier, BasicBlock* later);
 
  private:
   std::vector<Module*> children();
@@ -59,8 +62,9 @@ inline constexpr int kResnetStages = 4;
 std::vector<LayerSize> plan_resnet18(int64_t width, const Shape& sample_shape, int num_classes);
 
 // The model; convolutions and fc drawn from rng in forward order (PyTorch's default
-// initialisation), BatchNorm weight 1 and bias 0.
+// initialisation), BatchNorm weight 1 and bias 0. Only its children [begin, end) (Note [ResNet
+// pipeline stages]): the others are not built, the draws of those before `begin` skipped.
 std::unique_ptr<Sequential> build_resnet18(int64_t width, const Shape& sample_shape, int num_classes, Device device,
-                                           InitRng& rng);
+                                           InitRng& rng, size_t begin = 0, size_t end = SIZE_MAX);
 
 }  // namespace dtrain

@@ -82,7 +82,7 @@ TEST(Resnet18, ChainedJoinsGiveTheUnchainedGradientsBitwise) {
   auto gradients = [](bool chained) {
     InitRng rng(21);
     BasicBlock a(2, 3, 2, Device::cpu(), rng), b(3, 3, 1, Device::cpu(), rng);
-    if (chained) BasicBlock::chain(a, b);
+    if (chained) BasicBlock::chain(&a, &b);
     const Tensor h = a.forward(random_input({3, 2, 6, 6}, 22));
     const std::vector<float> hv = h.to_vector();
     EXPECT_GT(std::count(hv.begin(), hv.end(), 0.f), 0);  // the earlier join's ReLU cut some

@@ -181,6 +181,69 @@ TEST(Models, AStageBuiltAloneHasTheWholeModelsInitialWeights) {
     }
 }
 
+// Note [ResNet pipeline stages]: every range of resnet18's 8 children built alone holds exactly
+// the whole model's parameters and buffers of those children, bit for bit and by the same names
+// (the draws before it skipped, not drawn), and nothing else; and cut in two, the stages' forward
+// and backward, one after the other, give the whole model's output, input gradient and parameter
+// gradients bitwise (Note [Chained joins] kept across the cut: the later stage's first block
+// masks by its input, the earlier stage's last block does not).
+TEST(Models, AResnetStageBuiltAloneHasTheWholeModelsWeightsAndGradients) {
+  const ModelSpec spec{.kind = ModelKind::kResnet18, .width = 4};
+  const Shape sample = {1, 8, 8};
+  auto whole = build_model(spec, sample, 5, Device::cpu(), 42);
+  std::map<std::string, std::vector<float>> expected;
+  for (Parameter* p : whole->parameters()) expected[p->name] = p->value.to_vector();
+  std::map<std::string, std::string> buffer_shapes;
+  for (Buffer* b : whole->buffers()) buffer_shapes[b->name] = shape_str(b->value.shape());
+  const size_t n = layer_parameter_counts(spec, sample, 5).size();
+  ASSERT_EQ(n, whole->size());
+  const std::vector<LayerSize> plan = plan_model(spec, sample, 5);
+  for (size_t begin = 0; begin < n; ++begin)
+    for (size_t end = begin + 1; end <= n; ++end) {
+      auto stage = build_model(spec, sample, 5, Device::cpu(), 42, LayerRange{begin, end});
+      EXPECT_EQ(stage->size(), end - begin);
+      size_t held = 0, planned = 0, buffers = 0, planned_buffers = 0;
+      for (Parameter* p : stage->parameters()) {
+        ASSERT_TRUE(expected.count(p->name)) << p->name;
+        EXPECT_EQ(p->value.to_vector(), expected[p->name]) << p->name << " in children [" << begin << ", " << end << ")";
+        ++held;
+      }
+      for (Buffer* b : stage->buffers()) {
+        ASSERT_TRUE(buffer_shapes.count(b->name)) << b->name;
+        EXPECT_EQ(shape_str(b->value.shape()), buffer_shapes[b->name]) << b->name;
+        ++buffers;
+      }
+      for (const LayerSize& l : plan)
+        if (l.index >= begin && l.index < end) {
+          planned += l.tensors.size();
+          planned_buffers += l.buffers.size();
+        }
+      EXPECT_EQ(held, planned) << begin << "-" << end;
+      EXPECT_EQ(buffers, planned_buffers) << begin << "-" << end;
+    }
+  const Tensor x = Tensor::from_vector(random_values(3 * 64, 5), {3, 1, 8, 8});
+  const std::vector<float> g = random_values(3 * 5, 6);
+  auto run = [&](std::vector<Sequential*> stages) {
+    Tensor y = x;
+    for (Sequential* s : stages) y = s->forward(y);
+    std::vector<std::vector<float>> out = {y.to_vector()};
+    Tensor grad = Tensor::from_vector(g, y.shape());
+    for (size_t i = stages.size(); i-- > 0;) grad = stages[i]->backward(grad);
+    out.push_back(grad.to_vector());
+    std::map<std::string, std::vector<float>> grads;
+    for (Sequential* s : stages)
+      for (Parameter* p : s->parameters()) grads[p->name] = p->grad.to_vector();
+    for (auto& [name, v] : grads) out.push_back(v);
+    return out;
+  };
+  const auto reference = run({whole.get()});
+  for (size_t cut = 1; cut < n; ++cut) {
+    auto first = build_model(spec, sample, 5, Device::cpu(), 42, LayerRange{0, cut});
+    auto second = build_model(spec, sample, 5, Device::cpu(), 42, LayerRange{cut, n});
+    EXPECT_TRUE(run({first.get(), second.get()}) == reference) << "cut before child " << cut;
+  }
+}
+
 // Issue 23 item 5: the refusal of a model too large for one rank says how many pipeline stages
 // would fit, and a stage's memory check counts only its layers.
 TEST(Models, TheMemoryRefusalNamesPipelineStagesAndAStageCountsItsOwn) {
