@@ -19,12 +19,8 @@ E2E_NO_IDX=1
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 json_byte_shards "$WORK/shards"
-gpt=(train --model gpt --layers 2 --heads 2 --embd 32 --context 32 --data "$WORK/shards" --shuffle off --seed 3
-  --steps 20 --warmup-steps 5 --lr-schedule cosine --optimizer adamw --lr 0.001 --weight-decay 0.1
-  --clip-grad-norm 1.0 --eval-every 10 --eval-batches 2 --threads 1 --log-interval 1 --batch-size 12
-  --checkpoint-every 10)
-PIPE=(--pipeline-stages 2 --micro-batches 2)
-steps_of() { grep -E '^(step [0-9]|val loss)' "$1" | sed -E 's/ \| [0-9.]+ ms \| [0-9,]+ tokens\/s$//'; }
+gpt=("${GPT_ZERO_JOB[@]}")
+PIPE=("${GPT_PIPE[@]}")
 close() { /usr/bin/python3 "$(dirname "$0")/weights_close.py" "$1" "$2" 2e-4 >"$WORK/close.log" 2>&1; }
 
 dtrain_at 4 "$WORK/zero.log" "${gpt[@]}" "${PIPE[@]}" --zero 1 --checkpoint-dir "$WORK/zero"

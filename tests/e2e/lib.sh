@@ -214,3 +214,16 @@ pipeline_layout() {
 
 # fingerprint LOG: the final parameters' fingerprint a --json run printed ("" when none).
 fingerprint() { sed -n 's/.*"parameters_fingerprint":"\([0-9a-f]*\)".*/\1/p' "$1" | tail -1; }
+
+# The small GPT pipeline the --zero tests train (e2e/gpt_pipeline_zero_test.sh, and across the
+# test bed multinode/gpt_pipeline_zero2_test.sh): byte shards in $WORK/shards (json_byte_shards),
+# AdamW with clipping, 20 steps, a checkpoint every 10; P 2 x M 2 with GPT_PIPE.
+# shellcheck disable=SC2034  # used by the scripts that source this file
+GPT_ZERO_JOB=(train --model gpt --layers 2 --heads 2 --embd 32 --context 32 --data "$WORK/shards" --shuffle off --seed 3
+  --steps 20 --warmup-steps 5 --lr-schedule cosine --optimizer adamw --lr 0.001 --weight-decay 0.1
+  --clip-grad-norm 1.0 --eval-every 10 --eval-batches 2 --threads 1 --log-interval 1 --batch-size 12
+  --checkpoint-every 10)
+# shellcheck disable=SC2034
+GPT_PIPE=(--pipeline-stages 2 --micro-batches 2)
+# steps_of LOG: a GPT run's step and val lines without their timings.
+steps_of() { grep -E '^(step [0-9]|val loss)' "$1" | sed -E 's/ \| [0-9.]+ ms \| [0-9,]+ tokens\/s$//'; }

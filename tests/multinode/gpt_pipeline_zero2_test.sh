@@ -16,11 +16,7 @@ E2E_NO_IDX=1
 # shellcheck source=../e2e/lib.sh
 source "$(dirname "$0")/../e2e/lib.sh"
 json_byte_shards "$WORK/shards"
-gpt=(train --model gpt --layers 2 --heads 2 --embd 32 --context 32 --data "$WORK/shards" --shuffle off --seed 3
-  --steps 8 --warmup-steps 2 --lr-schedule cosine --optimizer adamw --lr 0.001 --weight-decay 0.1
-  --clip-grad-norm 1.0 --eval-every 4 --eval-batches 2 --threads 1 --log-interval 1 --batch-size 12
-  --pipeline-stages 2 --micro-batches 2 --zero 2)
-steps_of() { grep -E '^(step [0-9]|val loss)' "$1" | sed -E 's/ \| [0-9.]+ ms \| [0-9,]+ tokens\/s$//'; }
+gpt=("${GPT_ZERO_JOB[@]}" "${GPT_PIPE[@]}" --zero 2)
 
 # The bed first: where it cannot be made, skip before the one-node run.
 "$ON_TESTBED" 2x2 launch "$LAUNCH" "$DTRAIN" "${gpt[@]}" --checkpoint-dir "$WORK/bed" >"$WORK/bed.log" 2>&1
@@ -35,6 +31,6 @@ check "on one node: --zero 2 at P 2 x D 2 ran" grep -q "^memory per rank: .*(--z
 check "across the bed: step and val lines the one-node run's" \
   same_nonempty "$(steps_of "$WORK/bed.log")" "$(steps_of "$WORK/node.log")"
 check "across the bed: model.safetensors bit for bit the one-node run's" \
-  cmp "$WORK/bed/step-8/model.safetensors" "$WORK/node/step-8/model.safetensors"
+  cmp "$WORK/bed/step-20/model.safetensors" "$WORK/node/step-20/model.safetensors"
 [ "$failures" -eq 0 ] || tail -20 "$WORK/bed.log"
 finish
