@@ -37,7 +37,6 @@ want() { [[ ",$only," == *",$1,"* ]]; }
 
 out=${OUT:-$root/gpu-session-out}
 logs=$out/logs
-work=$out/work  # data made here (shards, synthetic images); not logs
 dtrain=$build/app/dtrain
 launch=$build/launcher/dtrain-launch
 
@@ -85,6 +84,8 @@ if [ "$dry" = 1 ]; then
   exit 0
 fi
 
+# Data made here (token shards, synthetic images: tens of MB) stays out of $OUT, which comes back.
+work=$build/session-data
 mkdir -p "$logs" "$work"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 start=$SECONDS
@@ -157,7 +158,10 @@ if want build; then
     fi
   fi
 fi
-[ -x "$dtrain" ] || built=0
+if [ ! -x "$dtrain" ]; then
+  [ "$built" = 1 ] && [ ${#runs[@]} -gt 0 ] && note "no $dtrain: the training runs need the build stage (--only build,...) first"
+  built=0
+fi
 
 # --- ctest -L gpu
 if want ctest; then
@@ -174,6 +178,9 @@ if want ctest; then
     [ -n "$total" ] && line="$total tests: $((total - ${nfail:-0} - nskip)) passed, $nskip skipped, ${nfail:-0} failed"
     if [ "$rc" -eq 0 ]; then st=passed; else failures=$((failures + 1)); st="failed (exit $rc)"; [ "$rc" -eq 124 ] && st="timed out"; fi
     row "ctest -L gpu" "--output-on-failure" "" "$line" "$st" $((SECONDS - s))
+    failed=$(sed -n '/The following tests FAILED/,$p' "$logs/ctest-gpu.log" | grep -E '^[[:space:]]+[0-9]+ - ' |
+             sed -E 's/^[[:space:]]+[0-9]+ - //' | tr '\n' ';' || true)
+    [ -z "$failed" ] || note "ctest -L gpu failed: ${failed%;}"
     [ -n "$gpu_line" ] || note "ctest -L gpu without a GPU: every case skips (the reasons are in logs/ctest-gpu.log)"
   fi
 fi

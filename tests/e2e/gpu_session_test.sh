@@ -54,7 +54,7 @@ run nogpu "$work/nogpu" --only train,extra; rc=$?
 cat "$work/nogpu.log"
 check "no GPU: exit 0" test "$rc" = 0
 check "no GPU: every run recorded 'no GPU'" test "$(grep -c '| no GPU |' "$work/nogpu/summary.md")" = 10
-check "no GPU: a synthetic IDX set stands in for Fashion-MNIST" test -s "$work/nogpu/work/synthetic-idx/train-images-idx3-ubyte"
+check "no GPU: a synthetic IDX set stands in for Fashion-MNIST" test -s "$fake/session-data/synthetic-idx/train-images-idx3-ubyte"
 run fail "$work/fail" --only train; rc=$?
 check "a run that fails otherwise: exit 1" test "$rc" = 1
 check "a run that fails otherwise: its error in the summary" grep -q "| failed (exit 1): dtrain: error: something else broke" "$work/fail/summary.md"
