@@ -159,7 +159,10 @@ if want build; then
   fi
 fi
 if [ ! -x "$dtrain" ]; then
-  [ "$built" = 1 ] && [ ${#runs[@]} -gt 0 ] && note "no $dtrain: the training runs need the build stage (--only build,...) first"
+  if [ "$built" = 1 ] && { [ ${#runs[@]} -gt 0 ] || want ctest; }; then
+    note "no $dtrain: ctest and the training runs need the build stage (--only build,...) first"
+    failures=$((failures + 1))
+  fi
   built=0
 fi
 
@@ -201,7 +204,7 @@ for split, n in (("train", 6000), ("t10k", 1000)):
     open(f"{d}/{split}-images-idx3-ubyte", "wb").write(struct.pack(">IIII", 0x803, n, 28, 28) + bytes(imgs))
 EOF
 }
-need_data=0; need_shards=0
+need_data=0; need_shards=0; shards=$work/shards
 for r in "${runs[@]}"; do [[ "$r" == *DATA* ]] && need_data=1; [[ "$r" == *SHARDS* ]] && need_shards=1; done
 if [ ${#runs[@]} -gt 0 ] && [ "$built" = 1 ]; then
   if [ "$need_data" = 1 ] && [ ! -e "$data/train-images-idx3-ubyte.gz" ] && [ ! -e "$data/train-images-idx3-ubyte" ]; then
@@ -212,7 +215,6 @@ if [ ${#runs[@]} -gt 0 ] && [ "$built" = 1 ]; then
       note "Fashion-MNIST not at $data and no python3 for a synthetic set: image runs will fail (logs/data.log)"
     fi
   fi
-  shards=$work/shards
   if [ "$need_shards" = 1 ]; then
     text=$(ls -d /usr/lib/python3.* 2>/dev/null | head -1 || true)
     [ -n "$text" ] || { text=$root; note "no /usr/lib/python3.*: GPT shards made from this repository's sources"; }

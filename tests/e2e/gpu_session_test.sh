@@ -65,6 +65,9 @@ run ok "$work/budget" --only train --budget 10; rc=$?
 check "a spent budget: exit 0" test "$rc" = 0
 check "a spent budget: every run skipped, saying so" test "$(grep -c '| skipped: budget |' "$work/budget/summary.md")" = 4
 check "a spent budget: a line per skipped run" test "$(grep -c 'skipped: budget spent' "$work/budget.log")" = 4
+FAKE_MODE=ok OUT=$work/none bash "$script" --build-dir "$work/no-build" --only train >"$work/none.log" 2>&1; rc=$?
+check "no build and no build stage: exit 1" test "$rc" = 1
+check "no build and no build stage: one line saying so" grep -q "need the build stage" "$work/none.log"
 
 if [ "$failures" -gt 0 ]; then echo "$failures failure(s)"; exit 1; fi
 echo "all passed"
