@@ -154,7 +154,11 @@ if want build; then
       what="failed (exit $rc)"; [ "$rc" -eq 124 ] && what="timed out"
       [ ${#missing[@]} -eq 0 ] || what="$what; missing: ${missing[*]}"
       row build "" "" "" "$what" $((SECONDS - s))
-      note "build: $(grep -m1 -E 'error|Error|missing' "$logs/build.log" || tail -1 "$logs/build.log")"
+      if [ "$rc" -eq 124 ]; then
+        note "build: timed out after $t s at $(grep -oE '^\[ *[0-9]+%\]' "$logs/build.log" | tail -1 || true) (logs/build.log)"
+      else
+        note "build: $(grep -m1 -E 'error:|CMake Error|Could NOT find|No such file' "$logs/build.log" || tail -1 "$logs/build.log")"
+      fi
     fi
   fi
 fi
