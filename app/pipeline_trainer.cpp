@@ -21,6 +21,7 @@
 #include "app/trace.h"
 #include "app/train_options.h"
 #include "app/train_step.h"
+#include "app/trainer.h"
 #include "comm/exchange.h"
 #include "comm/flight_recorder.h"
 #include "ddp/join.h"
@@ -99,8 +100,7 @@ PipelineGrid make_trainer_grid(Runtime& rt, const TrainConfig& c) {
 
 TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   const PipelineSettings& p = c.pipeline;
-  const MnistSplits data = load_mnist_splits(c.data.dir, c.data.normalize, c.data.train_limit, c.data.test_limit,
-                                             c.data.classes);
+  const DatasetSplits data = load_image_data(c.data);
   // Before the grid, whose splits P decides: ranks that disagree on P, M or the cut fail here.
   check_ranks_agree(rt.control(), shared_settings(c, data.train->size(), data.test->size()));
   PipelineGrid grid = make_trainer_grid(rt, c);

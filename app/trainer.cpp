@@ -59,14 +59,6 @@ ModelSpec model_spec_for_rank(ModelSpec spec, const Runtime& runtime, int zero_s
 
 using Clock = std::chrono::steady_clock;
 
-// The training and test data of an image model: NumPy arrays when --data-format says so (or
-// found them), else IDX files (whose loader names what a folder of neither format lacks).
-DatasetSplits load_image_data(const DataSettings& d) {
-  if (d.format == DataFormat::kNpy) return load_npy_splits(d.dir, d.normalize, d.train_limit, d.test_limit, d.classes);
-  MnistSplits m = load_mnist_splits(d.dir, d.normalize, d.train_limit, d.test_limit, d.classes);
-  return {std::move(m.train), std::move(m.test)};
-}
-
 // One run: everything a step needs, built once in the constructor (data, model, DDP, optimizer,
 // and where training starts: a checkpoint, given weights or the seeded initialisation), then
 // epochs of steps with checkpoints and the stop vote at the boundaries between steps.
@@ -347,6 +339,12 @@ void check_output_paths(Runtime& runtime, const TrainConfig& c) {
 }
 
 }  // namespace
+
+DatasetSplits load_image_data(const DataSettings& d) {
+  if (d.format == DataFormat::kNpy) return load_npy_splits(d.dir, d.normalize, d.train_limit, d.test_limit, d.classes);
+  MnistSplits m = load_mnist_splits(d.dir, d.normalize, d.train_limit, d.test_limit, d.classes);
+  return {std::move(m.train), std::move(m.test)};
+}
 
 TrainResult train(Runtime& runtime, const TrainConfig& config) {
   check_output_paths(runtime, config);

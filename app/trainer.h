@@ -5,6 +5,7 @@
 
 #include "app/train_config.h"
 #include "comm/runtime.h"
+#include "data/npy_dataset.h"
 
 namespace dtrain {
 
@@ -12,5 +13,10 @@ namespace dtrain {
 // restored, the run tells dtrain-launch (comm/launch_channel.h) that this rank reached training:
 // its --start-timeout bounds start-up only, never a run that outlasts it.
 TrainResult train(Runtime& runtime, const TrainConfig& config);
+
+// The training and test data of an image model (the data-parallel and the pipeline trainer's):
+// NumPy arrays when --data-format says so (or found them), else IDX files (whose loader names
+// what a folder of neither format lacks).
+DatasetSplits load_image_data(const DataSettings& data);
 
 }  // namespace dtrain

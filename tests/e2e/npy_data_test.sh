@@ -64,6 +64,20 @@ for model in mlp cnn; do
   done
 done
 
+# The pipeline trainer reads NumPy arrays as the data-parallel one does (it read IDX files
+# whatever --data held, and named a missing train-images-idx3-ubyte.gz).
+if [ $((NP % 2)) = 0 ]; then
+  pipe_args=(train --threads 1 --test-limit "$TEST" --log-interval 10 --model mlp --batch-size 32 --epochs 1
+    --pipeline-stages 2)
+  if dtrain_at "$NP" "$WORK/idx-pipe.log" "${pipe_args[@]}" --data "$DATA" --train-limit "$TRAIN" &&
+    dtrain_at "$NP" "$WORK/npz-pipe.log" "${pipe_args[@]}" --data "$WORK/npz"; then
+    check "--pipeline-stages 2 on npz arrays: the log lines of the IDX files" \
+      diff <(grep -E '^(Train Epoch|Test set)' "$WORK/idx-pipe.log") <(grep -E '^(Train Epoch|Test set)' "$WORK/npz-pipe.log")
+  else
+    not_ok "--pipeline-stages 2 on NumPy data" "$(tail -3 "$WORK/idx-pipe.log" "$WORK/npz-pipe.log")"
+  fi
+fi
+
 # Resuming a NumPy run from its checkpoint at step 20 ends where the run that did not stop ends.
 ck_args=(train --threads 1 --model cnn --batch-size 32 --epochs 2 --data "$WORK/npz" --log-interval 10)
 if dtrain_at "$NP" "$WORK/ref.log" "${ck_args[@]}" --checkpoint-dir "$WORK/ref" --checkpoint-every 10 --keep 100 &&
