@@ -131,8 +131,26 @@ std::vector<int32_t> npy_labels(const NpyArray& y) {
 
 namespace {
 
+// A float32 x holds no NaN or infinity: one would train to a diverged loss steps later, a
+// message that names no file (uint8 pixels are finite by construction).
+void check_finite(const NpyArray& x) {
+  if (x.type() != NpyType::kF32) return;
+  const int64_t n = x.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, x.data() + 4 * i, 4);  // unaligned in a .npz
+    if ((bits & 0x7f800000u) != 0x7f800000u) continue;
+    float v;
+    std::memcpy(&v, &bits, 4);
+    const int64_t per_sample = n / x.shape()[0];
+    bad_data(fmt::format("{}: sample {} holds {} (element {} of the sample): x must be finite", x.name(),
+                         i / per_sample, v, i % per_sample));
+  }
+}
+
 CheckedSplit check_split(const SplitArrays& s) {
   CheckedSplit out{npy_sample_shape(s.x), npy_labels(s.y)};
+  check_finite(s.x);
   if (s.x.shape()[0] != s.y.shape()[0])
     bad_data(fmt::format("{}: {} samples, but {} has {} labels", s.x.name(), s.x.shape()[0], s.y.name(),
                          s.y.shape()[0]));

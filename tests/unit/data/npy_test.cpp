@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -420,6 +421,27 @@ TEST(NpyDataset, ArraysOfTheWrongKind) {
                                  " has samples of shape [1, 2, 3]");
   std::filesystem::remove(dir.file("test_y.npy"));
   EXPECT_THAT(load_error(dir), HasSubstr(": missing test_y.npy (NumPy data: test.npz with arrays x and y, or "));
+}
+
+// A NaN or an infinity in float32 x is bad data at load, naming the file and the sample, not a
+// diverged loss steps into training.
+TEST(NpyDataset, NonFiniteFloatsInX) {
+  TempDir dir;
+  write_npy_split(dir, "train");
+  write_npy_split(dir, "test");
+  std::vector<float> fx(static_cast<size_t>(kN * kH * kW), 0.5f);
+  fx[4 * kH * kW + 1] = std::numeric_limits<float>::quiet_NaN();
+  put(dir.file("train_x.npy"), npy_bytes("<f4", {kN, kH, kW}, raw(fx)));
+  put(dir.file("test_x.npy"), npy_bytes("<f4", {kN, kH, kW}, raw(std::vector<float>(fx.size(), 0.5f))));
+  EXPECT_EQ(load_error(dir), dir.file("train_x.npy") + ": sample 4 holds nan (element 1 of the sample): x must be finite");
+  fx[4 * kH * kW + 1] = 0.f;
+  fx[kN * kH * kW - 1] = -std::numeric_limits<float>::infinity();
+  const std::vector<uint8_t> x = npy_bytes("<f4", {kN, kH, kW}, raw(fx));
+  const std::vector<uint8_t> y = npy_bytes("<i8", {kN}, raw(labels()));
+  std::filesystem::remove(dir.file("train_x.npy"));
+  std::filesystem::remove(dir.file("train_y.npy"));
+  put(dir.file("train.npz"), zip_of({{"x.npy", x}, {"y.npy", y}}, false));  // x unaligned in the archive
+  EXPECT_EQ(load_error(dir), dir.file("train.npz") + ": x: sample 5 holds -inf (element 5 of the sample): x must be finite");
 }
 
 // NumPy labels reach INT32_MAX (IDX labels are bytes): the class count is formed in 64 bits and
