@@ -208,6 +208,12 @@ TokenStream open_split(const std::string& dir, const std::string& split, const c
 TokenShards open_token_shards(const std::string& dir, int64_t vocab, int64_t sequence_tokens) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) bad_data(fmt::format("{}: data directory not found", dir));
+  // A name matching both globs ("medieval_train.bin": *val*) would be trained on and validated on.
+  for (const std::string& path : shard_files(dir, "train")) {
+    const std::string name = std::filesystem::path(path).stem().string();
+    if (name.find("val") != std::string::npos)
+      bad_data(fmt::format("{}: the name matches both *train*.bin and *val*.bin: rename it to hold one", path));
+  }
   TokenStream train = open_split(dir, "train", "training", vocab, sequence_tokens);
   TokenStream val = open_split(dir, "val", "validation", vocab, sequence_tokens);
   const int64_t v = shard_vocabulary(std::max(train.largest_token(), val.largest_token()), vocab);

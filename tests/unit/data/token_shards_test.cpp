@@ -226,6 +226,19 @@ TEST(TokenShards, MissingSplitNamesTheDirectory) {
             dir.file("absent") + ": data directory not found");
 }
 
+// A shard in both splits would be validated on after being trained on: refused, naming it.
+TEST(TokenShards, AShardNamedForBothSplitsNamesTheFile) {
+  TempDir dir;
+  const std::string d = dir.path().string();
+  write_token_shard(dir.file("a_train.bin"), std::vector<uint32_t>(20, 1));
+  write_token_shard(dir.file("a_val.bin"), std::vector<uint32_t>(20, 1));
+  write_token_shard(dir.file("medieval_train_000.bin"), std::vector<uint32_t>(20, 1));
+  auto [msg, kind] = error_of([&] { open_token_shards(d, 0, 8); });
+  EXPECT_EQ(kind, ErrorKind::kData);
+  EXPECT_EQ(msg, dir.file("medieval_train_000.bin") +
+                     ": the name matches both *train*.bin and *val*.bin: rename it to hold one");
+}
+
 TEST(TokenShards, SplitShorterThanOneSequenceNamesItsFiles) {
   TempDir dir;
   const std::string d = dir.path().string();
