@@ -29,7 +29,8 @@ int64_t window_output(int64_t n, int64_t kernel, int64_t stride, int64_t pad) {
 // after conv 5 pad 2, pool 2, conv 5, pool 2); throws when the image is too small or not 3-d.
 int64_t cnn_flat_features(const Shape& sample_shape) {
   if (sample_shape.size() != 3 || sample_shape[0] < 1)
-    throw Error(fmt::format("cnn expects samples of shape [channels, height, width], got {}", shape_str(sample_shape)));
+    throw Error(fmt::format("cnn expects samples of shape [channels, height, width], got {}", shape_str(sample_shape)),
+                ErrorKind::kUsage);
   int64_t hw[2] = {sample_shape[1], sample_shape[2]};
   for (int64_t& n : hw) {
     n = window_output(n, kKernel, 1, 2);
@@ -40,7 +41,8 @@ int64_t cnn_flat_features(const Shape& sample_shape) {
   if (hw[0] < 1 || hw[1] < 1)
     throw Error(fmt::format("cnn needs images of at least 12x12 (two 5x5 convolutions, each followed by 2x2 max "
                             "pooling), got {}",
-                            shape_str(sample_shape)));
+                            shape_str(sample_shape)),
+                ErrorKind::kUsage);
   return checked_mul(kConv2Out, checked_mul(hw[0], hw[1], "cnn features"), "cnn features");
 }
 
@@ -211,7 +213,8 @@ std::optional<ModelKind> parse_model_kind(const std::string& name) { return kMod
 
 std::vector<LayerSize> plan_model(const ModelSpec& spec, const Shape& sample_shape, int num_classes) {
   if (num_classes < 1)
-    throw Error(fmt::format("{} needs at least one class, got {}", model_kind_name(spec.kind), num_classes));
+    throw Error(fmt::format("{} needs at least one class, got {}", model_kind_name(spec.kind), num_classes),
+                ErrorKind::kUsage);
   // The indices are the layers' places in the Sequential that build_mlp and build_cnn make
   // (activations, pooling and dropout included): they name the parameters.
   const size_t dropout = spec.dropout > 0.f ? 1 : 0;

@@ -142,9 +142,12 @@ LayerSize bn_layer(const std::string& name, int64_t c) {
 void check_resnet(int64_t width, const Shape& sample_shape, int num_classes) {
   if (sample_shape.size() != 3 || sample_shape[0] < 1 || sample_shape[1] < 1 || sample_shape[2] < 1)
     throw Error(fmt::format("resnet18 expects samples of shape [channels, height, width], got {}",
-                            shape_str(sample_shape)));
-  if (width < 1 || width > (int64_t{1} << 20)) throw Error(fmt::format("resnet18 width {} is not in [1, 2^20]", width));
-  if (num_classes < 1) throw Error(fmt::format("resnet18 needs at least one class, got {}", num_classes));
+                            shape_str(sample_shape)),
+                ErrorKind::kUsage);
+  if (width < 1 || width > (int64_t{1} << 20))
+    throw Error(fmt::format("resnet18 width {} is not in [1, 2^20]", width), ErrorKind::kUsage);
+  if (num_classes < 1)
+    throw Error(fmt::format("resnet18 needs at least one class, got {}", num_classes), ErrorKind::kUsage);
 }
 
 }  // namespace

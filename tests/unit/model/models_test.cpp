@@ -27,6 +27,17 @@ std::string build_error(const ModelSpec& spec, const Shape& sample, int classes)
   return "";
 }
 
+// The kind of build_model's error (kFailure when none): a model that cannot take the data's
+// samples is a setting the same command line repeats (2), not a failure a restart may fix (1).
+ErrorKind build_error_kind(const ModelSpec& spec, const Shape& sample, int classes) {
+  try {
+    build_model(spec, sample, classes, Device::cpu(), 0);
+  } catch (const Error& e) {
+    return e.kind();
+  }
+  return ErrorKind::kFailure;
+}
+
 int64_t parameter_count(Sequential& model) {
   int64_t n = 0;
   for (Parameter* p : model.parameters()) n += p->value.numel();
@@ -98,6 +109,11 @@ TEST(Models, CnnRefusesImagesItCannotTakeWithOneLine) {
             "[1, 28, 8]");
   EXPECT_EQ(build_error(ModelSpec{ModelKind::kCnn}, {784}, 10),
             "cnn expects samples of shape [channels, height, width], got [784]");
+  EXPECT_EQ(build_error(ModelSpec{ModelKind::kResnet18}, {784}, 10),
+            "resnet18 expects samples of shape [channels, height, width], got [784]");
+  for (const auto& [kind, sample] : {std::pair{ModelKind::kCnn, Shape{1, 11, 28}}, std::pair{ModelKind::kCnn, Shape{784}},
+                                     std::pair{ModelKind::kResnet18, Shape{784}}})
+    EXPECT_EQ(build_error_kind(ModelSpec{kind}, sample, 10), ErrorKind::kUsage) << shape_str(sample);
 }
 
 TEST(Models, PlanCountsWhatIsBuilt) {
