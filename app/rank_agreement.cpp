@@ -82,6 +82,11 @@ Settings shared_settings(const TrainConfig& c, int64_t train_samples, int64_t te
       {"--log-interval", fmt::format("{}", c.output.log_interval)},
       {"--checkpoint-dir (set or not)", c.checkpoints.dir.empty() ? "unset" : "set"},
       {"--checkpoint-every", fmt::format("{}", c.checkpoints.every)},
+      // Paths may differ (a copy on each node); whether one is given may not: the rank that
+      // loads waits in a broadcast the others never join (a crash, not a hang or a line).
+      {"--resume", c.checkpoints.resume == ResumeMode::kNone ? "unset"
+                   : c.checkpoints.resume == ResumeMode::kAuto ? "auto" : "a path"},
+      {"--init-weights (set or not)", c.checkpoints.init_weights.empty() ? "unset" : "set"},
       {"--trace (set or not)", c.output.trace_path.empty() ? "unset" : "set"},
       {"--timeout", fmt::format("{}", c.runtime.collective_timeout_s)},
   };

@@ -42,4 +42,9 @@ mismatch batch_size --batch-size 32 64 -- --batch-size 32 -- --batch-size 64
 mismatch epochs --epochs 1 2 -- --epochs 1 -- --epochs 2
 mismatch comm_hook --comm-hook allreduce bf16 -- --comm-hook allreduce -- --comm-hook bf16
 mismatch hidden --hidden 256 128,64 -- --hidden 256 -- --hidden 128,64
+# A rank that loads weights or a checkpoint waits in broadcasts the others never join: that
+# crashed (SIGSEGV in the collectives' worker). The agreement comes before any file is opened.
+mismatch init_weights "--init-weights (set or not)" set unset -- --init-weights "$WORK/absent.safetensors" --
+mismatch resume --resume auto unset -- --checkpoint-dir "$WORK/ck-resume" --resume auto -- \
+  --checkpoint-dir "$WORK/ck-resume"
 finish
