@@ -119,7 +119,8 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   } catch (const Error& e) {
     throw Error(fmt::format("{} {}: {}", p.split.empty() ? "--pipeline-stages" : "--pipeline-split",
                             p.split.empty() ? fmt::format("{}", p.stages) : fmt::format("{}", fmt::join(p.split, ",")),
-                            e.what()));
+                            e.what()),
+                ErrorKind::kUsage);  // as the GPT pipeline's: the same command line fails alike
   }
   const StageRange mine = ranges.at(static_cast<size_t>(grid.stage));
   // Each stage checks its own memory: one that does not fit stops every rank alike (the others

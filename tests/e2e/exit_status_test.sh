@@ -52,6 +52,10 @@ expect_status "a corrupt model.safetensors" 66 "${args[@]}" --resume auto \
 expect_status "a checkpoint of another model" 66 "${args[@]}" --resume auto --hidden 128 --checkpoint-dir "$good"
 expect_status "--init-weights of another model" 66 "${args[@]}" --hidden 128 \
   --init-weights "$good/step-$step/model.safetensors"
+if [ $((NP % 2)) = 0 ]; then  # the image pipeline's cut, as the GPT's: a flag (it was 1, retried)
+  expect_status "--pipeline-split 0 (layer 0 cannot start a stage)" 2 "${args[@]}" --pipeline-stages 2 \
+    --pipeline-split 0
+fi
 expect_status "a model that does not fit in memory" 71 "${args[@]}" --hidden 1048576,1048576
 expect_status "an unwritable --checkpoint-dir" 73 "${args[@]}" --checkpoint-dir /proc/self/dtrain-ckpt
 expect_status "an unwritable --trace" 73 "${args[@]}" --trace "$WORK/empty"
