@@ -553,6 +553,10 @@ ParsedTrain parse_train_options(const std::vector<std::string>& args) {
   require(c.data.sampler != SamplerTail::kUneven || !c.ddp.sync_batchnorm,
           "--sync-bn: not with --sampler uneven (a rank out of data runs no forward; the others would wait for it in "
           "SyncBatchNorm's all-gather)");
+  // As --width: a flag the model has nothing for is refused, not ignored (mlp, cnn and gpt have no BatchNorm).
+  require(!c.ddp.sync_batchnorm || (!c.lm && c.model.kind == ModelKind::kResnet18),
+          fmt::format("--sync-bn: only with --model resnet18 (the model with BatchNorm), got --model {}",
+                      c.lm ? "gpt" : model_kind_name(c.model.kind)));
   require(c.data.sampler != SamplerTail::kUneven || c.accumulate == 1,
           fmt::format("--sampler uneven: needs --accumulate 1, got {}", c.accumulate));
   require(c.data.sampler != SamplerTail::kUneven || c.checkpoints.every == 0,

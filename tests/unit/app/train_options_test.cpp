@@ -403,6 +403,10 @@ TEST(TrainOptions, GptWrongValuesAndMisplacedFlagsAreOneLineUsageErrors) {
   EXPECT_EQ(usage_error_of({"--data", "/tmp", "--model", "rnn"}),
             "--model: expected mlp, cnn, resnet18 or gpt, got 'rnn'");
   EXPECT_EQ(usage_error_of({"--data", "/tmp", "--width", "8"}), "--width: only with --model resnet18");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--model", "cnn", "--sync-bn"}),
+            "--sync-bn: only with --model resnet18 (the model with BatchNorm), got --model cnn");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--model", "gpt", "--sync-bn"}),
+            "--sync-bn: only with --model resnet18 (the model with BatchNorm), got --model gpt");
   EXPECT_EQ(usage_error_of({"--data", "/tmp", "--model", "resnet18", "--width", "0"}),
             "--width: must be in [1, 4096], got 0");
   EXPECT_EQ(usage_error_of({"--data", "/tmp", "--model", "resnet18", "--dropout", "0.1"}),
