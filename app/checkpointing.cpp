@@ -140,7 +140,12 @@ checkpoint::TrainingState position_state(const RunPosition& pos, const TrainConf
   return s;
 }
 
-RunPosition position_of(const checkpoint::TrainingState& s) {
+RunPosition position_of(const checkpoint::TrainingState& s, int64_t train_samples, const std::string& source) {
+  if (s.sample_in_epoch > train_samples)
+    throw Error(fmt::format("{}: sample_in_epoch {} is past the end of an epoch of the {} training samples (a "
+                            "checkpoint of other data?)",
+                            source, s.sample_in_epoch, train_samples),
+                ErrorKind::kCheckpoint);
   return {s.epoch, s.step_in_epoch, s.sample_in_epoch, s.global_step, s.samples_seen};
 }
 

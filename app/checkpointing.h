@@ -44,8 +44,10 @@ struct RunPosition {
 // position, world size, seed and resume_config(); the trainers add their own (DDP's buckets, the
 // loss scale).
 checkpoint::TrainingState position_state(const RunPosition& pos, const TrainConfig& config, int world_size, float lr);
-// Where a checkpoint's state says the run stands.
-RunPosition position_of(const checkpoint::TrainingState& state);
+// Where a checkpoint's state says the run stands, over an epoch of `train_samples`; throws
+// Error (kCheckpoint) naming `source` (its state.json) when the position is past the epoch's end
+// (a checkpoint of a larger data set, or an edited one).
+RunPosition position_of(const checkpoint::TrainingState& state, int64_t train_samples, const std::string& source);
 
 // Note [Resume layout]: a run resumed on another grid than the checkpoint's (another world size,
 // or the same world size cut into other pipeline stages P x data-parallel replicas D) reads the

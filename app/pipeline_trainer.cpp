@@ -183,7 +183,7 @@ TrainResult train_pipeline(Runtime& rt, const TrainConfig& c) {
   RunPosition pos;
   if (resumed) {
     const checkpoint::TrainingState& st = resumed->state;
-    pos = position_of(st);
+    pos = position_of(st, data.train->size(), resumed->path + "/state.json");
     reporter.note(fmt::format("resume: from {} (global step {}; epoch {}, {} step(s) and {} samples into it){}",
                               resumed->path, st.global_step, st.epoch + 1, st.step_in_epoch, st.sample_in_epoch,
                               k.init_weights.empty() ? "" : "; --init-weights not used"));

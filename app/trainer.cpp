@@ -156,7 +156,7 @@ void Trainer::choose_starting_point() {
   if (!resumed) return;
   const checkpoint::TrainingState& s = resumed->state;
   gate_->restore(s.grad_scaler, resumed->path + "/state.json");
-  pos_ = position_of(s);
+  pos_ = position_of(s, data_.train->size(), resumed->path + "/state.json");
   reporter_.note(fmt::format("resume: from {} (global step {}; epoch {}, {} step(s) and {} samples into it){}",
                              resumed->path, s.global_step, s.epoch + 1, s.step_in_epoch, s.sample_in_epoch,
                              k.init_weights.empty() ? "" : "; --init-weights not used"));

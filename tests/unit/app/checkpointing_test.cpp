@@ -120,6 +120,24 @@ TEST(BucketLayoutJson, ALayoutThatDoesNotFitTheModelIsOneLineNamingTheField) {
   EXPECT_EQ(error_of(good), "(accepted)");
 }
 
+// A position past the epoch's end (a checkpoint of a larger data set) names state.json (66), not
+// the sampler's internal bound (1, retried by dtrain-launch).
+TEST(ResumePosition, APositionPastTheEpochNamesTheStateFile) {
+  checkpoint::TrainingState s;
+  s.epoch = 1;
+  s.sample_in_epoch = 64;
+  EXPECT_EQ(position_of(s, 64, "ck/state.json").sample_in_epoch, 64);  // the epoch's end: its last step was saved
+  s.sample_in_epoch = 65;
+  try {
+    position_of(s, 64, "ck/state.json");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kCheckpoint);
+    EXPECT_EQ(std::string(e.what()), "ck/state.json: sample_in_epoch 65 is past the end of an epoch of the 64 "
+                                     "training samples (a checkpoint of other data?)");
+  }
+}
+
 TEST(ResumeConfig, AdamWsEpsMustMatch) {
   EXPECT_EQ(difference({"--optimizer", "adamw"}, {"--optimizer", "adamw", "--adam-eps", "1e-6"}),
             "optimizer.eps: checkpoint 1e-08, this run 1e-06");
