@@ -198,7 +198,7 @@ TokenStream open_split(const std::string& dir, const std::string& split, const c
   if (files.empty()) bad_data(fmt::format("{}: no {} shards (*{}*.bin)", dir, what, split));
   TokenStream s = TokenStream::open(files, vocab);
   if (s.size() < sequence_tokens + 1)
-    bad_data(fmt::format("{}: {} tokens, fewer than one sequence of {} tokens and its next token ({})",
+    bad_data(fmt::format("{}: {} tokens, fewer than one batch of {} tokens (batch size x context) and its next token ({})",
                          files_text(files), s.size(), sequence_tokens, sequence_tokens + 1));
   return s;
 }

@@ -72,7 +72,7 @@ struct TokenShards {
 };
 
 // Opens DIR/*train*.bin and DIR/*val*.bin. vocab: as shard_vocabulary's `given` (0: from the
-// tokens of both splits). sequence_tokens (B*T): each split must hold at least one sequence and
+// tokens of both splits). sequence_tokens (B*T): each split must hold at least one batch and
 // its next token (B*T + 1 tokens). Throws Error (kData), one line: no train or no val shards in
 // DIR, a split too short (naming its files), or any of TokenStream::open's.
 TokenShards open_token_shards(const std::string& dir, int64_t vocab, int64_t sequence_tokens);

@@ -78,8 +78,11 @@ case_ token_above_vocab "DIR/bytes_train_000000.bin: token [0-9]* (id 1[0-9][0-9
   ':' --vocab 100
 case_ no_val "DIR: no validation shards (\*val\*.bin)" 'rm bytes_val_000000.bin'
 case_ no_train "DIR: no training shards (\*train\*.bin)" 'rm bytes_train_000000.bin'
-case_ short_split "DIR/bytes_val_000000.bin: [0-9]* tokens, fewer than one sequence of 4096 tokens" \
+case_ short_split "DIR/bytes_val_000000.bin: [0-9]* tokens, fewer than one batch of 4096 tokens" \
   ':' --batch-size 256 --context 16
+# Matched by both globs, it was trained on and validated on without a word.
+case_ both_splits "DIR/interval_train.bin: the name matches both \*train\*.bin and \*val\*.bin" \
+  'cp bytes_train_000000.bin interval_train.bin'
 
 if [ "$failures" -gt 0 ]; then echo "$failures failure(s)"; exit 1; fi
 echo "all passed"

@@ -249,10 +249,10 @@ TEST(TokenShards, SplitShorterThanOneSequenceNamesItsFiles) {
   auto [msg, kind] = error_of([&] { open_token_shards(d, 0, 8); });
   EXPECT_EQ(kind, ErrorKind::kData);
   EXPECT_EQ(msg, dir.file("a_train.bin") + " ... " + dir.file("b_train.bin") +
-                     " (2 files): 8 tokens, fewer than one sequence of 8 tokens and its next token (9)");
+                     " (2 files): 8 tokens, fewer than one batch of 8 tokens (batch size x context) and its next token (9)");
   write_token_shard(dir.file("b_train.bin"), std::vector<uint32_t>(20, 1));
   EXPECT_EQ(error_of([&] { open_token_shards(d, 0, 8); }).first,
-            dir.file("val.bin") + ": 8 tokens, fewer than one sequence of 8 tokens and its next token (9)");
+            dir.file("val.bin") + ": 8 tokens, fewer than one batch of 8 tokens (batch size x context) and its next token (9)");
 }
 
 TEST(TokenShards, TheStreamReadsTheMappedFileNotACopy) {
