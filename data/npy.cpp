@@ -230,8 +230,10 @@ int64_t NpyHeader::numel() const {
 
 NpyHeader parse_npy(std::span<const uint8_t> bytes, const std::string& name) {
   static constexpr uint8_t kMagic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
-  if (bytes.size() < 10 || std::memcmp(bytes.data(), kMagic, 6) != 0)
+  if (bytes.size() < 6 || std::memcmp(bytes.data(), kMagic, 6) != 0)
     bad_data(fmt::format("{}: not a .npy file (bad magic: expected \\x93NUMPY)", name));
+  if (bytes.size() < 10)  // a .npy cut inside its prefix: its magic is right, so not "bad magic"
+    bad_data(fmt::format("{}: truncated: {} bytes, shorter than a .npy header's prefix", name, bytes.size()));
   const int major = bytes[6], minor = bytes[7];
   if (major < 1 || major > 3 || minor != 0)
     bad_data(fmt::format("{}: .npy format version {}.{} is not supported (1.0, 2.0 or 3.0)", name, major, minor));

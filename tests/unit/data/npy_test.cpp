@@ -184,6 +184,9 @@ TEST(Npy, BadMagic) {
   b[1] = 'X';
   EXPECT_EQ(open_error(b), "not a .npy file (bad magic: expected \\x93NUMPY)");
   EXPECT_EQ(open_error({}), "not a .npy file (bad magic: expected \\x93NUMPY)");
+  b[1] = 'N';
+  b.resize(9);  // the magic intact, the file cut in the header length
+  EXPECT_EQ(open_error(b), "truncated: 9 bytes, shorter than a .npy header's prefix");
 }
 
 TEST(Npy, HeaderThatIsNotADictLiteral) {
