@@ -243,6 +243,10 @@ void read_optimisation(const cxxopts::ParseResult& r, TrainConfig& c) {
   require(c.batch_size <= kMaxBatchSize,
           fmt::format("--batch-size: must be at most {}, got {}", kMaxBatchSize, c.batch_size));
   require(c.accumulate >= 1, fmt::format("--accumulate: must be at least 1, got {}", c.accumulate));
+  // As --batch-size: a step of 10^11 micro-batches never ends (not even at SIGTERM, which stops
+  // at a step's end), and the tokens per step (B x T x accumulate x ranks) would wrap int64.
+  require(c.accumulate <= kMaxBatchSize,
+          fmt::format("--accumulate: must be at most {}, got {}", kMaxBatchSize, c.accumulate));
   // no_sync sums micro-batches locally (Note [ZeRO-2 gradient ring])
   c.ddp.gradient_ring = c.accumulate > 1 ? GradientRing::kWhole : GradientRing::kAuto;
   OptimizerSpec& o = c.optimizer;

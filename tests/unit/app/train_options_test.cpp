@@ -214,6 +214,8 @@ TEST(TrainOptions, ClassesAreCountedFromTheLabelsUnlessGiven) {
 TEST(TrainOptions, SizeFlagsHaveSaneUpperBounds) {
   EXPECT_EQ(usage_error_of({"--data", "/tmp", "--batch-size", "4611686018427387905"}),
             "--batch-size: must be at most 1048576, got 4611686018427387905");
+  EXPECT_EQ(usage_error_of({"--data", "/tmp", "--accumulate", "99999999999"}),
+            "--accumulate: must be at most 1048576, got 99999999999");
   EXPECT_EQ(usage_error_of({"--data", "/tmp", "--hidden", "4611686018427387904"}),
             "--hidden: widths must be at most 1048576, got 4611686018427387904");
   EXPECT_EQ(usage_error_of({"--data", "/tmp", "--hidden", "256,1048577"}),
