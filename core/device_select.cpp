@@ -80,8 +80,10 @@ DeviceChoice choose_device(const DeviceRequest& request, int local_rank, int loc
   if (inv.count == 0) {
     if (request.kind == Kind::kAuto)
       return {Device::cpu(), fmt::format("no CUDA device visible; using CPU ({})", no_gpu_detail(inv))};
-    throw Error(inv.cuda_build ? fmt::format("device {}: no CUDA device visible ({})", what, no_gpu_detail(inv))
-                               : fmt::format("device {}: {}", what, no_gpu_detail(inv)));
+    // No GPU visible may be this node's (1: a restart elsewhere may fix it); a binary without
+    // CUDA fails every time (2).
+    if (!inv.cuda_build) throw Error(fmt::format("device {}: {}", what, no_gpu_detail(inv)), ErrorKind::kUsage);
+    throw Error(fmt::format("device {}: no CUDA device visible ({})", what, no_gpu_detail(inv)));
   }
   // Note [Per-task visible GPUs]: the ranks check afterwards that each saw a different device.
   const bool one_visible = inv.count == 1 && (request.kind != Kind::kCudaIndex || request.index == 0);

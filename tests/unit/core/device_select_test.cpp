@@ -96,6 +96,18 @@ TEST(DeviceSelect, CudaWithoutGpuIsAClearError) {
   cpu_build.cuda_build = false;
   msg = error_of("cuda", 0, 1, false, cpu_build);
   EXPECT_EQ(msg, "device cuda: this dtrain binary was built without CUDA");
+  // A CPU-only binary refuses --device cuda on every node: a usage error (2), not one a restart
+  // may fix (1), which no visible GPU stays.
+  const auto kind_of = [](const DeviceInventory& inv) {
+    try {
+      choose_device("cuda", 0, 1, false, inv);
+    } catch (const Error& e) {
+      return e.kind();
+    }
+    return ErrorKind::kDiverged;  // no error: neither kind below
+  };
+  EXPECT_EQ(kind_of(cpu_build), ErrorKind::kUsage);
+  EXPECT_EQ(kind_of(no_gpus()), ErrorKind::kFailure);
 }
 
 TEST(DeviceSelect, CudaMapsLocalRankToLogicalDevice) {
