@@ -5,15 +5,31 @@
 # --train-limit 12800). Prints every run's samples/s, each round's cost and the median cost.
 # With several build directories (BUILDS="build other/build"), each round runs every build's
 # pair in turn, for before/after comparisons in one sitting.
-#   bash bench/syncbn_cost.sh [--repeat R] [--np N]
+# --hog session|group runs one busy loop beside every run, for repeatable contention: `session`
+# in a session of its own, as another user's (or engineer's) build is, `group` in this one.
+# Note [Contention across sessions]: with the kernel's autogroup on (/proc/sys/kernel/
+# sched_autogroup_enabled; 6.18 here), each session is one scheduling group and `nice` acts only
+# within it, so a nice 19 build in another shell competes at full weight. Against such a hog
+# --sync-bn (40 blocking collectives a step) ran faster than plain DDP (samples/s, 2 rounds on
+# this 2-core VM, AVX2 kernels: plain 871, 892 / --sync-bn 1256, 916); against the same loop in
+# the job's own group, the expected order (plain 839, 879 / --sync-bn 610, 633). Plain ran about
+# as fast against either loop (about half its quiet ~1800: a rank is pinned to the core it shares
+# with the loop); it is --sync-bn that gains against another group: in its traces forward and
+# backward took about their quiet time, plain's 2-3x, and the ranks' compute threads waited on
+# the run queue (/proc/<tid>/schedstat) 5-6 s under --sync-bn and 30 s under plain for ~11 s of
+# running each. Neither the shared-memory all-reduce's spin nor the buckets decide it: plain with
+# DTRAIN_SHM_ALLREDUCE=0, with one bucket or without the buffer broadcast was as slow. So such an
+# inversion says nothing about either mode's cost: compare them quiet, or with --hog group.
+#   bash bench/syncbn_cost.sh [--repeat R] [--np N] [--hog session|group]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-repeat=3; np=2
+repeat=3; np=2; hog=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --repeat) repeat=$2; shift 2 ;;
     --np) np=$2; shift 2 ;;
-    *) echo "usage: bash bench/syncbn_cost.sh [--repeat R] [--np N]" >&2; exit 2 ;;
+    --hog) hog=$2; shift 2; [ "$hog" = session ] || [ "$hog" = group ] || { echo "--hog: session or group, got '$hog'" >&2; exit 2; } ;;
+    *) echo "usage: bash bench/syncbn_cost.sh [--repeat R] [--np N] [--hog session|group]" >&2; exit 2 ;;
   esac
 done
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -22,12 +38,18 @@ job=(--model resnet18 --width 16 --epochs 1 --train-limit 12800 --batch-size 64 
      --weight-decay 5e-4 --device cpu --threads 1 --quiet --json)
 rate() {  # build, extra flags...: one run's samples/s
   local b=$1; shift
+  local busy=(python3 -c 'while 1: pass') pid=""
+  case $hog in
+    session) setsid "${busy[@]}" >/dev/null & pid=$! ;;
+    group) "${busy[@]}" >/dev/null & pid=$! ;;
+  esac
   OPENBLAS_NUM_THREADS=1 "$b/launcher/dtrain-launch" -n "$np" -- "$b/app/dtrain" train "${job[@]}" "$@" |
     grep '^{' | python3 -c 'import json, sys; print(json.loads(sys.stdin.read())["samples_per_s"])'
+  if [ -n "$pid" ]; then kill "$pid"; wait "$pid" 2>/dev/null || true; fi
 }
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-echo "np $np, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}, $repeat round(s)"
+echo "np $np, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}, $repeat round(s)${hog:+, a busy loop in the $hog beside each run}"
 for r in $(seq "$repeat"); do
   for b in $builds; do
     # Alternate which goes first, so neither always follows the other.
