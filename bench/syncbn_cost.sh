@@ -19,7 +19,9 @@
 # the run queue (/proc/<tid>/schedstat) 5-6 s under --sync-bn and 30 s under plain for ~11 s of
 # running each. Neither the shared-memory all-reduce's spin nor the buckets decide it: plain with
 # DTRAIN_SHM_ALLREDUCE=0, with one bucket or without the buffer broadcast was as slow. So such an
-# inversion says nothing about either mode's cost: compare them quiet, or with --hog group.
+# inversion says nothing about either mode's cost: compare them quiet (--hog group adds a loop
+# of the job's own group, but does not cancel other sessions' load: one round with others' builds
+# running still gave plain 526 / --sync-bn 693).
 #   bash bench/syncbn_cost.sh [--repeat R] [--np N] [--hog session|group]
 set -euo pipefail
 cd "$(dirname "$0")/.."
