@@ -9,19 +9,20 @@
 # in a session of its own, as another user's (or engineer's) build is, `group` in this one.
 # Note [Contention across sessions]: with the kernel's autogroup on (/proc/sys/kernel/
 # sched_autogroup_enabled; 6.18 here), each session is one scheduling group and `nice` acts only
-# within it, so a nice 19 build in another shell competes at full weight. Against such a hog
-# --sync-bn (40 blocking collectives a step) ran faster than plain DDP (samples/s, 2 rounds on
-# this 2-core VM, AVX2 kernels: plain 871, 892 / --sync-bn 1256, 916); against the same loop in
-# the job's own group, the expected order (plain 839, 879 / --sync-bn 610, 633). Plain ran about
-# as fast against either loop (about half its quiet ~1800: a rank is pinned to the core it shares
-# with the loop); it is --sync-bn that gains against another group: in its traces forward and
-# backward took about their quiet time, plain's 2-3x, and the ranks' compute threads waited on
-# the run queue (/proc/<tid>/schedstat) 5-6 s under --sync-bn and 30 s under plain for ~11 s of
-# running each. Neither the shared-memory all-reduce's spin nor the buckets decide it: plain with
-# DTRAIN_SHM_ALLREDUCE=0, with one bucket or without the buffer broadcast was as slow. So such an
-# inversion says nothing about either mode's cost: compare them quiet (--hog group adds a loop
-# of the job's own group, but does not cancel other sessions' load: one round with others' builds
-# running still gave plain 526 / --sync-bn 693).
+# within it, so a nice 19 build in another shell competes at full weight. Under other sessions'
+# load --sync-bn (40 blocking collectives a step) often ran faster than plain DDP (samples/s,
+# pairs on this 2-core VM, AVX2 kernels; a busy loop in its own session: plain/--sync-bn 943/1133,
+# 420/910, 871/1256, 892/916, 572/1486, but 1021/818, 1051/867), while the same loop in the job's
+# own group gave the expected order every time (839/610, 879/633, 930/750, interleaved with the
+# last three session pairs). In --sync-bn's traces forward and backward took about their quiet
+# time, plain's 2-3x, and the ranks' compute threads waited on the run queue
+# (/proc/<tid>/schedstat) 5-6 s under --sync-bn and 30 s under plain for ~11 s of running each:
+# the scheduler gave --sync-bn's ranks (which sleep and wake at every collective) more of the
+# cores against other groups. Neither the shared-memory all-reduce's spin nor the buckets decide
+# it: plain with DTRAIN_SHM_ALLREDUCE=0, with one bucket or without the buffer broadcast was as
+# slow. So such an inversion says nothing about either mode's cost: compare them quiet (--hog
+# group adds a loop of the job's own group, but does not cancel other sessions' load: one round
+# with others' builds running still gave plain 526 / --sync-bn 693).
 #   bash bench/syncbn_cost.sh [--repeat R] [--np N] [--hog session|group]
 set -euo pipefail
 cd "$(dirname "$0")/.."
