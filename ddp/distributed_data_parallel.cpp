@@ -102,6 +102,10 @@ DistributedDataParallel::DistributedDataParallel(Module& module, Communicator& g
                    "DDP's compute stream must be {}'s compute stream, where launch() runs kernels",
                    p->value.device().str());
   verify_same_model_on_all_ranks(module_, control);
+  // Before any hook points at this object (a failed split leaves none behind), with nothing in
+  // flight on the parent: Note [SyncBatchNorm beside the buckets], below.
+  if (options_.sync_batchnorm && options_.sync_batchnorm_own_communicator && comm_.size() > 1)
+    batch_stats_comm_ = comm_.split(0, comm_.rank(), "syncbn");
   ReducerOptions ro{options_.first_bucket_bytes, options_.bucket_cap_bytes, options_.find_unused_parameters,
                     options_.zero_stage, options_.gradient_ring};
   reducer_ = std::make_unique<Reducer>(module_.parameters(), comm_, make_comm_hook(options_.comm_hook), ro, compute);
@@ -125,13 +129,11 @@ DistributedDataParallel::DistributedDataParallel(Module& module, Communicator& g
     // them (one FIFO per communicator), so each waits for a gradient all-reduce it does not
     // need: 1.0-1.5 ms of a ~105 ms CPU step at np 2. A split of the gradient communicator has
     // its own FIFO and thread, and the two streams of collectives run side by side; every rank
-    // issues each stream in the same order, as each communicator requires.
-    Communicator* stats = &comm_;
-    if (options_.sync_batchnorm_own_communicator && comm_.size() > 1) {
-      batch_stats_comm_ = comm_.split(0, comm_.rank(), "syncbn");
-      stats = batch_stats_comm_.get();
-    }
-    convert_sync_batchnorm(module_, *stats, compute_);
+    // issues each stream in the same order, as each communicator requires. On one node the
+    // child reduces as the parent does (shared memory, rank order), so the bits are the same;
+    // across nodes the child is a flat MPI communicator where the parent may be hierarchical.
+    // It costs a second shared-memory window and progress board per rank (4 MiB staging each).
+    convert_sync_batchnorm(module_, batch_stats_comm_ ? *batch_stats_comm_ : comm_, compute_);
   }
 }
 

@@ -135,6 +135,8 @@ class DistributedDataParallel {
 
   Module& module() { return module_; }
   Reducer& reducer() { return *reducer_; }
+  // SyncBatchNorm's own communicator (DdpOptions::sync_batchnorm_own_communicator), else nullptr.
+  const Communicator* batch_stats_communicator() const { return batch_stats_comm_.get(); }
   const BackwardTiming& last_backward() const { return timing_; }
 
  private:

@@ -6,7 +6,7 @@
 #   bash scripts/gpu_session.sh [--budget SECONDS] [--only STAGES] [--build-dir DIR] [--dry-run]
 #     --budget S   stop starting work after S seconds in all (default 540, for a 600 s call)
 #     --only LIST  comma-separated stages: build, ctest, train (one run of each model),
-#                  extra (bf16, --sync-bn, P 1, dtrain-launch); default all, in that order
+#                  extra (bf16, P 1, TF32, dtrain-launch); default all, in that order
 #     --dry-run    print the plan (every step, its timeout) and exit 0
 # Exit status: 0 when everything that could run passed; runs that fail only because no GPU is
 # visible are recorded as "no GPU" and are not failures (so a CPU machine checks the script).
@@ -54,7 +54,8 @@ gpt_runs=(
 extra_runs=(
   "resnet18-bf16|extra|90|--model resnet18 --width 16 --epochs 1 --train-limit 8192 --test-limit 2000 --amp bf16 --data DATA"
   "gpt-bf16|extra|90|--model gpt --layers 4 --heads 4 --embd 256 --context 256 --batch-size 8 --steps 200 --eval-batches 20 --amp bf16 --data SHARDS"
-  "resnet18-syncbn|extra|60|--model resnet18 --width 16 --epochs 1 --train-limit 4096 --test-limit 1000 --sync-bn --data DATA"
+  # No --sync-bn run: one rank builds no DDP (--sync-bn then changes nothing), and two ranks need
+  # two GPUs (NCCL takes one GPU per rank); a one-GPU machine cannot run SyncBatchNorm over NCCL.
   # P 1 is accepted and is the plain DDP path (app/trainer.cpp: the pipeline needs P > 1, and
   # P > 1 needs one GPU per rank); the one-GPU pipeline itself is ctest's PipelineOneGpu cases.
   "cnn-pipeline-p1|extra|60|--model cnn --epochs 1 --train-limit 20000 --pipeline-stages 1 --data DATA"

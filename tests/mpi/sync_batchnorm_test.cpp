@@ -45,6 +45,7 @@ std::vector<float> trained_state(bool own_communicator, int steps) {
   options.sync_batchnorm = true;
   options.sync_batchnorm_own_communicator = own_communicator;
   DistributedDataParallel ddp(*model, runtime(), options);
+  EXPECT_EQ(ddp.batch_stats_communicator() != nullptr, own_communicator);
   Sgd sgd(model->parameters(), SgdOptions{0.05f, 0.9f, 0.f, 1e-4f, false});
   CrossEntropyLoss loss;
   for (int s = 0; s < steps; ++s) {
@@ -88,6 +89,7 @@ TEST(SyncBatchNorm, StatisticsDoNotWaitBehindTheGradientCommunicatorsCollectives
   options.sync_batchnorm = true;
   options.sync_batchnorm_own_communicator = true;
   DistributedDataParallel ddp(*model, runtime(), options);
+  ASSERT_NE(ddp.batch_stats_communicator(), nullptr);
   auto [x, y] = batch(4, 0);
   Communicator& gradients = runtime().gradients();
   float held[4] = {1.f, 1.f, 1.f, 1.f};
