@@ -337,11 +337,8 @@ void read_distributed(const cxxopts::ParseResult& r, TrainConfig& c) {
     p.split.push_back(layer);
     at = comma + 1;
   }
-  // Sub-communicators (the grid) run beside the world's: MPI_THREAD_MULTIPLE. --sync-bn's own
-  // (Note [SyncBatchNorm beside the buckets] in ddp/distributed_data_parallel.cpp) only speeds
-  // it up: without MULTIPLE the statistics share the gradients' communicator.
+  // Sub-communicators (the grid) run beside the world's: MPI_THREAD_MULTIPLE.
   c.runtime.concurrent_communicators = p.stages > 1;
-  c.runtime.concurrent_communicators_if_available = c.ddp.sync_batchnorm;
 }
 
 // --loss-scale and its growth interval: PyTorch GradScaler's settings (model/grad_scaler.h), for

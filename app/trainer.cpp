@@ -124,10 +124,6 @@ Trainer::Trainer(Runtime& runtime, const TrainConfig& c)
   if (runtime.size() > 1) {
     DdpOptions ddp = c.ddp;
     ddp.device_timing = c.runtime.device_timing;  // --trace or --metrics (app/train_options.cpp)
-    // MPI splits where it runs with MPI_THREAD_MULTIPLE (the CLI asks for it with --sync-bn); the
-    // NCCL backend has no split, so on a GPU the statistics share the gradients' communicator.
-    ddp.sync_batchnorm_own_communicator =
-        ddp.sync_batchnorm && runtime.gradients().backend() == "mpi" && runtime.concurrent_communicators();
     ddp_.emplace(*model_, runtime, ddp);
   }
   if (runtime.size() > 1 && c.data.sampler == SamplerTail::kUneven) join_.emplace(runtime.control());

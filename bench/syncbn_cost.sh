@@ -2,7 +2,12 @@
 # The cost of --sync-bn against plain BatchNorm at np 2, measured interleaved (the machine is
 # shared, so a plain run and a --sync-bn run alternate, R rounds, each pair in the same minute):
 # the job bench/vs_peer_resnet.sh runs (resnet18 width 16, batch 64 per rank, 1 thread per rank,
-# --train-limit 12800). Prints every run's samples/s, each round's cost and the median cost.
+# --train-limit 12800). Prints every run's median step time, each round's cost and the median cost.
+# Note [Median step time]: a run's samples/s is its total time over its steps, so one step held up
+# by another process moves it: on a quiet machine plain runs of one build gave 1601-1701
+# samples/s (12800 samples) in one sitting, a spread above the cost measured. Each run here logs every step
+# (--metrics with --log-interval 1) and gives the median of its step times (the first 5 left
+# out): the same build's runs then agree within about 1-2%.
 # With several build directories (BUILDS="build other/build"), each round runs every build's
 # pair in turn, for before/after comparisons in one sitting.
 # --hog session|group runs one busy loop beside every run, for repeatable contention: `session`
@@ -38,27 +43,33 @@ done
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 builds=${BUILDS:-${DTRAIN_BUILD_DIR:-build}}
 job=(--model resnet18 --width 16 --epochs 1 --train-limit 12800 --batch-size 64 --lr 0.05 --momentum 0.9
-     --weight-decay 5e-4 --device cpu --threads 1 --quiet --json)
-rate() {  # build, extra flags...: one run's samples/s
+     --weight-decay 5e-4 --device cpu --threads 1 --quiet --log-interval 1)
+metrics=$(mktemp)
+rate() {  # build, extra flags...: one run's median step time in ms (Note [Median step time])
   local b=$1; shift
   local busy=(python3 -c 'while 1: pass') pid=""
   case $hog in
     session) setsid "${busy[@]}" >/dev/null & pid=$! ;;
     group) "${busy[@]}" >/dev/null & pid=$! ;;
   esac
-  OPENBLAS_NUM_THREADS=1 "$b/launcher/dtrain-launch" -n "$np" -- "$b/app/dtrain" train "${job[@]}" "$@" |
-    grep '^{' | python3 -c 'import json, sys; print(json.loads(sys.stdin.read())["samples_per_s"])'
+  OPENBLAS_NUM_THREADS=1 "$b/launcher/dtrain-launch" -n "$np" -- "$b/app/dtrain" train "${job[@]}" "$@" \
+    --metrics "$metrics" >/dev/null
+  python3 - "$metrics" <<'PY'
+import json, statistics, sys
+t = [r["time_s"] for r in map(json.loads, open(sys.argv[1])) if r.get("type") == "step"]
+print(f"{1000 * statistics.median(b - a for a, b in list(zip(t, t[1:]))[5:]):.2f}")
+PY
   if [ -n "$pid" ]; then kill "$pid"; wait "$pid" 2>/dev/null || true; fi
 }
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+trap 'rm -f "$out" "$metrics"' EXIT
 echo "np $np, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}, $repeat round(s)${hog:+, a busy loop in the $hog beside each run}"
 for r in $(seq "$repeat"); do
   for b in $builds; do
     # Alternate which goes first, so neither always follows the other.
     if [ $((r % 2)) -eq 1 ]; then p=$(rate "$b"); s=$(rate "$b" --sync-bn); else s=$(rate "$b" --sync-bn); p=$(rate "$b"); fi
     echo "$b $p $s" >>"$out"
-    python3 -c "import sys; p, s = float(sys.argv[2]), float(sys.argv[3]); print(f'round $r {sys.argv[1]}: plain {p:.1f}  --sync-bn {s:.1f}  cost {100 * (p / s - 1):.1f}%')" "$b" "$p" "$s"
+    python3 -c "import sys; p, s = float(sys.argv[2]), float(sys.argv[3]); print(f'round $r {sys.argv[1]}: step plain {p:.2f} ms  --sync-bn {s:.2f} ms  cost {100 * (s / p - 1):.1f}%')" "$b" "$p" "$s"
   done
 done
 python3 - "$out" <<'PY'
@@ -68,7 +79,7 @@ for line in open(sys.argv[1]):
     b, p, s = line.split()
     rows[b].append((float(p), float(s)))
 for b, v in rows.items():
-    costs = [100 * (p / s - 1) for p, s in v]
+    costs = [100 * (s / p - 1) for p, s in v]
     print(f"{b}: median cost {statistics.median(costs):.1f}% (rounds: {', '.join(f'{c:.1f}' for c in costs)}); "
-          f"median plain {statistics.median(p for p, _ in v):.1f}, --sync-bn {statistics.median(s for _, s in v):.1f} samples/s")
+          f"median step plain {statistics.median(p for p, _ in v):.2f} ms, --sync-bn {statistics.median(s for _, s in v):.2f} ms")
 PY

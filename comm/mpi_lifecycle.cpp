@@ -51,8 +51,7 @@ std::string launcher_rank() {
   return "";
 }
 
-bool start_mpi(int* argc, char*** argv, bool yield_when_idle, MpiThreads threads) {
-  const bool thread_multiple = threads != MpiThreads::kSerialized;
+bool start_mpi(int* argc, char*** argv, bool yield_when_idle, bool thread_multiple) {
   int initialized = 0;
   MPI_CHECK(MPI_Initialized(&initialized));
   int provided = MPI_THREAD_SINGLE;
@@ -75,21 +74,11 @@ bool start_mpi(int* argc, char*** argv, bool yield_when_idle, MpiThreads threads
     throw Error(fmt::format("MPI provides thread level {}, dtrain needs MPI_THREAD_SERIALIZED ({}) because collectives "
                             "run on a communication thread",
                             provided, MPI_THREAD_SERIALIZED));
-  if (threads == MpiThreads::kMultiple && provided < MPI_THREAD_MULTIPLE)
+  if (thread_multiple && provided < MPI_THREAD_MULTIPLE)
     throw Error(fmt::format("MPI provides thread level {}, sub-communicators (a pipeline's process grid) need "
                             "MPI_THREAD_MULTIPLE ({}): each runs its own communication thread",
                             provided, MPI_THREAD_MULTIPLE));
   return started;
-}
-
-bool mpi_thread_multiple() {
-  int initialized = 0, finalized = 0;
-  MPI_CHECK(MPI_Initialized(&initialized));
-  MPI_CHECK(MPI_Finalized(&finalized));
-  if (!initialized || finalized) return false;
-  int provided = MPI_THREAD_SINGLE;
-  MPI_CHECK(MPI_Query_thread(&provided));
-  return provided >= MPI_THREAD_MULTIPLE;
 }
 
 void finish_mpi() {

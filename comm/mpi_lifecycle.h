@@ -25,17 +25,10 @@ std::string launcher_world_mismatch(const EnvLookup& env, int world_size);
 // RANK), for messages before MPI is up; "" when started without a launcher.
 std::string launcher_rank();
 
-// The thread level start_mpi asks for: communication threads that take turns (serialized), or
-// several inside MPI at once (multiple: sub-communicators, Note [Sub-communicators] in
-// comm/communicator.h), required or only wanted (an MPI without it then runs serialized).
-enum class MpiThreads { kSerialized, kMultipleIfAvailable, kMultiple };
-
 // Initialises MPI (MPI_THREAD_SERIALIZED or better: only communication threads call MPI after
 // this) unless it already is, with errors returned rather than fatal. `yield_when_idle`: blocking
 // MPI calls yield the core while they poll. Returns true when this call initialised MPI.
-bool start_mpi(int* argc, char*** argv, bool yield_when_idle, MpiThreads threads = MpiThreads::kSerialized);
-// True when MPI is up with MPI_THREAD_MULTIPLE.
-bool mpi_thread_multiple();
+bool start_mpi(int* argc, char*** argv, bool yield_when_idle, bool thread_multiple = false);
 // MPI_Finalize, if MPI is up and not finalised.
 void finish_mpi();
 // Records this process's world rank for abort_all's messages.

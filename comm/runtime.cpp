@@ -72,10 +72,7 @@ std::unique_ptr<Runtime> init(int* argc, char*** argv, const RuntimeOptions& opt
   rt->options_ = options;
   rt->topology_ = probe_cpu_topology();
   if (started_by_launcher(process_env)) {
-    const MpiThreads threads = options.concurrent_communicators              ? MpiThreads::kMultiple
-                               : options.concurrent_communicators_if_available ? MpiThreads::kMultipleIfAvailable
-                                                                               : MpiThreads::kSerialized;
-    rt->owns_mpi_ = start_mpi(argc, argv, comm_thread_should_yield(rt->topology_), threads);
+    rt->owns_mpi_ = start_mpi(argc, argv, comm_thread_should_yield(rt->topology_), options.concurrent_communicators);
     const AllreduceChoice choice = choose_allreduce(options.allreduce, world_node_layout());
     rt->allreduce_note_ = choice.reason;
     rt->control_ = make_world_communicator(
@@ -131,8 +128,6 @@ std::unique_ptr<Communicator> Runtime::device_communicator(Communicator& group, 
   return make_nccl_communicator(group, device_,
                                 runtime_nccl_options(options_, &compute_stream(), log, rank(), size()));
 }
-
-bool Runtime::concurrent_communicators() const { return mpi_thread_multiple(); }
 
 Runtime::~Runtime() {
   try {

@@ -34,10 +34,6 @@ struct RuntimeOptions {
   // Sub-communicators will run beside the world's (a pipeline's grid): MPI starts with
   // MPI_THREAD_MULTIPLE (Note [Sub-communicators] in comm/communicator.h).
   bool concurrent_communicators = false;
-  // The same where MPI offers it, else MPI_THREAD_SERIALIZED without an error
-  // (Runtime::concurrent_communicators() says which): for a sub-communicator that only speeds
-  // things up (--sync-bn's: Note [SyncBatchNorm beside the buckets] in ddp/distributed_data_parallel.cpp).
-  bool concurrent_communicators_if_available = false;
 };
 
 class Runtime {
@@ -47,8 +43,6 @@ class Runtime {
   Runtime& operator=(const Runtime&) = delete;
 
   int rank() const { return control_->rank(); }
-  // Whether sub-communicators can run beside the world's (MPI is up with MPI_THREAD_MULTIPLE).
-  bool concurrent_communicators() const;
   int size() const { return control_->size(); }
   int local_rank() const { return control_->local_rank(); }
   int local_size() const { return control_->local_size(); }

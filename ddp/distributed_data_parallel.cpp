@@ -1,8 +1,6 @@
 #include "ddp/distributed_data_parallel.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <exception>
 
 #include <fmt/format.h>
 
@@ -102,10 +100,6 @@ DistributedDataParallel::DistributedDataParallel(Module& module, Communicator& g
                    "DDP's compute stream must be {}'s compute stream, where launch() runs kernels",
                    p->value.device().str());
   verify_same_model_on_all_ranks(module_, control);
-  // Before any hook points at this object (a failed split leaves none behind), with nothing in
-  // flight on the parent: Note [SyncBatchNorm beside the buckets], below.
-  if (options_.sync_batchnorm && options_.sync_batchnorm_own_communicator && comm_.size() > 1)
-    batch_stats_comm_ = comm_.split(0, comm_.rank(), "syncbn");
   ReducerOptions ro{options_.first_bucket_bytes, options_.bucket_cap_bytes, options_.find_unused_parameters,
                     options_.zero_stage, options_.gradient_ring};
   reducer_ = std::make_unique<Reducer>(module_.parameters(), comm_, make_comm_hook(options_.comm_hook), ro, compute);
@@ -122,33 +116,12 @@ DistributedDataParallel::DistributedDataParallel(Module& module, Communicator& g
     reducer_->store().set_after_step([this] { reducer_->gather_updated_values(); });
   }
   module_.set_grad_ready_hook([this](Parameter& p) { reducer_->mark_ready(p); });
-  if (options_.sync_batchnorm) {
-    // Note [SyncBatchNorm beside the buckets]: a ResNet-18 step meets at 40 SyncBatchNorm
-    // collectives, each blocking its rank until every rank has its statistics. On the gradient
-    // communicator, backward's statistics all-reduces queue behind the buckets issued before
-    // them (one FIFO per communicator), so each waits for a gradient all-reduce it does not
-    // need: 1.0-1.5 ms of a ~105 ms CPU step at np 2. A split of the gradient communicator has
-    // its own FIFO and thread, and the two streams of collectives run side by side; every rank
-    // issues each stream in the same order, as each communicator requires. On one node the
-    // child reduces as the parent does (shared memory, rank order), so the bits are the same;
-    // across nodes the child is a flat MPI communicator where the parent may be hierarchical.
-    // It costs a second shared-memory window and progress board per rank (4 MiB staging each).
-    convert_sync_batchnorm(module_, batch_stats_comm_ ? *batch_stats_comm_ : comm_, compute_);
-  }
+  if (options_.sync_batchnorm) convert_sync_batchnorm(module_, comm_, compute_);
 }
 
 DistributedDataParallel::~DistributedDataParallel() {
   module_.set_grad_ready_hook(nullptr);
   if (options_.sync_batchnorm) module_.set_batch_stats_sync(nullptr);
-  // On the way out of an error the communicator is left to process exit, as MpiCommunicator's
-  // are (a collective in flight might never finish).
-  if (batch_stats_comm_ && std::uncaught_exceptions() == 0) {
-    try {
-      batch_stats_comm_->shutdown();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "dtrain: shutting down SyncBatchNorm's communicator: %s\n", e.what());
-    }
-  }
   if (options_.zero_stage > 0) {
     reducer_->store().set_after_range(nullptr);
     reducer_->store().set_after_step(nullptr);

@@ -56,13 +56,8 @@ struct DdpOptions {
   // broadcast before each step's first training forward (PyTorch's broadcast_buffers=True).
   bool broadcast_buffers = true;
   // Note [SyncBatchNorm] (model/batchnorm.h): the module's BatchNorms take their training
-  // statistics over every rank (convert_sync_batchnorm), through the gradient communicator
-  // unless the next option gives them one of their own.
+  // statistics over every rank, through the gradient communicator (convert_sync_batchnorm).
   bool sync_batchnorm = false;
-  // Note [SyncBatchNorm beside the buckets]: SyncBatchNorm's collectives on a communicator of
-  // their own, split from the gradient communicator, so they do not wait behind its buckets.
-  // Needs a backend that splits (MPI started with MPI_THREAD_MULTIPLE); the app sets it on CPU.
-  bool sync_batchnorm_own_communicator = false;
   // ZeRO-2: the ring of bucket buffers or the whole local gradient (Note [ZeRO-2 gradient ring]
   // in ddp/reducer.h); kWhole with no_sync (gradient accumulation).
   GradientRing gradient_ring = GradientRing::kAuto;
@@ -135,8 +130,6 @@ class DistributedDataParallel {
 
   Module& module() { return module_; }
   Reducer& reducer() { return *reducer_; }
-  // SyncBatchNorm's own communicator (DdpOptions::sync_batchnorm_own_communicator), else nullptr.
-  const Communicator* batch_stats_communicator() const { return batch_stats_comm_.get(); }
   const BackwardTiming& last_backward() const { return timing_; }
 
  private:
@@ -161,7 +154,6 @@ class DistributedDataParallel {
   std::optional<BucketCapTuner> tuner_;
   std::vector<std::string> notes_;
   std::unique_ptr<Reducer> reducer_;
-  std::unique_ptr<Communicator> batch_stats_comm_;  // DdpOptions::sync_batchnorm_own_communicator
   Tensor scaled_grad_output_;  // the loss gradient / world size
   bool sync_ = true;
   // Note [Buffer broadcast]: the next forward broadcasts (the one after a synced forward).
