@@ -48,6 +48,7 @@ for np_ in nps:
     if np_ > 1:
         s, sa = load(f"syncbn_{np_}")
         print(f"{'np ' + str(np_) + ' --sync-bn':<22}{'':>16}{s:>18.1f}{'':>10}{'':>10}{sa:>12.4f}"
-              f"   (cost against plain BatchNorm: {100 * (d / s - 1):.1f}%)")
+              f"   (cost against plain BatchNorm by these samples/s medians: {100 * (d / s - 1):.1f}%; "
+              "bench/syncbn_cost.sh measures it by median step time, which a held-up step does not move)")
 print(f"(median of {repeat} run(s); 1 thread per rank; samples/s = training loop only, as the peer counts)")
 PY
