@@ -35,7 +35,8 @@ inline D4 load4(const float* p) {
   std::memcpy(&v, p, sizeof v);
   return __builtin_convertvector(v, D4);
 }
-inline double combine(D4 s) { return (s[0] + s[1]) + (s[2] + s[3]); }
+// By reference: a 32-byte vector passed by value draws GCC's -Wpsabi note on every build.
+inline double combine(const D4& s) { return (s[0] + s[1]) + (s[2] + s[3]); }
 
 // s1[j] += the sum of d = double(x[p]) - k[j] and s2[j] += the sum of d^2 (Note [Shifted
 // statistics] in model/norm_kernels.h) over each of P planes (plane j at x + j * n: consecutive
